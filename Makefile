@@ -1,0 +1,77 @@
+# tdpipe: one Makefile. The CPU build always works with a C compiler; where nvcc is found the
+# training binary is built through it (CUDA backend), and where mpicc is found, with MPI.
+CC       ?= gcc
+OPT      ?= -O3 -march=native
+CFLAGS   += $(OPT) -fopenmp -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -I. -MMD -MP
+LDLIBS   += -lm -lz -lyaml
+BUILD    := build
+
+# ---- optional MPI (Open MPI from Debian's packages) ------------------------------------------
+MPICC := $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+  ifneq ($(NO_MPI),1)
+    MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null) -DTD_MPI
+    MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+    $(info tdpipe: MPI found ($(MPICC)): multi-rank pipelines enabled)
+  endif
+else
+  $(info tdpipe: no mpicc: building single-process only (apt-get install openmpi-bin libopenmpi-dev for pipelines))
+endif
+
+# ---- optional CUDA -----------------------------------------------------------------------------
+NVCC := $(shell command -v nvcc 2>/dev/null)
+ifeq ($(NO_CUDA),1)
+  NVCC :=
+endif
+ifneq ($(NVCC),)
+  $(info tdpipe: nvcc found ($(NVCC)): building train_tdpipe through nvcc)
+  NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -Xcompiler "-fopenmp -march=native" -I. -DTD_CUDA
+else
+  $(info tdpipe: no nvcc: CPU-only build)
+endif
+
+LIB_SRC := $(wildcard llmc/*.c) $(wildcard tdpipe/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB     := $(BUILD)/libtdpipe.a
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+DEV_SRC  := $(wildcard dev/*.c) $(wildcard dev/data/*.c)
+DEV_BIN  := $(DEV_SRC:%.c=$(BUILD)/%)
+
+.PHONY: all test clean bench
+all: train_tdpipe $(DEV_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	ar rcs $@ $^
+
+ifneq ($(NVCC),)
+train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h)
+	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lgomp
+else
+train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
+endif
+
+$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
+
+$(BUILD)/dev/%: dev/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
+
+# `make test`: every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
+test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
+	@bash tests/run_all.sh
+
+# ---- CUDA targets (test_gpt2cu, dev/cuda benchmarks): begin
+# ---- CUDA targets: end
+
+clean:
+	rm -rf $(BUILD) train_tdpipe
+
+-include $(LIB_OBJ:.o=.d)

@@ -1,0 +1,757 @@
+// tdpipe's checkpoint container: the writer (shuffle, deflate, CRC, temp file, fsync, rename),
+// the reader/verifier, pruning, and the newest-valid lookup. Layout: see checkpoint.h.
+#include "checkpoint.h"
+#include "common.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define IO_CHUNK (1 << 20)  // bytes per read/write call and per deflate output buffer
+#define ZLIB_MAX_RATIO 1032 // deflate's best ratio: a descriptor claiming more is damaged or hostile
+#define PATH_CAP 4096
+
+static void set_err(char* err, size_t errlen, const char* fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void set_err(char* err, size_t errlen, const char* fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+uint32_t ckpt_crc32(uint32_t crc, const void* data, size_t bytes) {
+    const unsigned char* p = (const unsigned char*)data;
+    while (bytes > 0) { // zlib's length is a uInt
+        uInt n = bytes > (1u << 30) ? (1u << 30) : (uInt)bytes;
+        crc = (uint32_t)crc32(crc, p, n);
+        p += n;
+        bytes -= n;
+    }
+    return crc;
+}
+
+int ckpt_path(char* out, size_t cap, const char* dir, long step) {
+    int n = snprintf(out, cap, "%s/ckpt_%08ld.tdck", dir, step);
+    return (n < 0 || (size_t)n >= cap) ? -1 : 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// little-endian fields and the shuffle
+
+static void put_u32(unsigned char* p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static void put_u64(unsigned char* p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint32_t get_u32(const unsigned char* p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get_u64(const unsigned char* p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+// n bytes of e-byte elements into e planes; the n % e tail bytes are copied as they are
+static void shuffle_block(unsigned char* dst, const unsigned char* src, size_t n, int e) {
+    size_t k = n / e;
+    for (int j = 0; j < e; j++) {
+        unsigned char* plane = dst + (size_t)j * k;
+        for (size_t i = 0; i < k; i++) plane[i] = src[i * e + j];
+    }
+    memcpy(dst + k * e, src + k * e, n - k * e);
+}
+
+static void unshuffle_block(unsigned char* dst, const unsigned char* src, size_t n, int e) {
+    size_t k = n / e;
+    for (int j = 0; j < e; j++) {
+        const unsigned char* plane = src + (size_t)j * k;
+        for (size_t i = 0; i < k; i++) dst[i * e + j] = plane[i];
+    }
+    memcpy(dst + k * e, src + k * e, n - k * e);
+}
+
+static int valid_elem_size(int e) { return e == 1 || e == 2 || e == 4 || e == 8; }
+
+static int valid_name(const char* name) {
+    size_t n = strnlen(name, CKPT_NAME_CAP);
+    if (n == 0 || n >= CKPT_NAME_CAP) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] <= ' ' || name[i] > '~') return 0;
+    return 1;
+}
+
+// ----------------------------------------------------------------------------------------------
+// writer
+
+struct CkptWriter {
+    char dir[PATH_CAP];
+    char tmp_path[PATH_CAP];
+    char final_path[PATH_CAP];
+    int fd;                         // -1 once closed
+    long step;
+    int level, shuffle;
+    uint64_t offset;                // bytes written so far
+    int num_sections, cap_sections;
+    char (*names)[CKPT_NAME_CAP];   // (cap_sections,) names added so far, to refuse duplicates
+    z_stream zs;
+    unsigned char* out;             // (IO_CHUNK,) deflate output
+    unsigned char* shuf;            // (CKPT_SHUFFLE_BLOCK,) one shuffled block of input
+    int failed;
+    char err[PATH_CAP + 1024];
+    struct sigaction old_xfsz;
+};
+
+static void writer_free(CkptWriter* w) {
+    if (w->fd >= 0) close(w->fd);
+    sigaction(SIGXFSZ, &w->old_xfsz, NULL);
+    deflateEnd(&w->zs);
+    free(w->names);
+    free(w->out);
+    free(w->shuf);
+    free(w);
+}
+
+// records the first failure, removes the temp file; the existing checkpoints are never touched
+static int writer_fail(CkptWriter* w, char* err, size_t errlen, const char* fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static int writer_fail(CkptWriter* w, char* err, size_t errlen, const char* fmt, ...) {
+    if (!w->failed) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(w->err, sizeof w->err, "%s: %s (checkpoint for step %ld not saved; earlier checkpoints untouched)",
+                 w->tmp_path, msg, w->step);
+        if (w->fd >= 0) close(w->fd);
+        w->fd = -1;
+        unlink(w->tmp_path);
+        w->failed = 1;
+    }
+    set_err(err, errlen, "%s", w->err);
+    return -1;
+}
+
+static int write_all(CkptWriter* w, const void* buf, size_t n, char* err, size_t errlen) {
+    const unsigned char* p = (const unsigned char*)buf;
+    while (n > 0) {
+        ssize_t k = write(w->fd, p, n > IO_CHUNK ? IO_CHUNK : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return writer_fail(w, err, errlen, "write failed at byte %llu: %s", (unsigned long long)w->offset, strerror(errno));
+        if (k == 0) return writer_fail(w, err, errlen, "write made no progress at byte %llu", (unsigned long long)w->offset);
+        p += k;
+        n -= (size_t)k;
+        w->offset += (uint64_t)k;
+    }
+    return 0;
+}
+
+static int pwrite_all(CkptWriter* w, const unsigned char* buf, size_t n, uint64_t at, char* err, size_t errlen) {
+    while (n > 0) {
+        ssize_t k = pwrite(w->fd, buf, n, (off_t)at);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return writer_fail(w, err, errlen, "write failed at byte %llu: %s", (unsigned long long)at, k < 0 ? strerror(errno) : "no progress");
+        buf += k;
+        n -= (size_t)k;
+        at += (uint64_t)k;
+    }
+    return 0;
+}
+
+CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shuffle, char* err, size_t errlen) {
+    if (zlib_level < 0 || zlib_level > 9) {
+        set_err(err, errlen, "%s: zlib level %d out of range 0..9", dir, zlib_level);
+        return NULL;
+    }
+    if (step < 0) {
+        set_err(err, errlen, "%s: checkpoint step %ld is negative", dir, step);
+        return NULL;
+    }
+    CkptWriter* w = (CkptWriter*)calloc_check(1, sizeof(CkptWriter));
+    w->fd = -1;
+    w->step = step;
+    w->level = zlib_level;
+    w->shuffle = shuffle != 0;
+    int n1 = snprintf(w->dir, PATH_CAP, "%s", dir);
+    int n2 = snprintf(w->tmp_path, PATH_CAP, "%s/.ckpt_%08ld.tdck.tmp", dir, step);
+    if (n1 < 0 || n1 >= PATH_CAP || n2 < 0 || n2 >= PATH_CAP || ckpt_path(w->final_path, PATH_CAP, dir, step) != 0) {
+        set_err(err, errlen, "%s: directory path too long", dir);
+        free(w);
+        return NULL;
+    }
+    if (deflateInit(&w->zs, zlib_level) != Z_OK) {
+        set_err(err, errlen, "%s: zlib deflateInit failed", dir);
+        free(w);
+        return NULL;
+    }
+    // a file-size limit (RLIMIT_FSIZE) must surface as EFBIG from write(), not kill the trainer
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, &w->old_xfsz);
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        set_err(err, errlen, "%s: cannot create checkpoint file: %s", w->tmp_path, strerror(errno));
+        writer_free(w);
+        return NULL;
+    }
+    w->out = (unsigned char*)malloc_check(IO_CHUNK);
+    w->shuf = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+    unsigned char zero[CKPT_HEADER_BYTES] = {0}; // the real header is written by commit
+    if (write_all(w, zero, sizeof zero, err, errlen) != 0) {
+        writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t bytes, int elem_size, char* err, size_t errlen) {
+    if (w->failed) return writer_fail(w, err, errlen, "earlier error");
+    if (!name || !valid_name(name)) return writer_fail(w, err, errlen, "section name '%.40s' invalid (1..%d printable characters)", name ? name : "(null)", CKPT_NAME_CAP - 1);
+    if (!valid_elem_size(elem_size)) return writer_fail(w, err, errlen, "section '%s': element size %d not 1, 2, 4 or 8", name, elem_size);
+    if (!data && bytes > 0) return writer_fail(w, err, errlen, "section '%s': NULL data for %zu bytes", name, bytes);
+    if (w->num_sections >= CKPT_MAX_SECTIONS) return writer_fail(w, err, errlen, "more than %d sections", CKPT_MAX_SECTIONS);
+    for (int i = 0; i < w->num_sections; i++)
+        if (strcmp(w->names[i], name) == 0) return writer_fail(w, err, errlen, "section '%s' added twice", name);
+
+    uint64_t desc_at = w->offset;
+    unsigned char desc[CKPT_DESC_BYTES] = {0}; // filled in once the compressed size is known
+    if (write_all(w, desc, sizeof desc, err, errlen) != 0) return -1;
+
+    int shuffled = w->shuffle && elem_size > 1;
+    uint32_t crc_raw = 0, crc_comp = 0;
+    uint64_t comp = 0;
+    if (deflateReset(&w->zs) != Z_OK) return writer_fail(w, err, errlen, "section '%s': zlib deflateReset failed", name);
+    size_t off = 0;
+    do {
+        size_t n = bytes - off < CKPT_SHUFFLE_BLOCK ? bytes - off : CKPT_SHUFFLE_BLOCK;
+        const unsigned char* in = (const unsigned char*)data + off;
+        if (n > 0) {
+            crc_raw = ckpt_crc32(crc_raw, in, n);
+            if (shuffled) {
+                shuffle_block(w->shuf, in, n, elem_size);
+                in = w->shuf;
+            }
+        }
+        off += n;
+        int flush = off == bytes ? Z_FINISH : Z_NO_FLUSH;
+        w->zs.next_in = (Bytef*)in;
+        w->zs.avail_in = (uInt)n;
+        int ret;
+        do {
+            w->zs.next_out = w->out;
+            w->zs.avail_out = IO_CHUNK;
+            ret = deflate(&w->zs, flush);
+            if (ret == Z_STREAM_ERROR) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
+            size_t have = IO_CHUNK - w->zs.avail_out;
+            if (have > 0) {
+                crc_comp = ckpt_crc32(crc_comp, w->out, have);
+                if (write_all(w, w->out, have, err, errlen) != 0) return -1;
+                comp += have;
+            }
+        } while (flush == Z_FINISH ? ret != Z_STREAM_END : w->zs.avail_out == 0);
+    } while (off < bytes);
+
+    memcpy(desc, name, strlen(name));
+    put_u32(desc + 32, (uint32_t)elem_size);
+    put_u32(desc + 36, (uint32_t)shuffled);
+    put_u64(desc + 40, (uint64_t)bytes);
+    put_u64(desc + 48, comp);
+    put_u32(desc + 56, crc_comp);
+    put_u32(desc + 60, crc_raw);
+    put_u32(desc + 76, ckpt_crc32(0, desc, 76));
+    if (pwrite_all(w, desc, sizeof desc, desc_at, err, errlen) != 0) return -1;
+
+    if (w->num_sections == w->cap_sections) {
+        w->cap_sections = w->cap_sections ? 2 * w->cap_sections : 16;
+        w->names = (char(*)[CKPT_NAME_CAP])realloc(w->names, (size_t)w->cap_sections * CKPT_NAME_CAP);
+        if (!w->names) td_fatal("realloc of %d section names failed: out of memory", w->cap_sections);
+    }
+    snprintf(w->names[w->num_sections++], CKPT_NAME_CAP, "%s", name);
+    return 0;
+}
+
+int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err, size_t errlen) {
+    if (w->failed) {
+        writer_fail(w, err, errlen, "earlier error");
+        writer_free(w);
+        return -1;
+    }
+    unsigned char hdr[CKPT_HEADER_BYTES] = {0};
+    put_u32(hdr + 0, CKPT_MAGIC);
+    put_u32(hdr + 4, CKPT_VERSION);
+    put_u32(hdr + 8, (uint32_t)w->num_sections);
+    put_u32(hdr + 12, CKPT_DESC_BYTES);
+    put_u32(hdr + 16, CKPT_SHUFFLE_BLOCK);
+    put_u64(hdr + 20, (uint64_t)w->step);
+    put_u64(hdr + 28, w->offset);
+    put_u32(hdr + 36, (uint32_t)w->level);
+    put_u32(hdr + 1020, ckpt_crc32(0, hdr, 1020));
+    int rc = pwrite_all(w, hdr, sizeof hdr, 0, err, errlen);
+    if (rc == 0 && fsync(w->fd) != 0) rc = writer_fail(w, err, errlen, "fsync failed: %s", strerror(errno));
+    if (rc == 0) {
+        int fd = w->fd;
+        w->fd = -1;
+        if (close(fd) != 0) rc = writer_fail(w, err, errlen, "close failed: %s", strerror(errno));
+    }
+    if (rc == 0 && rename(w->tmp_path, w->final_path) != 0)
+        rc = writer_fail(w, err, errlen, "rename to %s failed: %s", w->final_path, strerror(errno));
+    if (rc == 0) { // make the rename itself durable
+        int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL)) {
+            set_err(err, errlen, "%s: written, but fsync of directory %s failed: %s", w->final_path, w->dir, strerror(errno));
+            rc = -1;
+        }
+        if (dfd >= 0) close(dfd);
+    }
+    if (rc == 0 && path_out) snprintf(path_out, path_cap, "%s", w->final_path);
+    writer_free(w);
+    return rc;
+}
+
+void ckpt_writer_abort(CkptWriter* w) {
+    if (!w) return;
+    if (!w->failed) unlink(w->tmp_path);
+    writer_free(w);
+}
+
+// ----------------------------------------------------------------------------------------------
+// reader
+
+static int pread_full(int fd, void* buf, size_t n, uint64_t at, size_t* got) {
+    unsigned char* p = (unsigned char*)buf;
+    *got = 0;
+    while (*got < n) {
+        ssize_t k = pread(fd, p + *got, n - *got, (off_t)(at + *got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        *got += (size_t)k;
+    }
+    return 0;
+}
+
+static const char* foreign_magic(uint32_t magic) {
+    if (magic == 20240326u) return " (an llm.c model file)";
+    if (magic == 20240520u) return " (an llm.c token shard)";
+    return "";
+}
+
+typedef struct {
+    uint64_t at;               // file offset of the payload
+    uint32_t crc_comp, crc_raw; // as recorded in the descriptor
+} PayloadLoc;
+
+// Parses and checks the header and every descriptor (CRCs, sizes, truncation, trailing bytes)
+// without touching the payloads; fills c->sections (data NULL) and loc. 0, or -1 + err.
+static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, PayloadLoc* loc, char* err, size_t errlen) {
+    unsigned char hdr[CKPT_HEADER_BYTES];
+    size_t got;
+    if (pread_full(fd, hdr, sizeof hdr, 0, &got) != 0) {
+        set_err(err, errlen, "%s: read failed: %s", path, strerror(errno));
+        return -1;
+    }
+    if (got == 0) {
+        set_err(err, errlen, "%s: truncated (empty file)", path);
+        return -1;
+    }
+    if (got >= 4 && get_u32(hdr) != CKPT_MAGIC) {
+        set_err(err, errlen, "%s: not a tdpipe checkpoint (magic 0x%08x%s, expected 0x%08x)", path, get_u32(hdr), foreign_magic(get_u32(hdr)), CKPT_MAGIC);
+        return -1;
+    }
+    if (got >= 8 && get_u32(hdr + 4) != CKPT_VERSION) {
+        set_err(err, errlen, "%s: version %u not supported (this build reads %d)", path, get_u32(hdr + 4), CKPT_VERSION);
+        return -1;
+    }
+    if (got < sizeof hdr) {
+        set_err(err, errlen, "%s: truncated (header needs %zu more bytes)", path, sizeof hdr - got);
+        return -1;
+    }
+    if (get_u32(hdr + 1020) != ckpt_crc32(0, hdr, 1020)) {
+        set_err(err, errlen, "%s: header CRC mismatch (file damaged)", path);
+        return -1;
+    }
+    uint32_t nsec = get_u32(hdr + 8);
+    uint64_t step = get_u64(hdr + 20), file_bytes = get_u64(hdr + 28);
+    if (nsec > CKPT_MAX_SECTIONS || get_u32(hdr + 12) != CKPT_DESC_BYTES || get_u32(hdr + 16) != CKPT_SHUFFLE_BLOCK ||
+        step > (uint64_t)0x7fffffffffffffffull || get_u32(hdr + 36) > 9) {
+        set_err(err, errlen, "%s: header fields invalid (sections %u, descriptor %u bytes, shuffle block %u, level %u)", path, nsec,
+                get_u32(hdr + 12), get_u32(hdr + 16), get_u32(hdr + 36));
+        return -1;
+    }
+    c->step = (long)step;
+    c->zlib_level = (int)get_u32(hdr + 36);
+    c->sections = (CkptSection*)calloc_check(nsec ? nsec : 1, sizeof(CkptSection));
+    c->num_sections = (int)nsec;
+
+    uint64_t pos = CKPT_HEADER_BYTES;
+    for (uint32_t i = 0; i < nsec; i++) {
+        unsigned char d[CKPT_DESC_BYTES];
+        if (size < pos + CKPT_DESC_BYTES) {
+            set_err(err, errlen, "%s: truncated (descriptor of section %u of %u needs %llu more bytes)", path, i + 1, nsec,
+                    (unsigned long long)(pos + CKPT_DESC_BYTES - (size > pos ? size : pos)));
+            return -1;
+        }
+        if (pread_full(fd, d, sizeof d, pos, &got) != 0 || got != sizeof d) {
+            set_err(err, errlen, "%s: read failed at byte %llu: %s", path, (unsigned long long)pos, got == sizeof d ? strerror(errno) : "file shrank");
+            return -1;
+        }
+        if (get_u32(d + 76) != ckpt_crc32(0, d, 76)) {
+            set_err(err, errlen, "%s: descriptor of section %u of %u: CRC mismatch (file damaged)", path, i + 1, nsec);
+            return -1;
+        }
+        CkptSection* s = &c->sections[i];
+        memcpy(s->name, d, CKPT_NAME_CAP);
+        s->name[CKPT_NAME_CAP - 1] = 0;
+        uint32_t elem = get_u32(d + 32), flags = get_u32(d + 36);
+        uint64_t raw = get_u64(d + 40), comp = get_u64(d + 48);
+        int reserved_zero = 1;
+        for (int k = 64; k < 76; k++) reserved_zero &= d[k] == 0;
+        if (d[CKPT_NAME_CAP - 1] != 0 || !valid_name(s->name) || !valid_elem_size((int)elem) || flags > 1 || !reserved_zero ||
+            raw / ZLIB_MAX_RATIO > comp + 1) {
+            set_err(err, errlen, "%s: descriptor of section %u of %u invalid (elem size %u, flags %u, %llu raw from %llu compressed bytes)",
+                    path, i + 1, nsec, elem, flags, (unsigned long long)raw, (unsigned long long)comp);
+            return -1;
+        }
+        for (uint32_t k = 0; k < i; k++)
+            if (strcmp(c->sections[k].name, s->name) == 0) {
+                set_err(err, errlen, "%s: section '%s' appears twice", path, s->name);
+                return -1;
+            }
+        s->elem_size = (int)elem;
+        s->shuffled = (int)flags;
+        s->bytes = (size_t)raw;
+        s->comp_bytes = (size_t)comp;
+        pos += CKPT_DESC_BYTES;
+        loc[i].at = pos;
+        loc[i].crc_comp = get_u32(d + 56);
+        loc[i].crc_raw = get_u32(d + 60);
+        if (size - pos < comp) {
+            set_err(err, errlen, "%s: truncated (section '%s' needs %llu more bytes)", path, s->name, (unsigned long long)(comp - (size - pos)));
+            return -1;
+        }
+        pos += comp;
+    }
+    if (pos < size) {
+        set_err(err, errlen, "%s: %llu bytes of trailing data after the last section", path, (unsigned long long)(size - pos));
+        return -1;
+    }
+    if (pos != file_bytes) {
+        set_err(err, errlen, "%s: header says %llu bytes but the sections end at byte %llu", path, (unsigned long long)file_bytes, (unsigned long long)pos);
+        return -1;
+    }
+    return 0;
+}
+
+// Streams one payload: CRC of the compressed bytes always; with load, inflates and unshuffles
+// into s->data and checks the raw CRC. The compressed CRC is judged first so that a damaged file
+// is reported as damaged even when inflate trips over the damage before the CRC is complete.
+static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc, int load, z_stream* zs, unsigned char* inbuf, unsigned char* blk, char* err, size_t errlen) {
+    unsigned char* dst = NULL; // (s->bytes,)
+    if (load) {
+        dst = (unsigned char*)malloc(s->bytes ? s->bytes : 1);
+        if (!dst) {
+            set_err(err, errlen, "%s: section '%s': out of memory for %zu bytes", path, s->name, s->bytes);
+            return -1;
+        }
+        if (inflateReset(zs) != Z_OK) {
+            free(dst);
+            set_err(err, errlen, "%s: zlib inflateReset failed", path);
+            return -1;
+        }
+    }
+    const char* bad = NULL;  // first decoding problem, reported only if the compressed CRC holds
+    size_t produced = 0;     // raw bytes decoded so far
+    size_t blk_start = 0, blk_fill = 0; // shuffled block being filled: its raw offset and fill
+    int zret = Z_OK;
+    uint32_t crc = 0;
+    uint64_t at = loc.at;
+    for (size_t remaining = s->comp_bytes; remaining > 0;) {
+        size_t n = remaining < IO_CHUNK ? remaining : IO_CHUNK, got;
+        if (pread_full(fd, inbuf, n, at, &got) != 0 || got != n) {
+            set_err(err, errlen, "%s: section '%s': read failed at byte %llu: %s", path, s->name, (unsigned long long)at, got == n ? strerror(errno) : "file shrank");
+            free(dst);
+            return -1;
+        }
+        crc = ckpt_crc32(crc, inbuf, n);
+        if (load && !bad) {
+            zs->next_in = inbuf;
+            zs->avail_in = (uInt)n;
+            while (zs->avail_in > 0 && zret != Z_STREAM_END) {
+                unsigned char probe, *o;
+                size_t cap, blen = 0;
+                if (s->shuffled) {
+                    blen = s->bytes - blk_start < CKPT_SHUFFLE_BLOCK ? s->bytes - blk_start : CKPT_SHUFFLE_BLOCK;
+                    o = blk + blk_fill;
+                    cap = blen - blk_fill;
+                } else {
+                    o = dst + produced;
+                    cap = s->bytes - produced;
+                }
+                int probing = cap == 0; // output is full: the rest may only be the stream's trailer
+                if (probing) {
+                    o = &probe;
+                    cap = 1;
+                }
+                if (cap > (1u << 30)) cap = 1u << 30;
+                zs->next_out = o;
+                zs->avail_out = (uInt)cap;
+                zret = inflate(zs, Z_NO_FLUSH);
+                if (zret != Z_OK && zret != Z_STREAM_END) {
+                    bad = zs->msg ? zs->msg : "zlib inflate error";
+                    break;
+                }
+                size_t out = cap - zs->avail_out;
+                if (probing && out > 0) {
+                    bad = "decompresses to more bytes than its descriptor says";
+                    break;
+                }
+                produced += out;
+                if (s->shuffled) {
+                    blk_fill += out;
+                    if (blk_fill == blen && blen > 0) {
+                        unshuffle_block(dst + blk_start, blk, blen, s->elem_size);
+                        blk_start += blen;
+                        blk_fill = 0;
+                    }
+                }
+            }
+            if (!bad && zret == Z_STREAM_END && zs->avail_in > 0) bad = "bytes after the end of the zlib stream";
+        }
+        remaining -= n;
+        at += n;
+    }
+    if (crc != loc.crc_comp) {
+        set_err(err, errlen, "%s: section '%s': CRC mismatch (file damaged)", path, s->name);
+        free(dst);
+        return -1;
+    }
+    if (load) {
+        if (!bad && zret != Z_STREAM_END) bad = "zlib stream ends early";
+        if (!bad && produced != s->bytes) bad = "decompressed size differs from its descriptor";
+        if (bad) {
+            set_err(err, errlen, "%s: section '%s': corrupt compressed data (%s)", path, s->name, bad);
+            free(dst);
+            return -1;
+        }
+        if (ckpt_crc32(0, dst, s->bytes) != loc.crc_raw) {
+            set_err(err, errlen, "%s: section '%s': CRC of the decompressed data mismatch (written damaged)", path, s->name);
+            free(dst);
+            return -1;
+        }
+        s->data = dst;
+    }
+    return 0;
+}
+
+static int read_container(const char* path, Ckpt* out, int load, char* err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    PayloadLoc* loc = (PayloadLoc*)calloc_check(CKPT_MAX_SECTIONS, sizeof(PayloadLoc));
+    int rc = read_layout(fd, path, (uint64_t)st.st_size, out, loc, err, errlen);
+    out->file_bytes = (size_t)st.st_size;
+    if (rc == 0 && out->num_sections > 0) {
+        unsigned char* inbuf = (unsigned char*)malloc_check(IO_CHUNK);
+        unsigned char* blk = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        if (load && inflateInit(&zs) != Z_OK) {
+            set_err(err, errlen, "%s: zlib inflateInit failed", path);
+            rc = -1;
+        }
+        for (int i = 0; rc == 0 && i < out->num_sections; i++)
+            rc = read_payload(fd, path, &out->sections[i], loc[i], load, &zs, inbuf, blk, err, errlen);
+        if (load) inflateEnd(&zs);
+        free(inbuf);
+        free(blk);
+    }
+    free(loc);
+    close(fd);
+    if (rc != 0) ckpt_free(out);
+    return rc;
+}
+
+int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen) { return read_container(path, out, 1, err, errlen); }
+
+int ckpt_verify(const char* path, char* err, size_t errlen) {
+    Ckpt c;
+    int rc = read_container(path, &c, 0, err, errlen);
+    ckpt_free(&c);
+    return rc;
+}
+
+const void* ckpt_section(const Ckpt* c, const char* name, size_t* bytes) {
+    for (int i = 0; i < c->num_sections; i++)
+        if (strcmp(c->sections[i].name, name) == 0) {
+            if (bytes) *bytes = c->sections[i].bytes;
+            return c->sections[i].data;
+        }
+    if (bytes) *bytes = 0;
+    return NULL;
+}
+
+void ckpt_free(Ckpt* c) {
+    if (!c) return;
+    for (int i = 0; i < c->num_sections && c->sections; i++) free(c->sections[i].data);
+    free(c->sections);
+    memset(c, 0, sizeof *c);
+}
+
+// ----------------------------------------------------------------------------------------------
+// directory: listing, pruning, newest valid
+
+typedef struct {
+    long step;
+    char path[PATH_CAP];
+} CkptEntry;
+
+static int entry_newer_first(const void* a, const void* b) {
+    long x = ((const CkptEntry*)a)->step, y = ((const CkptEntry*)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// step from exactly "ckpt_<1..18 digits>.tdck", or -1
+static long parse_ckpt_name(const char* name) {
+    if (strncmp(name, "ckpt_", 5) != 0) return -1;
+    const char* p = name + 5;
+    long step = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 18) {
+        step = step * 10 + (*p++ - '0');
+        digits++;
+    }
+    return (digits > 0 && strcmp(p, ".tdck") == 0) ? step : -1;
+}
+
+// checkpoints of dir, newest first. 0, 1 when dir does not exist, -1 + err when it cannot be listed
+static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    DIR* d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 1;
+        set_err(err, errlen, "%s: cannot list checkpoint directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    int cap = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        long step = parse_ckpt_name(e->d_name);
+        if (step < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *out = (CkptEntry*)realloc(*out, (size_t)cap * sizeof(CkptEntry));
+            if (!*out) td_fatal("realloc of %d checkpoint entries failed: out of memory", cap);
+        }
+        (*out)[*n].step = step;
+        snprintf((*out)[*n].path, PATH_CAP, "%s/%s", dir, e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*out, (size_t)*n, sizeof(CkptEntry), entry_newer_first);
+    return 0;
+}
+
+int ckpt_prune(const char* dir, int keep, char* err, size_t errlen) {
+    if (keep < 1) {
+        set_err(err, errlen, "%s: --keep %d: must keep at least 1 checkpoint", dir, keep);
+        return -1;
+    }
+    CkptEntry* es;
+    int n;
+    int r = list_ckpts(dir, &es, &n, err, errlen);
+    if (r != 0) {
+        if (r == 1) set_err(err, errlen, "%s: cannot prune: directory does not exist", dir);
+        return -1;
+    }
+    int rc = 0;
+    if (n > keep) {
+        int newest_valid = -1;
+        for (int i = 0; i < n && newest_valid < 0; i++)
+            if (ckpt_verify(es[i].path, NULL, 0) == 0) newest_valid = i;
+        for (int i = keep; i < n; i++) {
+            if (i == newest_valid) continue;
+            if (unlink(es[i].path) != 0 && rc == 0) {
+                set_err(err, errlen, "%s: cannot delete old checkpoint: %s", es[i].path, strerror(errno));
+                rc = -1;
+            }
+        }
+    }
+    free(es);
+    return rc;
+}
+
+static void note_add(char* note, size_t cap, const char* fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void note_add(char* note, size_t cap, const char* fmt, ...) {
+    if (!note || cap == 0) return;
+    size_t len = strnlen(note, cap);
+    if (len + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+int ckpt_find_latest(const char* dir, Ckpt* out, char* path_out, size_t path_cap, char* note, size_t note_cap) {
+    memset(out, 0, sizeof *out);
+    if (note && note_cap) note[0] = 0;
+    CkptEntry* es;
+    int n;
+    char e[PATH_CAP + 512];
+    int r = list_ckpts(dir, &es, &n, e, sizeof e);
+    if (r < 0) {
+        note_add(note, note_cap, "%s\n", e);
+        return -1;
+    }
+    if (r == 1 || n == 0) {
+        note_add(note, note_cap, "%s: no checkpoint%s\n", dir, r == 1 ? " (directory does not exist)" : "");
+        free(es);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ckpt_read(es[i].path, out, e, sizeof e) == 0) {
+            if (out->step == es[i].step) {
+                if (path_out && path_cap) snprintf(path_out, path_cap, "%s", es[i].path);
+                if (i > 0) note_add(note, note_cap, "resuming from %s, the newest checkpoint that passes its checks\n", es[i].path);
+                free(es);
+                return 0;
+            }
+            snprintf(e, sizeof e, "%s: header says step %ld but the name says %ld", es[i].path, out->step, es[i].step);
+            ckpt_free(out);
+        }
+        note_add(note, note_cap, "skipping damaged checkpoint %s\n", e);
+    }
+    note_add(note, note_cap, "%s: none of its %d checkpoint%s passes its checks\n", dir, n, n == 1 ? "" : "s");
+    free(es);
+    return -1;
+}

@@ -1,0 +1,40 @@
+// Checked calls and small utilities every module shares: fatal errors that name the rank, file,
+// line and call; checked allocation and file I/O; a monotonic clock.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern int g_rank; // this process's MPI rank for messages; 0 without MPI
+
+// print "[rank R] file:line: message" to stderr and exit(1)
+void td_fatal_at(const char* file, int line, const char* fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4), noreturn))
+#endif
+    ;
+#define td_fatal(...) td_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
+
+void* malloc_check_at(size_t bytes, const char* file, int line);
+void* calloc_check_at(size_t n, size_t size, const char* file, int line);
+FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line);
+void fread_check_at(void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* file, int line);
+void fwrite_check_at(const void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* file, int line);
+void fclose_check_at(FILE* f, const char* path, const char* file, int line);
+#define malloc_check(bytes) malloc_check_at((bytes), __FILE__, __LINE__)
+#define calloc_check(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
+#define fopen_check(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
+#define fread_check(ptr, size, n, f, path) fread_check_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
+#define fwrite_check(ptr, size, n, f, path) fwrite_check_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
+#define fclose_check(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
+
+double now_seconds(void); // monotonic clock
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,14 @@
+// Sums of squares for the global gradient norm, in a fixed order whatever the thread count or
+// the pipeline split: per-unit partial sums (embedding, each layer, head) folded left in model order.
+#pragma once
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Σ x² over n floats in double, summed in fixed-size chunks then in chunk order (deterministic)
+double sumsq(const float* x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif

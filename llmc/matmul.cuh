@@ -1,0 +1,423 @@
+// GPT-2's Linear layers on the GPU: out = inp·Wᵀ + b and its backward (dinp, dW, dbias), with the
+// shapes of llmc/matmul.h. One generic product C (M, N) (+)= A·Bᵀ (+ bias), operands K-major or
+// MN-major, served by a hand-written tensor-core kernel (mma.sync on any sm_80+ GPU; wgmma + TMA on
+// sm_90a) or by cuBLASLt; the backend is chosen at run time (`--matmul`).
+// bf16 build: bf16 operands, fp32 accumulation. fp32 build (-DENABLE_FP32): a plain fp32 SIMT kernel.
+#pragma once
+#include "cuda_common.cuh"
+#include "matmul_cublaslt.cuh"
+
+typedef enum {
+    MATMUL_TDPIPE = 0,     // hand-written: wgmma where compiled for sm_90a and running on sm_90, else mma.sync
+    MATMUL_TDPIPE_MMA = 1, // hand-written, mma.sync only (the fallback if the wgmma path is wrong somewhere)
+    MATMUL_CUBLASLT = 2,
+} MatmulBackend;
+
+static MatmulBackend g_matmul_backend = MATMUL_TDPIPE;
+
+static inline const char* matmul_backend_name(MatmulBackend b) {
+    return b == MATMUL_CUBLASLT ? "cublaslt" : b == MATMUL_TDPIPE_MMA ? "tdpipe-mma" : "tdpipe";
+}
+// "tdpipe" | "tdpipe-mma" | "cublaslt"; returns 0 on an unknown name
+static inline int matmul_backend_parse(const char* s, MatmulBackend* out) {
+    if (!strcmp(s, "tdpipe")) *out = MATMUL_TDPIPE;
+    else if (!strcmp(s, "tdpipe-mma")) *out = MATMUL_TDPIPE_MMA;
+    else if (!strcmp(s, "cublaslt")) *out = MATMUL_CUBLASLT;
+    else return 0;
+    return 1;
+}
+
+// C (M, N), leading dimension ldc: C (+)= Σ_k A(m,k)·B(n,k) (+ bias[n]).
+// A(m,k) = A[m*lda + k] if A is K-major, else A[k*lda + m]; B(n,k) likewise with n.
+typedef struct {
+    const floatX* A;
+    const floatX* B;
+    const floatX* bias; // (N) or NULL
+    void* C;            // floatX, or float when the output is fp32 (weight gradients)
+    int M, N, K, lda, ldb, ldc;
+    int accumulate;     // 1: C += product; 0: C = product
+} GemmParams;
+
+#ifndef ENABLE_FP32
+// ==== mma.sync tensor-core kernel (bf16, sm_80+) ==================================================
+// Block tile 128 x 128 x 32, 8 warps as 2 (M) x 4 (N), each 64 x 32 = 4 x 4 mma.m16n8k16 tiles;
+// a 4-stage cp.async pipeline. Shared tiles keep the global layout: a K-major tile is [128][32+8],
+// an MN-major one [32][128+8] (the +8 pads make every ldmatrix row fall in distinct banks);
+// ldmatrix (K-major) or ldmatrix.trans (MN-major) turns either into the mma fragments.
+#define MMA_BM 128
+#define MMA_BN 128
+#define MMA_BK 32
+#define MMA_STAGES 4
+#define MMA_THREADS 256
+#define MMA_LDK (MMA_BK + 8)        // row length of a K-major tile
+#define MMA_LDMN (MMA_BM + 8)       // row length of an MN-major tile
+#define MMA_TILE (MMA_BM * MMA_LDK) // elements of one operand tile (>= MMA_BK * MMA_LDMN)
+#define MMA_SMEM_BYTES (MMA_STAGES * 2 * MMA_TILE * (int)sizeof(__nv_bfloat16))
+#define MMA_GROUP_M 8               // block order: groups of 8 row-tiles sweep the columns (L2 reuse)
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !pred (src is then not read)
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void* smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const void* smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+// d (16x8 fp32) += a (16x16 bf16, row) · b (16x8 bf16, col)
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// one operand's tile for k-tile k0: rows [row0, row0+128) of `rows` (M or N), depth [k0, k0+32) of K.
+// K-major: smem [128][MMA_LDK] from g[row*ld + k]; MN-major: smem [32][MMA_LDMN] from g[k*ld + row].
+// Chunks of 8 elements are either wholly inside or wholly outside (K, rows multiples of 8 along the
+// contiguous dimension), so out-of-range chunks are zero-filled and contribute nothing.
+template <bool KMAJOR>
+__device__ __forceinline__ void mma_load_tile(__nv_bfloat16* s, const __nv_bfloat16* g, int ld, int row0, int rows, int k0,
+                                              int K, int tid) {
+#pragma unroll
+    for (int i = 0; i < (MMA_BM * MMA_BK / 8) / MMA_THREADS; i++) {
+        int c = tid + i * MMA_THREADS;
+        if (KMAJOR) {
+            int r = c >> 2, kc = (c & 3) * 8; // 4 chunks per row of 32
+            int gr = row0 + r, gk = k0 + kc;
+            bool ok = gr < rows && gk < K;
+            cp_async16(s + r * MMA_LDK + kc, ok ? g + (size_t)gr * ld + gk : g, ok);
+        } else {
+            int kr = c >> 4, rc = (c & 15) * 8; // 16 chunks per row of 128
+            int gk = k0 + kr, gr = row0 + rc;
+            bool ok = gk < K && gr < rows;
+            cp_async16(s + kr * MMA_LDMN + rc, ok ? g + (size_t)gk * ld + gr : g, ok);
+        }
+    }
+}
+
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float v0, float v1, int accumulate) {
+    __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(p);
+    if (accumulate) {
+        float2 old = __bfloat1622float2(*q);
+        v0 += old.x;
+        v1 += old.y;
+    }
+    *q = __floats2bfloat162_rn(v0, v1);
+}
+__device__ __forceinline__ void store2(float* p, float v0, float v1, int accumulate) {
+    float2* q = reinterpret_cast<float2*>(p);
+    if (accumulate) {
+        float2 old = *q;
+        v0 += old.x;
+        v1 += old.y;
+    }
+    *q = make_float2(v0, v1);
+}
+
+// the (row-tile, column-tile) of linear block `pid`: GROUP_M row-tiles at a time sweep all column tiles
+__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int group_m, int* tm, int* tn) {
+    int per_group = group_m * tiles_n;
+    int group = pid / per_group;
+    int first_m = group * group_m;
+    int size_m = min(tiles_m - first_m, group_m);
+    int in_group = pid % per_group;
+    *tm = first_m + in_group % size_m;
+    *tn = in_group / size_m;
+}
+
+template <bool AK, bool BK, typename OutT>
+__global__ void __launch_bounds__(MMA_THREADS, 2) gemm_mma_kernel(GemmParams p) {
+    extern __shared__ __align__(16) unsigned char mma_smem_raw[];
+    __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(mma_smem_raw);
+    const __nv_bfloat16* A = reinterpret_cast<const __nv_bfloat16*>(p.A);
+    const __nv_bfloat16* B = reinterpret_cast<const __nv_bfloat16*>(p.B);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int warp_m = warp >> 2, warp_n = warp & 3;
+    int tm, tn;
+    grouped_tile(blockIdx.x, (p.M + MMA_BM - 1) / MMA_BM, (p.N + MMA_BN - 1) / MMA_BN, MMA_GROUP_M, &tm, &tn);
+    int bm = tm * MMA_BM, bn = tn * MMA_BN;
+    int ktiles = (p.K + MMA_BK - 1) / MMA_BK;
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < MMA_STAGES - 1; s++) {
+        if (s < ktiles) {
+            __nv_bfloat16* st = smem + s * 2 * MMA_TILE;
+            mma_load_tile<AK>(st, A, p.lda, bm, p.M, s * MMA_BK, p.K, tid);
+            mma_load_tile<BK>(st + MMA_TILE, B, p.ldb, bn, p.N, s * MMA_BK, p.K, tid);
+        }
+        cp_async_commit();
+    }
+
+    // ldmatrix: lane supplies the address of row (lane & 7) of 8x8 matrix (lane >> 3)
+    int lr = lane & 7, lm1 = (lane >> 3) & 1, lm2 = lane >> 4;
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_async_wait<MMA_STAGES - 2>(); // k-tile kt has landed (for this thread)...
+        __syncthreads();                 // ...for all threads, and all are done with k-tile kt-1's stage
+        int pf = kt + MMA_STAGES - 1;
+        if (pf < ktiles) {
+            __nv_bfloat16* st = smem + (pf % MMA_STAGES) * 2 * MMA_TILE;
+            mma_load_tile<AK>(st, A, p.lda, bm, p.M, pf * MMA_BK, p.K, tid);
+            mma_load_tile<BK>(st + MMA_TILE, B, p.ldb, bn, p.N, pf * MMA_BK, p.K, tid);
+        }
+        cp_async_commit();
+        const __nv_bfloat16* As = smem + (kt % MMA_STAGES) * 2 * MMA_TILE;
+        const __nv_bfloat16* Bs = As + MMA_TILE;
+#pragma unroll
+        for (int ks = 0; ks < MMA_BK / 16; ks++) {
+            unsigned af[4][4], bfr[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                int m0 = warp_m * 64 + mt * 16;
+                // matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+                if (AK) ldmatrix_x4(af[mt], As + (m0 + lr + lm1 * 8) * MMA_LDK + ks * 16 + lm2 * 8);
+                else ldmatrix_x4_trans(af[mt], As + (ks * 16 + lr + lm2 * 8) * MMA_LDMN + m0 + lm1 * 8);
+            }
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                int n0 = warp_n * 32 + np * 16;
+                unsigned r[4];
+                // matrices 0..3 = (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+                if (BK) ldmatrix_x4(r, Bs + (n0 + lr + lm2 * 8) * MMA_LDK + ks * 16 + lm1 * 8);
+                else ldmatrix_x4_trans(r, Bs + (ks * 16 + lr + lm1 * 8) * MMA_LDMN + n0 + lm2 * 8);
+                bfr[2 * np][0] = r[0];
+                bfr[2 * np][1] = r[1];
+                bfr[2 * np + 1][0] = r[2];
+                bfr[2 * np + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) mma_bf16_16816(acc[mt][nt], af[mt], bfr[nt][0], bfr[nt][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // accumulator (16x8): c0,c1 at (row g, cols 2t, 2t+1), c2,c3 at (row g+8, same cols)
+    int g = lane >> 2, t = lane & 3;
+    OutT* C = reinterpret_cast<OutT*>(p.C);
+    const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(p.bias);
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        int col = bn + warp_n * 32 + nt * 8 + 2 * t;
+        if (col >= p.N) continue; // N is even and col is even, so col+1 < N too
+        float b0 = 0.0f, b1 = 0.0f;
+        if (bias) {
+            b0 = __bfloat162float(bias[col]);
+            b1 = __bfloat162float(bias[col + 1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = bm + warp_m * 64 + mt * 16 + g + h * 8;
+                if (row < p.M) store2(C + (size_t)row * p.ldc + col, acc[mt][nt][2 * h] + b0, acc[mt][nt][2 * h + 1] + b1, p.accumulate);
+            }
+        }
+    }
+}
+
+template <bool AK, bool BK, typename OutT>
+static inline void gemm_mma_launch(const GemmParams& p) {
+    static bool attr_set = false; // one flag per instantiation
+    if (!attr_set) {
+        cudaCheck(cudaFuncSetAttribute(gemm_mma_kernel<AK, BK, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_SMEM_BYTES));
+        attr_set = true;
+    }
+    int blocks = ceil_div(p.M, MMA_BM) * ceil_div(p.N, MMA_BN);
+    gemm_mma_kernel<AK, BK, OutT><<<blocks, MMA_THREADS, MMA_SMEM_BYTES, g_cuda_stream>>>(p);
+    cudaCheckLaunch("gemm_mma_kernel");
+}
+
+static inline void gemm_mma(const GemmParams& p, int a_kmajor, int b_kmajor, int c_fp32) {
+    if (c_fp32) {
+        if (a_kmajor && b_kmajor) gemm_mma_launch<true, true, float>(p);
+        else if (a_kmajor) gemm_mma_launch<true, false, float>(p);
+        else if (b_kmajor) gemm_mma_launch<false, true, float>(p);
+        else gemm_mma_launch<false, false, float>(p);
+    } else {
+        if (a_kmajor && b_kmajor) gemm_mma_launch<true, true, __nv_bfloat16>(p);
+        else if (a_kmajor) gemm_mma_launch<true, false, __nv_bfloat16>(p);
+        else if (b_kmajor) gemm_mma_launch<false, true, __nv_bfloat16>(p);
+        else gemm_mma_launch<false, false, __nv_bfloat16>(p);
+    }
+}
+
+#else // ENABLE_FP32
+// ==== fp32 SIMT kernel (the fp32 test build) =======================================================
+// 64 x 64 block tile, depth 16, 256 threads with 4 x 4 outputs each; plain fp32 FMAs.
+#define SIMT_BM 64
+#define SIMT_BK 16
+
+__global__ void __launch_bounds__(256) gemm_simt_kernel(GemmParams p, int a_kmajor, int b_kmajor) {
+    __shared__ float As[SIMT_BK][SIMT_BM + 4]; // [k][m]
+    __shared__ float Bs[SIMT_BK][SIMT_BM + 4]; // [k][n]
+    int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    int bm = blockIdx.y * SIMT_BM, bn = blockIdx.x * SIMT_BM;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < p.K; k0 += SIMT_BK) {
+        for (int e = tid; e < SIMT_BM * SIMT_BK; e += 256) {
+            // consecutive threads read consecutive addresses along the contiguous dimension
+            int m = a_kmajor ? e / SIMT_BK : e % SIMT_BM, k = a_kmajor ? e % SIMT_BK : e / SIMT_BM;
+            int gm = bm + m, gk = k0 + k;
+            As[k][m] = (gm < p.M && gk < p.K) ? p.A[a_kmajor ? (size_t)gm * p.lda + gk : (size_t)gk * p.lda + gm] : 0.0f;
+            int n = b_kmajor ? e / SIMT_BK : e % SIMT_BM, kb = b_kmajor ? e % SIMT_BK : e / SIMT_BM;
+            int gn = bn + n, gkb = k0 + kb;
+            Bs[kb][n] = (gn < p.N && gkb < p.K) ? p.B[b_kmajor ? (size_t)gn * p.ldb + gkb : (size_t)gkb * p.ldb + gn] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < SIMT_BK; k++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                a[i] = As[k][ty * 4 + i];
+                b[i] = Bs[k][tx * 4 + i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    float* C = reinterpret_cast<float*>(p.C);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = bm + ty * 4 + i;
+        if (row >= p.M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int col = bn + tx * 4 + j;
+            if (col >= p.N) continue;
+            float v = acc[i][j] + (p.bias ? p.bias[col] : 0.0f);
+            float* c = C + (size_t)row * p.ldc + col;
+            *c = p.accumulate ? *c + v : v;
+        }
+    }
+}
+
+static inline void gemm_simt(const GemmParams& p, int a_kmajor, int b_kmajor) {
+    dim3 grid(ceil_div(p.N, SIMT_BM), ceil_div(p.M, SIMT_BM));
+    gemm_simt_kernel<<<grid, 256, 0, g_cuda_stream>>>(p, a_kmajor, b_kmajor);
+    cudaCheckLaunch("gemm_simt_kernel");
+}
+#endif
+
+static inline bool gemm_wgmma(const GemmParams& p, int a_kmajor, int b_kmajor, int c_fp32) { return false; } // TEMP
+// ==== dispatch ======================================================================================
+
+// the hand-written product on the backend chosen by `backend` (wgmma falls back to mma.sync where the
+// build or the device lacks it, or for shapes it does not take)
+static inline void gemm_tdpipe(const GemmParams& p, int a_kmajor, int b_kmajor, int c_fp32, MatmulBackend backend) {
+#ifdef ENABLE_FP32
+    (void)c_fp32;
+    (void)backend;
+    gemm_simt(p, a_kmajor, b_kmajor);
+#else
+    if (backend == MATMUL_TDPIPE && gemm_wgmma(p, a_kmajor, b_kmajor, c_fp32)) return;
+    gemm_mma(p, a_kmajor, b_kmajor, c_fp32);
+#endif
+}
+
+static inline void gemm_check_shapes(const GemmParams& p, const char* what) {
+    // 16-byte chunks along every contiguous dimension: all of M, N, K multiples of 8, 16-byte aligned pointers
+    if (p.M % 8 || p.N % 8 || p.K % 8 || p.lda % 8 || p.ldb % 8 || p.ldc % 8)
+        td_fatal("%s: M=%d N=%d K=%d (lda %d, ldb %d, ldc %d) must be multiples of 8", what, p.M, p.N, p.K, p.lda, p.ldb, p.ldc);
+    if (((uintptr_t)p.A | (uintptr_t)p.B | (uintptr_t)p.C | (uintptr_t)p.bias) & 15) td_fatal("%s: pointers must be 16-byte aligned", what);
+}
+
+static inline void gemm_run(const GemmParams& p, int a_kmajor, int b_kmajor, int c_fp32, const char* what) {
+    gemm_check_shapes(p, what);
+    if (g_matmul_backend == MATMUL_CUBLASLT)
+        cublaslt_gemm(p.C, p.A, p.B, p.bias, p.M, p.N, p.K, p.lda, p.ldb, p.ldc, a_kmajor, b_kmajor, c_fp32, p.accumulate);
+    else gemm_tdpipe(p, a_kmajor, b_kmajor, c_fp32, g_matmul_backend);
+}
+
+static inline GemmParams gemm_params(void* C, const floatX* A, const floatX* B, const floatX* bias, int M, int N, int K,
+                                     int lda, int ldb, int ldc, int accumulate) {
+    GemmParams p;
+    p.A = A; p.B = B; p.bias = bias; p.C = C;
+    p.M = M; p.N = N; p.K = K; p.lda = lda; p.ldb = ldb; p.ldc = ldc;
+    p.accumulate = accumulate;
+    return p;
+}
+
+// ==== dbias: deterministic column sums of dout ========================================================
+
+// partial[chunk][c] = Σ over this chunk's rows of dout[row][c]; block: 32 lanes across x128 columns,
+// 8 warps over rows, reduced in warp order
+__global__ void dbias_partial_kernel(float* partial, const floatX* dout, int N, int OC, int rows_per_chunk) {
+    __shared__ float red[8][32 * x128::size];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int c0 = (blockIdx.x * 32 + lane) * x128::size;
+    int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float acc[x128::size];
+    for (int k = 0; k < x128::size; k++) acc[k] = 0.0f;
+    if (c0 < OC) {
+        for (int r = r0 + w; r < r1; r += 8) {
+            x128 v = load128(dout + (size_t)r * OC + c0);
+            for (int k = 0; k < x128::size; k++) acc[k] += to_float(v[k]);
+        }
+    }
+    for (int k = 0; k < x128::size; k++) red[w][lane * x128::size + k] = acc[k];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 32 * x128::size; i += blockDim.x) {
+        int c = blockIdx.x * 32 * x128::size + i;
+        if (c >= OC) continue;
+        float s = 0.0f;
+        for (int ww = 0; ww < 8; ww++) s += red[ww][i];
+        partial[(size_t)blockIdx.y * OC + c] = s;
+    }
+}
+
+// dbias (OC) += Σ_n dout (N, OC); scratch: COLSUM_MAX_CHUNKS * OC floats
+static inline void matmul_dbias(float* dbias, const floatX* dout, int N, int OC, float* scratch) {
+    int col_blocks = ceil_div(OC, 32 * x128::size);
+    int chunks = colsum_chunks(N, col_blocks);
+    int rows_per_chunk = ceil_div(N, chunks);
+    chunks = ceil_div(N, rows_per_chunk);
+    dbias_partial_kernel<<<dim3(col_blocks, chunks), 256, 0, g_cuda_stream>>>(scratch, dout, N, OC, rows_per_chunk);
+    cudaCheckLaunch("dbias_partial_kernel");
+    column_sum_finish(dbias, scratch, chunks, OC, OC);
+}
+
+// ==== the three products of a Linear layer (shapes as llmc/matmul.h) ===================================
+
+// out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias (OC, may be NULL)
+static inline void matmul_forward_cuda(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+    gemm_run(gemm_params(out, inp, weight, bias, N, OC, C, C, C, OC, 0), 1, 1, 0, "matmul_forward_cuda");
+}
+
+// dinp (N, C) (+)= dout (N, OC) · weight (OC, C); accumulate selects += (as the CPU's) or =
+static inline void matmul_backward_input_cuda(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC, int accumulate) {
+    // A(n, oc) = dout[n*OC + oc] K-major; B(c, oc) = weight[oc*C + c] N-major
+    gemm_run(gemm_params(dinp, dout, weight, NULL, N, C, OC, OC, C, C, accumulate), 1, 0, 0, "matmul_backward_input_cuda");
+}
+
+// dweight (OC, C) += dout (N, OC)ᵀ · inp (N, C) in fp32;  dbias (OC, may be NULL) += Σ_n dout.
+// scratch: COLSUM_MAX_CHUNKS * OC floats (for dbias)
+static inline void matmul_backward_weight_cuda(float* dweight, float* dbias, const floatX* dout, const floatX* inp, int N, int C,
+                                               int OC, float* scratch) {
+    // A(oc, n) = dout[n*OC + oc] M-major; B(c, n) = inp[n*C + c] N-major
+    gemm_run(gemm_params(dweight, dout, inp, NULL, OC, C, N, OC, C, C, 1), 0, 0, 1, "matmul_backward_weight_cuda");
+    if (dbias) matmul_dbias(dbias, dout, N, OC, scratch);
+}

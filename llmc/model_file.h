@@ -1,0 +1,23 @@
+// llm.c model files: 256 x int32 header (magic 20240326, version 3 = fp32 or 5 = bf16, maxT, V, L,
+// NH, C, Vp) then the parameters in llm.c's order. Import of both versions, export of fp32.
+#pragma once
+#include "gpt2.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MODEL_FILE_MAGIC 20240326
+#define MODEL_FILE_VERSION_FP32 3
+#define MODEL_FILE_VERSION_BF16 5
+
+// reads the header of `path` into cfg; 0 on success, -1 with a message naming the file and problem
+int model_file_read_config(const char* path, GPT2Config* cfg, char* err, size_t errlen);
+// reads the whole model's parameters (laid out for range [0, L) with embed and head) into `params`
+// (allocated here, fp32); checks the file's length against the header
+int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err, size_t errlen);
+// writes the full model in fp32 (version 3), atomically (temp file, fsync, rename)
+int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,235 @@
+// CPU reference operations of GPT-2 other than matmul (see ops.h). OpenMP over outer loops; every
+// reduction runs in a fixed order, so results do not depend on the number of threads.
+#include "ops.h"
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+// the calling thread's share [*c0, *c1) of n items, for loops that must own disjoint columns
+static void thread_range(int n, int* c0, int* c1) {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    *c0 = (int)((long)n * t / nt);
+    *c1 = (int)((long)n * (t + 1) / nt);
+}
+
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float* o = out + ((size_t)b * T + t) * C;
+            const float* we = wte + (size_t)inp[b * T + t] * C;
+            const float* wp = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
+        }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    // tokens repeat, so rows of dwte collide: split over channels instead, positions in order
+#pragma omp parallel
+    {
+        int c0, c1;
+        thread_range(C, &c0, &c1);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float* d = dout + ((size_t)b * T + t) * C;
+                float* dwe = dwte + (size_t)inp[b * T + t] * C;
+                float* dwp = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) {
+                    dwe[c] += d[c];
+                    dwp[c] += d[c];
+                }
+            }
+    }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int N, int C) {
+    const float eps = 1e-5f;
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* d = dout + (size_t)n * C;
+        const float* x = inp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        // dnorm = weight * dout; dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float* di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
+            di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C) {
+#pragma omp parallel
+    {
+        int c0, c1;
+        thread_range(C, &c0, &c1);
+        for (int n = 0; n < N; n++) {
+            const float* d = dout + (size_t)n * C;
+            const float* x = inp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += (x[c] - m) * s * d[c];
+                dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                    dot *= scale;
+                    a[t2] = dot;
+                    if (dot > maxv) maxv = dot;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                float* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+}
+
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations, t in order within
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
+                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
+                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                // through out = att · v
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) {
+                        s += v[i] * d[i];
+                        dv[i] += a[t2] * d[i];
+                    }
+                    da[t2] = s;
+                }
+                // through the softmax, then the scaled dot product
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dpre = a[t2] * (da[t2] - dot) * scale;
+                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += dpre * k[i];
+                        dk[i] += dpre * q[i];
+                    }
+                }
+            }
+        }
+}
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+
+void gelu_forward(float* out, const float* inp, long N) {
+#pragma omp parallel for
+    for (long i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
+#pragma omp parallel for
+    for (long i = 0; i < N; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+void residual_forward(float* out, const float* inp1, const float* inp2, long N) {
+#pragma omp parallel for
+    for (long i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+}
+
+void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < BT; n++) {
+        const float* l = logits + (size_t)n * Vp;
+        float* p = probs + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
+        float target_logit = targets ? l[targets[n]] : 0.0f; // read before probs (may alias logits) overwrite it
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) {
+            p[i] = expf(l[i] - maxv);
+            sum += p[i];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int i = 0; i < V; i++) p[i] *= inv;
+        for (int i = V; i < Vp; i++) p[i] = 0.0f;
+        // -log softmax from the log-sum-exp, exact even where the probability underflows
+        if (targets) losses[n] = (float)(log(sum) - (double)(target_logit - maxv));
+    }
+}
+
+void classifier_backward(float* dlogits, const float* probs, const int* targets, float dloss, int BT, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < BT; n++) {
+        const float* p = probs + (size_t)n * Vp;
+        float* d = dlogits + (size_t)n * Vp;
+        for (int i = 0; i < V; i++) d[i] = p[i] * dloss;
+        d[targets[n]] -= dloss;
+        for (int i = V; i < Vp; i++) d[i] = 0.0f;
+    }
+}

@@ -1,0 +1,155 @@
+// The trainer's flags: one table drives parsing, range checks, --help and the YAML keys (see args.h).
+#include "args.h"
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include "config.h"
+#include "llmc/common.h"
+
+typedef enum { A_INT, A_LONG, A_FLOAT, A_STR } ArgType;
+typedef struct {
+    const char* group; // data, model, optimisation, checkpoints, logging
+    char short_name;   // 0 if none
+    const char* long_name;
+    const char* yaml;  // "section.key" in the config file
+    ArgType type;
+    size_t offset;
+    size_t size;       // for strings: buffer size
+    double min, max;   // inclusive range for numbers
+    const char* def;   // default, as text
+    const char* help;
+} ArgSpec;
+
+#define F(field) offsetof(TrainArgs, field), sizeof(((TrainArgs*)0)->field)
+static const ArgSpec SPECS[] = {
+    {"data", 'i', "train", "data.train", A_STR, F(train_pattern), 0, 0, "", "train token shards (glob); empty: the built-in Markov dataset"},
+    {"data", 'j', "val", "data.val", A_STR, F(val_pattern), 0, 0, "", "validation token shards (glob)"},
+    {"data", 0, "tokenizer-dir", "data.tokenizer_dir", A_STR, F(tokenizer_dir), 0, 0, "data/gpt2", "directory with GPT-2's encoder.json and vocab.bpe (to decode samples)"},
+    {"data", 0, "shuffle", "data.shuffle", A_INT, F(shuffle), 0, 1, "0", "seeded shuffle of shards and windows (0/1)"},
+    {"model", 'e', "init", "model.init", A_STR, F(init), 0, 0, "d2", "llm.c model file (fp32/bf16), or dN: a fresh GPT-2 of depth N"},
+    {"model", 'b', "batch", "model.batch", A_INT, F(B), 1, 65536, "8", "micro-batch size B"},
+    {"model", 't', "seq-len", "model.seq_len", A_INT, F(T), 1, 1048576, "64", "sequence length T"},
+    {"optimisation", 'l', "lr", "optimizer.lr", A_FLOAT, F(lr), 0, 10, "3e-3", "peak learning rate"},
+    {"optimisation", 'u', "warmup", "optimizer.warmup", A_INT, F(warmup), 0, 1e9, "20", "linear warmup steps"},
+    {"optimisation", 'q', "final-lr-frac", "optimizer.final_lr_frac", A_FLOAT, F(final_lr_frac), 0, 1, "0.1", "final learning rate as a fraction of -l (cosine decay)"},
+    {"optimisation", 'c', "weight-decay", "optimizer.weight_decay", A_FLOAT, F(weight_decay), 0, 10, "0.0", "AdamW weight decay (2-D matrices only)"},
+    {"optimisation", 0, "clip", "optimizer.clip", A_FLOAT, F(clip), 0, 1e9, "1.0", "global gradient-norm clipping threshold; 0 = off"},
+    {"optimisation", 'x', "steps", "optimizer.steps", A_INT, F(steps), 1, 1e9, "300", "training steps"},
+    {"optimisation", 0, "grad-accum", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step (gradient accumulation), M"},
+    {"optimisation", 0, "seed", "optimizer.seed", A_LONG, F(seed), 0, 9.2e18, "1337", "seed for initialisation, data order and sampling"},
+    {"checkpoints", 'o', "out", "checkpoint.out_dir", A_STR, F(out_dir), 0, 0, "out", "output directory: log.jsonl, checkpoints, model.bin"},
+    {"checkpoints", 'n', "ckpt-every", "checkpoint.every", A_INT, F(ckpt_every), 0, 1e9, "0", "write a checkpoint every N steps (and at the end); 0 = at the end only"},
+    {"checkpoints", 0, "keep", "checkpoint.keep", A_INT, F(keep), 1, 1e6, "3", "checkpoints kept in the output directory"},
+    {"checkpoints", 'y', "resume", "checkpoint.resume", A_INT, F(resume), 0, 1, "0", "1: resume from the newest valid checkpoint in -o"},
+    {"logging", 'v', "val-every", "logging.val_every", A_INT, F(val_every), 0, 1e9, "50", "validation loss every N steps (and at the end); 0 = never"},
+    {"logging", 0, "val-batches", "logging.val_batches", A_INT, F(val_batches), 1, 1e6, "8", "micro-batches per validation"},
+    {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps; 0 = never"},
+    {"logging", 'g', "gen-tokens", "logging.gen_tokens", A_INT, F(gen_tokens), 1, 1e6, "48", "tokens per sample"},
+    {"logging", 0, "device", "model.device", A_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
+    {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
+};
+#undef F
+#define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
+
+static int set_value(TrainArgs* a, const ArgSpec* s, const char* value, const char* shown, char* err, size_t errlen) {
+    char* p = (char*)a + s->offset;
+    if (s->type == A_STR) {
+        if (strlen(value) >= s->size) {
+            snprintf(err, errlen, "%s: value too long (at most %zu characters)", shown, s->size - 1);
+            return -1;
+        }
+        strcpy(p, value);
+        return 0;
+    }
+    char* end;
+    errno = 0;
+    double v = s->type == A_FLOAT ? strtod(value, &end) : (double)strtoll(value, &end, 10);
+    if (end == value || *end != '\0' || errno == ERANGE || !isfinite(v)) {
+        snprintf(err, errlen, "%s: '%s' is not a valid %s", shown, value, s->type == A_FLOAT ? "number" : "integer");
+        return -1;
+    }
+    if (v < s->min || v > s->max) {
+        snprintf(err, errlen, "%s: %s is out of range [%g, %g]", shown, value, s->min, s->max);
+        return -1;
+    }
+    if (s->type == A_INT) *(int*)p = (int)v;
+    else if (s->type == A_LONG) *(long*)p = strtol(value, NULL, 10);
+    else *(float*)p = (float)v;
+    return 0;
+}
+
+void args_defaults(TrainArgs* a) {
+    memset(a, 0, sizeof(*a));
+    char err[256];
+    for (int i = 0; i < NSPECS; i++)
+        if (set_value(a, &SPECS[i], SPECS[i].def, SPECS[i].long_name, err, sizeof(err))) td_fatal("bad default: %s", err);
+}
+
+int args_set(TrainArgs* a, const char* yaml_key, const char* value, char* err, size_t errlen) {
+    for (int i = 0; i < NSPECS; i++)
+        if (SPECS[i].yaml && !strcmp(SPECS[i].yaml, yaml_key)) return set_value(a, &SPECS[i], value, yaml_key, err, errlen);
+    snprintf(err, errlen, "unknown key '%s'", yaml_key);
+    return -1;
+}
+
+void args_print_help(FILE* f) {
+    fprintf(f, "usage: train_tdpipe [flags]   (no flags: train a small GPT-2 on the built-in dataset)\n");
+    const char* group = "";
+    for (int i = 0; i < NSPECS; i++) {
+        const ArgSpec* s = &SPECS[i];
+        if (strcmp(group, s->group)) {
+            group = s->group;
+            fprintf(f, "\n%s:\n", group);
+        }
+        char names[64];
+        if (s->short_name) snprintf(names, sizeof(names), "-%c, --%s", s->short_name, s->long_name);
+        else snprintf(names, sizeof(names), "    --%s", s->long_name);
+        fprintf(f, "  %-26s %s (default: %s)\n", names, s->help, s->def[0] ? s->def : "none");
+    }
+    fprintf(f, "\n  -h, --help                 this text\n");
+}
+
+static const ArgSpec* find_flag(const char* arg) {
+    for (int i = 0; i < NSPECS; i++) {
+        if (arg[0] == '-' && arg[1] == '-' && !strcmp(arg + 2, SPECS[i].long_name)) return &SPECS[i];
+        if (arg[0] == '-' && arg[1] == SPECS[i].short_name && arg[1] && arg[2] == '\0') return &SPECS[i];
+    }
+    return NULL;
+}
+
+void args_parse(TrainArgs* a, int argc, char** argv) {
+    char err[1200];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            args_print_help(stdout);
+            exit(0);
+        }
+    // the config file first, so that flags override it
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--config")) {
+            if (config_load_yaml(a, argv[i + 1], err, sizeof(err))) {
+                fprintf(stderr, "train_tdpipe: --config %s\n", err);
+                exit(1);
+            }
+        }
+    for (int i = 1; i < argc; i++) {
+        const ArgSpec* s = find_flag(argv[i]);
+        if (!s) {
+            fprintf(stderr, "train_tdpipe: unknown flag '%s' (see --help)\n", argv[i]);
+            exit(1);
+        }
+        char shown[64];
+        if (s->short_name && argv[i][1] != '-') snprintf(shown, sizeof(shown), "-%c", s->short_name);
+        else snprintf(shown, sizeof(shown), "--%s", s->long_name);
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_tdpipe: %s needs a value\n", shown);
+            exit(1);
+        }
+        if (set_value(a, s, argv[++i], shown, err, sizeof(err))) {
+            fprintf(stderr, "train_tdpipe: %s\n", err);
+            exit(1);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+// The trainer's settings: one table of flags (short and long name, type, default, range, help,
+// group) drives parsing, range checks, --help, and the YAML config's keys.
+#pragma once
+#include <stdio.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    // data
+    char train_pattern[1024]; // -i  glob of llm.c token shards; empty = the built-in dataset
+    char val_pattern[1024];   // -j
+    char tokenizer_dir[1024]; // --tokenizer-dir  encoder.json + vocab.bpe for decoding GPT-2 samples
+    int shuffle;              // --shuffle
+    // model
+    char init[1024];          // -e  llm.c model file, or dN for a fresh model of depth N
+    int B;                    // -b  micro-batch size
+    int T;                    // -t  sequence length
+    // optimisation
+    float lr;                 // -l
+    int warmup;               // -u
+    float final_lr_frac;      // -q
+    float weight_decay;       // -c
+    float clip;               // --clip  0 = off
+    int steps;                // -x  (-1: one epoch of the training data, capped)
+    int grad_accum;           // --grad-accum  micro-batches per step (M)
+    long seed;                // --seed
+    // checkpoints
+    char out_dir[1024];       // -o
+    int ckpt_every;           // -n  0 = only at the end
+    int keep;                 // --keep
+    int resume;               // -y
+    // logging
+    int val_every;            // -v
+    int val_batches;          // --val-batches
+    int sample_every;         // -s
+    int gen_tokens;           // -g
+    char config_path[1024];   // --config
+    char device[16];          // --device auto|cpu|cuda
+} TrainArgs;
+
+void args_defaults(TrainArgs* a);
+// parses argv into a (after --config FILE, if given, was applied, so flags override the file);
+// prints a message naming the flag and exits 1 on a bad flag or value; exits 0 after --help
+void args_parse(TrainArgs* a, int argc, char** argv);
+void args_print_help(FILE* f);
+// sets one setting by its long name from a string value (used by the YAML config); returns 0, or -1
+// with a message in err naming the key and problem
+int args_set(TrainArgs* a, const char* long_name, const char* value, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

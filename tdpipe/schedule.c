@@ -1,0 +1,531 @@
+// Pipeline schedules: gpipe, 1f1b and zbh1 built by formula; tdpipe by a deterministic
+// discrete-event simulation with fixed op times; printing, validation, per-stage statistics,
+// dependency tracking and an in-order replay shared with the simulator and the executor.
+#include "tdpipe/schedule.h"
+#include "llmc/common.h"
+#include <stdarg.h>
+#include <string.h>
+
+static int fail(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// appends to a message already in buf, silently truncating at buflen
+static void append(char* buf, size_t buflen, const char* fmt, ...) {
+    if (!buf || !buflen) return;
+    size_t used = strlen(buf);
+    if (used + 1 >= buflen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, buflen - used, fmt, ap);
+    va_end(ap);
+}
+
+static const char* const kind_names[] = {"gpipe", "1f1b", "zbh1", "tdpipe"};
+
+int schedule_parse_kind(const char* name, SchedKind* kind) {
+    for (int k = 0; k < 4; k++)
+        if (name && strcmp(name, kind_names[k]) == 0) {
+            *kind = (SchedKind)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char* schedule_kind_name(SchedKind kind) {
+    return (kind >= SCHED_GPIPE && kind <= SCHED_TDPIPE) ? kind_names[kind] : "unknown";
+}
+
+static void push(Schedule* sch, int s, OpKind kind, int step, int mb, int version) {
+    Op op = {kind, step, mb, version};
+    sch->ops[s][sch->n_ops[s]++] = op;
+}
+
+// capacity of one stage's list: F, B or BI+BW per micro-batch, one U per step
+static int stage_capacity(int M, int n_steps) { return n_steps * (3 * M + 1); }
+
+static void build_gpipe(Schedule* sch) {
+    for (int s = 0; s < sch->P; s++)
+        for (int t = 0; t < sch->n_steps; t++) {
+            for (int m = 0; m < sch->M; m++) push(sch, s, OP_F, t, m, t);
+            // increasing micro-batch order: gradients accumulate in the same order at every P
+            for (int m = 0; m < sch->M; m++) push(sch, s, OP_B, t, m, t);
+            push(sch, s, OP_U, t, -1, t + 1);
+        }
+}
+
+static void build_1f1b(Schedule* sch) {
+    int P = sch->P, M = sch->M;
+    for (int s = 0; s < P; s++)
+        for (int t = 0; t < sch->n_steps; t++) {
+            int warmup = P - s - 1 < M ? P - s - 1 : M;
+            int f = 0, b = 0;
+            for (int i = 0; i < warmup; i++) push(sch, s, OP_F, t, f++, t);
+            for (int i = 0; i < M - warmup; i++) {
+                push(sch, s, OP_F, t, f++, t);
+                push(sch, s, OP_B, t, b++, t);
+            }
+            while (b < M) push(sch, s, OP_B, t, b++, t);
+            push(sch, s, OP_U, t, -1, t + 1);
+        }
+}
+
+// ZB-H1 (Qi et al. 2023, fig. 3): stage s runs min(P - s, M) warmup forwards, then per
+// micro-batch j: BI(j), BW(j - s) once j >= s (the weight gradients lag s micro-batches to fill
+// the cooldown bubble), the next forward; then the remaining BWs. At most P - s micro-batches
+// await their BI and at most P their BW (1F1B's peak, at stage 0). With F = BI = BW = 1 the
+// bubble is (P - 1)(F + BI - BW) = P - 1 against 1F1B's 3(P - 1).
+static void build_zbh1(Schedule* sch) {
+    int P = sch->P, M = sch->M;
+    for (int s = 0; s < P; s++)
+        for (int t = 0; t < sch->n_steps; t++) {
+            int f = 0, w = 0;
+            while (f < P - s && f < M) push(sch, s, OP_F, t, f++, t);
+            for (int j = 0; j < M; j++) {
+                push(sch, s, OP_BI, t, j, t);
+                if (j >= s) push(sch, s, OP_BW, t, w++, t);
+                if (f < M) push(sch, s, OP_F, t, f++, t);
+            }
+            while (w < M) push(sch, s, OP_BW, t, w++, t);
+            push(sch, s, OP_U, t, -1, t + 1);
+        }
+}
+
+// ---- discrete-event builder for tdpipe -------------------------------------------------------
+// Each free stage picks its next op by a fixed policy from what is done at the current time, with
+// fixed op times F = 1, B = 2, U = 0, so the order is deterministic; and because it came from a
+// dependency-respecting execution, it runs without deadlock under any op times.
+typedef struct {
+    Schedule* sch;
+    ScheduleProgress prog;
+    int* next_f;  // (P) next global micro-batch g = t*M + m to forward
+    int* next_b;  // (P) next g to backward
+    int* version; // (P, n_steps*M) weight version each forward used
+} Builder;
+
+static int builder_ready(const Builder* d, int s, const Op* op) {
+    return schedule_progress_ready(&d->prog, s, op, 0.0, NULL, NULL, 0);
+}
+
+// the op stage s starts now, if any: U if ready, else B if ready, else F if the window allows
+static int builder_pick(const Builder* d, int s, Op* op) {
+    const Schedule* sch = d->sch;
+    int P = sch->P, M = sch->M, nM = sch->n_steps * M;
+    int v = d->prog.updates[s];
+    Op u = {OP_U, v, -1, v + 1};
+    if (v < sch->n_steps && builder_ready(d, s, &u)) { *op = u; return 1; }
+    int gb = d->next_b[s], gf = d->next_f[s];
+    if (gb < gf) {
+        Op b = {OP_B, gb / M, gb % M, d->version[(size_t)s * nM + gb]};
+        if (builder_ready(d, s, &b)) { *op = b; return 1; }
+    }
+    // in flight = gf - gb: every op this stage started is done, since it is free. The window:
+    // (P - s) + W in flight, and at most W micro-batches beyond step v on version v.
+    if (gf < nM && gf - gb < (P - s) + sch->W && gf < (v + 1) * M + sch->W) {
+        Op f = {OP_F, gf / M, gf % M, v};
+        if (builder_ready(d, s, &f)) { *op = f; return 1; }
+    }
+    return 0;
+}
+
+static double builder_duration(OpKind k) { return k == OP_U ? 0.0 : k == OP_B ? 2.0 : 1.0; }
+
+static int build_des(Schedule* sch, char* err, size_t errlen) {
+    int P = sch->P, M = sch->M, nM = sch->n_steps * M;
+    int per_stage = sch->n_steps * (2 * M + 1);
+    Builder d;
+    d.sch = sch;
+    schedule_progress_init(&d.prog, P, M, sch->n_steps);
+    d.next_f = (int*)calloc_check(P, sizeof(int));
+    d.next_b = (int*)calloc_check(P, sizeof(int));
+    d.version = (int*)calloc_check((size_t)P * nM, sizeof(int));
+    int* running = (int*)calloc_check(P, sizeof(int));
+    Op* run_op = (Op*)calloc_check(P, sizeof(Op));
+    double* busy_until = (double*)calloc_check(P, sizeof(double));
+    int rc = 0;
+    for (double T = 0.0;;) {
+        for (int s = 0; s < P; s++)
+            if (running[s] && busy_until[s] <= T) {
+                schedule_progress_done(&d.prog, s, &run_op[s], busy_until[s]);
+                running[s] = 0;
+            }
+        for (int s = 0; s < P; s++) {
+            Op op;
+            while (!running[s] && builder_pick(&d, s, &op)) {
+                push(sch, s, op.kind, op.step, op.mb, op.version);
+                if (op.kind == OP_F) {
+                    d.version[(size_t)s * nM + op.step * M + op.mb] = op.version;
+                    d.next_f[s]++;
+                }
+                if (op.kind == OP_B) d.next_b[s]++;
+                double dur = builder_duration(op.kind);
+                if (dur == 0.0) {
+                    schedule_progress_done(&d.prog, s, &op, T);
+                } else {
+                    running[s] = 1;
+                    run_op[s] = op;
+                    busy_until[s] = T + dur;
+                }
+            }
+        }
+        int complete = 1;
+        double next = -1.0;
+        for (int s = 0; s < P; s++) {
+            if (running[s] || sch->n_ops[s] < per_stage) complete = 0;
+            if (running[s] && (next < 0 || busy_until[s] < next)) next = busy_until[s];
+        }
+        if (complete) break;
+        if (next < 0) { // cannot happen for a correct policy; reported rather than looped on
+            rc = fail(err, errlen, "internal error: the tdpipe builder got stuck at time %g", T);
+            break;
+        }
+        T = next;
+    }
+    free(running);
+    free(run_op);
+    free(busy_until);
+    free(d.next_f);
+    free(d.next_b);
+    free(d.version);
+    schedule_progress_free(&d.prog);
+    return rc;
+}
+
+int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen) {
+    memset(sch, 0, sizeof(*sch));
+    const char* name = schedule_kind_name(kind);
+    if (kind < SCHED_GPIPE || kind > SCHED_TDPIPE) return fail(err, errlen, "unknown schedule kind %d", (int)kind);
+    if (P < 1) return fail(err, errlen, "--stages must be at least 1 (got %d)", P);
+    if (M < 1) return fail(err, errlen, "--micro-batches must be at least 1 (got %d)", M);
+    if (W < 0) return fail(err, errlen, "--aew must be at least 0 (got %d)", W);
+    if (W > 0 && kind != SCHED_TDPIPE)
+        return fail(err, errlen, "--aew %d needs the tdpipe schedule: %s is synchronous (use --aew 0)", W, name);
+    if (M < P && kind != SCHED_GPIPE)
+        return fail(err, errlen, "--micro-batches %d is less than --stages %d: the %s schedule needs at least one micro-batch per stage", M, P, name);
+    if (n_steps < 1) return fail(err, errlen, "a schedule needs at least one step (got %d)", n_steps);
+    sch->kind = kind;
+    sch->P = P;
+    sch->M = M;
+    sch->W = W;
+    sch->n_steps = n_steps;
+    sch->n_ops = (int*)calloc_check(P, sizeof(int));
+    sch->ops = (Op**)calloc_check(P, sizeof(Op*));
+    for (int s = 0; s < P; s++) sch->ops[s] = (Op*)malloc_check((size_t)stage_capacity(M, n_steps) * sizeof(Op));
+    int rc = 0;
+    if (kind == SCHED_GPIPE) build_gpipe(sch);
+    else if (kind == SCHED_1F1B) build_1f1b(sch);
+    else if (kind == SCHED_ZBH1) build_zbh1(sch);
+    else rc = build_des(sch, err, errlen);
+    if (rc) schedule_free(sch);
+    return rc;
+}
+
+void schedule_free(Schedule* sch) {
+    if (sch->ops)
+        for (int s = 0; s < sch->P; s++) free(sch->ops[s]);
+    free(sch->ops);
+    free(sch->n_ops);
+    sch->ops = NULL;
+    sch->n_ops = NULL;
+}
+
+// ---- printing and statistics -----------------------------------------------------------------
+void schedule_op_name(const Op* op, char* buf, size_t buflen) {
+    switch (op->kind) {
+    case OP_F:
+        if (op->version != op->step) snprintf(buf, buflen, "F%d.%d@%d", op->step, op->mb, op->version);
+        else snprintf(buf, buflen, "F%d.%d", op->step, op->mb);
+        break;
+    case OP_B: snprintf(buf, buflen, "B%d.%d", op->step, op->mb); break;
+    case OP_BI: snprintf(buf, buflen, "BI%d.%d", op->step, op->mb); break;
+    case OP_BW: snprintf(buf, buflen, "BW%d.%d", op->step, op->mb); break;
+    case OP_U: snprintf(buf, buflen, "U%d", op->step); break;
+    default: snprintf(buf, buflen, "?%d", (int)op->kind); break;
+    }
+}
+
+void schedule_print(const Schedule* sch, FILE* f) {
+    fprintf(f, "schedule %s: stages %d, micro-batches %d, aew %d, steps %d\n", schedule_kind_name(sch->kind), sch->P,
+            sch->M, sch->W, sch->n_steps);
+    char name[48];
+    for (int s = 0; s < sch->P; s++) {
+        fprintf(f, "stage %d:", s);
+        for (int i = 0; i < sch->n_ops[s]; i++) {
+            schedule_op_name(&sch->ops[s][i], name, sizeof(name));
+            fprintf(f, " %s", name);
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "legend: Ft.m forward of step t micro-batch m (Ft.m@v: on weight version v < t); Bt.m backward; "
+               "BIt.m/BWt.m input-/weight-gradient backward; Ut update of step t\n");
+}
+
+int schedule_op_staleness(const Op* op) { return op->kind == OP_U ? 0 : op->step - op->version; }
+
+int schedule_max_staleness(const Schedule* sch) {
+    int mx = 0;
+    for (int s = 0; s < sch->P; s++)
+        for (int i = 0; i < sch->n_ops[s]; i++) {
+            int d = schedule_op_staleness(&sch->ops[s][i]);
+            if (d > mx) mx = d;
+        }
+    return mx;
+}
+
+void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* max_versions) {
+    int* refs = (int*)calloc_check(sch->n_steps + 1, sizeof(int)); // (n_steps+1) in-flight mbs per version
+    int version = 0, inflight = 0, distinct = 0, mx_in = 0, mx_ver = 1;
+    for (int i = 0; i < sch->n_ops[s]; i++) {
+        const Op* op = &sch->ops[s][i];
+        int v = op->version;
+        if (op->kind == OP_F && v >= 0 && v <= sch->n_steps) {
+            inflight++;
+            if (refs[v]++ == 0) distinct++;
+        } else if ((op->kind == OP_B || op->kind == OP_BW) && v >= 0 && v <= sch->n_steps) {
+            inflight--;
+            if (--refs[v] == 0) distinct--;
+        } else if (op->kind == OP_U) {
+            version++;
+        }
+        int versions = distinct + (version <= sch->n_steps && refs[version] == 0 ? 1 : 0);
+        if (inflight > mx_in) mx_in = inflight;
+        if (versions > mx_ver) mx_ver = versions;
+    }
+    free(refs);
+    if (max_inflight) *max_inflight = mx_in;
+    if (max_versions) *max_versions = mx_ver;
+}
+
+int schedule_stage_grad_slots(const Schedule* sch, int s) {
+    int* begun = (int*)calloc_check(sch->n_steps, sizeof(int)); // (n_steps)
+    int open = 0, mx = 0;
+    for (int i = 0; i < sch->n_ops[s]; i++) {
+        const Op* op = &sch->ops[s][i];
+        if (op->step < 0 || op->step >= sch->n_steps) continue;
+        if ((op->kind == OP_B || op->kind == OP_BW) && !begun[op->step]) begun[op->step] = 1, open++;
+        if (op->kind == OP_U && begun[op->step]) open--;
+        if (open > mx) mx = open;
+    }
+    free(begun);
+    return mx;
+}
+
+// ---- dependency tracking ---------------------------------------------------------------------
+void schedule_progress_init(ScheduleProgress* p, int P, int M, int n_steps) {
+    size_t n = (size_t)P * n_steps * M;
+    p->P = P;
+    p->M = M;
+    p->n_steps = n_steps;
+    p->f_end = (double*)malloc_check(n * sizeof(double));
+    p->b_end = (double*)malloc_check(n * sizeof(double));
+    p->w_end = (double*)malloc_check(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) p->f_end[i] = p->b_end[i] = p->w_end[i] = -1.0;
+    p->grads_left = (int*)malloc_check((size_t)n_steps * P * sizeof(int));
+    p->grads_end = (double*)calloc_check((size_t)n_steps * P, sizeof(double));
+    for (size_t i = 0; i < (size_t)n_steps * P; i++) p->grads_left[i] = M;
+    p->updates = (int*)calloc_check(P, sizeof(int));
+}
+
+void schedule_progress_free(ScheduleProgress* p) {
+    free(p->f_end);
+    free(p->b_end);
+    free(p->w_end);
+    free(p->grads_left);
+    free(p->grads_end);
+    free(p->updates);
+    memset(p, 0, sizeof(*p));
+}
+
+static int not_ready(char* why, size_t whylen, const char* fmt, ...) {
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+    return 0;
+}
+
+static double later(double a, double b) { return a > b ? a : b; }
+
+int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
+                            char* why, size_t whylen) {
+    int P = p->P, M = p->M, t = op->step, m = op->mb;
+    if (s < 0 || s >= P) return not_ready(why, whylen, "stage %d is out of range [0,%d)", s, P);
+    if (t < 0 || t >= p->n_steps) return not_ready(why, whylen, "step %d is out of range [0,%d)", t, p->n_steps);
+    if (op->kind != OP_U && (m < 0 || m >= M))
+        return not_ready(why, whylen, "micro-batch %d is out of range [0,%d)", m, M);
+    size_t nM = (size_t)p->n_steps * M, g = (size_t)t * M + m, here = (size_t)s * nM + g;
+    double tr = 0.0;
+    switch (op->kind) {
+    case OP_F:
+        if (p->f_end[here] >= 0) return not_ready(why, whylen, "F%d.%d already ran on stage %d", t, m, s);
+        if (p->updates[s] < op->version)
+            return not_ready(why, whylen, "waits for U%d on stage %d (its weights are at version %d, the forward uses %d)",
+                             p->updates[s], s, p->updates[s], op->version);
+        if (p->updates[s] > op->version)
+            return not_ready(why, whylen, "stage %d's weights are already at version %d, past the version %d this forward uses",
+                             s, p->updates[s], op->version);
+        if (s > 0) {
+            if (p->f_end[here - nM] < 0) return not_ready(why, whylen, "waits for F%d.%d on stage %d", t, m, s - 1);
+            tr = p->f_end[here - nM] + latency;
+        }
+        break;
+    case OP_B:
+    case OP_BI: {
+        const char* k = op->kind == OP_B ? "B" : "BI";
+        if (p->b_end[here] >= 0) return not_ready(why, whylen, "%s%d.%d already ran on stage %d", k, t, m, s);
+        if (p->f_end[here] < 0) return not_ready(why, whylen, "waits for its own F%d.%d on stage %d", t, m, s);
+        tr = p->f_end[here];
+        if (s < P - 1) {
+            if (p->b_end[here + nM] < 0) return not_ready(why, whylen, "waits for %s%d.%d on stage %d", k, t, m, s + 1);
+            tr = later(tr, p->b_end[here + nM] + latency);
+        }
+        break;
+    }
+    case OP_BW:
+        if (p->w_end[here] >= 0) return not_ready(why, whylen, "BW%d.%d already ran on stage %d", t, m, s);
+        if (p->b_end[here] < 0) return not_ready(why, whylen, "waits for BI%d.%d on stage %d", t, m, s);
+        tr = p->b_end[here];
+        break;
+    case OP_U:
+        if (p->updates[s] > t) return not_ready(why, whylen, "U%d already ran on stage %d", t, s);
+        if (p->updates[s] < t) return not_ready(why, whylen, "waits for U%d on stage %d", p->updates[s], s);
+        for (int q = 0; q < P; q++) {
+            int left = p->grads_left[(size_t)t * P + q];
+            if (left > 0)
+                return not_ready(why, whylen, "waits for the gradients of step %d on stage %d (%d backward ops missing)", t, q, left);
+            tr = later(tr, p->grads_end[(size_t)t * P + q] + (q != s ? latency : 0.0));
+        }
+        break;
+    default: return not_ready(why, whylen, "unknown op kind %d", (int)op->kind);
+    }
+    if (t_ready) *t_ready = tr;
+    return 1;
+}
+
+void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end) {
+    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)s * nM + (size_t)op->step * p->M + op->mb;
+    size_t tq = (size_t)op->step * p->P + s;
+    switch (op->kind) {
+    case OP_F: p->f_end[here] = t_end; break;
+    case OP_BI: p->b_end[here] = t_end; break;
+    case OP_B:
+        p->b_end[here] = t_end;
+        /* fall through */
+    case OP_BW:
+        p->w_end[here] = t_end;
+        p->grads_left[tq]--;
+        p->grads_end[tq] = later(p->grads_end[tq], t_end);
+        break;
+    case OP_U: p->updates[s]++; break;
+    }
+}
+
+int schedule_replay(const Schedule* sch, const double* const* dur, double latency, double* const* start,
+                    double* const* end, char* err, size_t errlen) {
+    int P = sch->P;
+    ScheduleProgress prog;
+    schedule_progress_init(&prog, P, sch->M, sch->n_steps);
+    int* next = (int*)calloc_check(P, sizeof(int));      // (P) index of each stage's next op
+    double* free_at = (double*)calloc_check(P, sizeof(double)); // (P) end of each stage's last op
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int s = 0; s < P; s++)
+            for (; next[s] < sch->n_ops[s]; next[s]++, moved = 1) {
+                const Op* op = &sch->ops[s][next[s]];
+                double tr = 0.0;
+                if (!schedule_progress_ready(&prog, s, op, latency, &tr, NULL, 0)) break;
+                double t0 = later(free_at[s], tr), t1 = t0 + (dur ? dur[s][next[s]] : 1.0);
+                if (start) start[s][next[s]] = t0;
+                if (end) end[s][next[s]] = t1;
+                free_at[s] = t1;
+                schedule_progress_done(&prog, s, op, t1);
+            }
+    }
+    int rc = 0;
+    for (int s = 0; s < P; s++) {
+        if (next[s] >= sch->n_ops[s]) continue;
+        if (rc == 0) rc = fail(err, errlen, "%s schedule deadlocks:", schedule_kind_name(sch->kind));
+        char name[48], why[160];
+        schedule_op_name(&sch->ops[s][next[s]], name, sizeof(name));
+        schedule_progress_ready(&prog, s, &sch->ops[s][next[s]], latency, NULL, why, sizeof(why));
+        append(err, errlen, " stage %d stuck at op %d (%s): %s;", s, next[s], name, why);
+    }
+    free(next);
+    free(free_at);
+    schedule_progress_free(&prog);
+    return rc;
+}
+
+// ---- validation ------------------------------------------------------------------------------
+static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char* err, size_t errlen) {
+    int M = sch->M, nM = sch->n_steps * M;
+    int ceil_wm = (sch->W + M - 1) / M;
+    const char* name = schedule_kind_name(sch->kind);
+    memset(cnt, 0, (size_t)4 * nM * sizeof(int)); // (4, nM) counts of F, B, BI, BW
+    int updates = 0;
+    char on[48];
+    for (int i = 0; i < sch->n_ops[s]; i++) {
+        const Op* op = &sch->ops[s][i];
+        schedule_op_name(op, on, sizeof(on));
+        if (op->kind < OP_F || op->kind > OP_U) return fail(err, errlen, "stage %d op %d has unknown kind %d", s, i, (int)op->kind);
+        if (op->step < 0 || op->step >= sch->n_steps)
+            return fail(err, errlen, "stage %d op %d (%s): step out of range [0,%d)", s, i, on, sch->n_steps);
+        if (op->kind == OP_U) {
+            if (op->step != updates || op->version != updates + 1)
+                return fail(err, errlen, "stage %d op %d (%s): expected U%d (producing version %d)", s, i, on, updates, updates + 1);
+            updates++;
+            continue;
+        }
+        if (op->mb < 0 || op->mb >= M) return fail(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
+        int g = op->step * M + op->mb;
+        if (op->kind == OP_F) {
+            if (op->version != updates)
+                return fail(err, errlen, "stage %d op %d (%s): version %d, but %d updates precede it", s, i, on, op->version, updates);
+            if (sch->kind != SCHED_TDPIPE && op->version != op->step)
+                return fail(err, errlen, "stage %d op %d (%s): %s is synchronous, its forwards must use version = step", s, i, on, name);
+            int st = op->step - op->version;
+            if (st < 0 || st > ceil_wm)
+                return fail(err, errlen, "stage %d op %d (%s): staleness %d outside [0, ceil(W/M) = %d]", s, i, on, st, ceil_wm);
+            fver[g] = op->version;
+        } else {
+            if (cnt[g] == 0) return fail(err, errlen, "stage %d op %d (%s) comes before its forward", s, i, on);
+            if (op->version != fver[g])
+                return fail(err, errlen, "stage %d op %d (%s): version %d, its forward used %d", s, i, on, op->version, fver[g]);
+            if (op->kind == OP_BW && cnt[(size_t)2 * nM + g] == 0)
+                return fail(err, errlen, "stage %d op %d (%s) comes before its BI", s, i, on);
+        }
+        cnt[(size_t)op->kind * nM + g]++;
+    }
+    for (int g = 0; g < nM; g++) {
+        int f = cnt[g], b = cnt[nM + g], bi = cnt[2 * nM + g], bw = cnt[3 * nM + g];
+        int t = g / M, m = g % M;
+        if (f != 1) return fail(err, errlen, "stage %d has %d forwards of step %d micro-batch %d (want 1)", s, f, t, m);
+        if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1)))
+            return fail(err, errlen, "stage %d has %d B, %d BI, %d BW of step %d micro-batch %d (want one B, or one BI and one BW)",
+                        s, b, bi, bw, t, m);
+    }
+    if (updates != sch->n_steps) return fail(err, errlen, "stage %d has %d updates for %d steps", s, updates, sch->n_steps);
+    return 0;
+}
+
+int schedule_validate(const Schedule* sch, char* err, size_t errlen) {
+    if (sch->P < 1 || sch->M < 1 || sch->n_steps < 1 || !sch->ops || !sch->n_ops)
+        return fail(err, errlen, "empty schedule (stages %d, micro-batches %d, steps %d)", sch->P, sch->M, sch->n_steps);
+    int nM = sch->n_steps * sch->M;
+    int* fver = (int*)calloc_check(nM, sizeof(int));         // (nM) version of each forward
+    int* cnt = (int*)calloc_check((size_t)4 * nM, sizeof(int)); // (4, nM)
+    int rc = 0;
+    for (int s = 0; s < sch->P && rc == 0; s++) rc = validate_stage(sch, s, fver, cnt, err, errlen);
+    free(fver);
+    free(cnt);
+    if (rc) return rc;
+    return schedule_replay(sch, NULL, 0.0, NULL, NULL, err, errlen);
+}

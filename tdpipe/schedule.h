@@ -1,0 +1,102 @@
+// Pipeline schedules as pure data: for each stage, the ordered list of operations (forward,
+// backward, zero-bubble's split backward, optimizer update) covering n_steps training steps, plus
+// the dependency tracker that the simulator, the validator and the executor share.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// OP_F forward; OP_B full backward; OP_BI zero-bubble input-gradient backward (sent upstream);
+// OP_BW zero-bubble weight-gradient backward; OP_U optimizer update.
+typedef enum { OP_F, OP_B, OP_BI, OP_BW, OP_U } OpKind;
+
+// step t, micro-batch m (-1 for OP_U). version: for F/B/BI/BW the weight version the
+// micro-batch's forward uses (= number of OP_U before that F in the stage's list; the backward
+// uses the same, stashed, version); for OP_U the version it produces (= step + 1).
+typedef struct {
+    OpKind kind;
+    int step;
+    int mb;
+    int version;
+} Op;
+
+// Per step unless noted, stage s (0 = embeddings, P-1 = loss):
+// gpipe: F(0..M-1), B(0..M-1) in increasing micro-batch order, U.
+// 1f1b: min(P-s-1, M) warmup forwards, then F/B alternating, the remaining Bs, U.
+// zbh1: ZB-H1 (Qi et al. 2023): min(P-s, M) forwards, then per j: BI(j), BW(j-s) once j >= s, next F;
+//       the remaining BWs, U. Peak awaiting BW <= P (1F1B's stage-0 peak).
+// tdpipe: no flush; built by a discrete-event run with F = 1, B = 2, U = 0 where a free stage
+//       runs U if ready, else B if ready, else the next forward g = t*M + m if its input arrived,
+//       in-flight < (P - s) + W and g < (updates done + 1)*M + W. W = 0 gives exactly 1f1b.
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE } SchedKind;
+
+typedef struct {
+    SchedKind kind;
+    int P, M, W, n_steps; // stages, micro-batches per step, AEW window (tdpipe only), steps
+    int* n_ops;           // (P) ops in each stage's list
+    Op** ops;             // (P)[n_ops[s]] stage s's ops in execution order
+} Schedule;
+
+// Builds the lists. Refuses (returns -1 with a message naming the flag) P < 1, M < 1, W < 0,
+// W > 0 for a synchronous schedule, M < P for 1f1b/zbh1/tdpipe, n_steps < 1. Returns 0.
+int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen);
+void schedule_free(Schedule* sch);
+// "gpipe", "1f1b", "zbh1", "tdpipe" -> kind; returns 0, or -1 for an unknown name
+int schedule_parse_kind(const char* name, SchedKind* kind);
+const char* schedule_kind_name(SchedKind kind);
+// one header line, one line per stage ("stage 0: F0.0 F0.1 B0.0 ... U0") and a legend line
+void schedule_print(const Schedule* sch, FILE* f);
+// writes an op's short name ("F1.3", "F1.3@0" when it runs on an older version, "BW0.2", "U0")
+void schedule_op_name(const Op* op, char* buf, size_t buflen);
+
+// staleness of a micro-batch op = step - version (0 for OP_U); the max over all ops
+int schedule_op_staleness(const Op* op);
+int schedule_max_staleness(const Schedule* sch);
+// stage s: max micro-batches whose forward is done and whose weight gradient is not (activation
+// slots), and max distinct weight versions referenced by those plus the current one (stash slots)
+void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* max_versions);
+// stage s: max steps whose gradient accumulation has begun and whose update has not run
+// (gradient-cache slots)
+int schedule_stage_grad_slots(const Schedule* sch, int s);
+
+// Checks every (t, m) has exactly one F and one B (or one BI and one BW, not mixed) per stage,
+// one U per step per stage in step order, versions consistent with the U positions, and that
+// the lists can run to the end honouring the dependencies (else names the stuck stages).
+int schedule_validate(const Schedule* sch, char* err, size_t errlen);
+
+// ---- dependency tracking -------------------------------------------------------------------
+// F(t,m)@s needs F(t,m)@s-1 and the stage at weight version op.version; B/BI(t,m)@s needs its
+// own F and B/BI(t,m)@s+1 (at the last stage only its own F); BW needs its own BI; U(t)@s needs
+// U(t-1)@s and every B/BW of step t on every stage (global norm, tied embedding exchange).
+typedef struct {
+    int P, M, n_steps;
+    double* f_end;     // (P, n_steps*M) end time of F, < 0 while not done
+    double* b_end;     // (P, n_steps*M) end of B or BI (input gradient sent upstream), < 0 while not
+    double* w_end;     // (P, n_steps*M) end of B or BW (weight gradient accumulated), < 0 while not
+    int* grads_left;   // (n_steps) B/BW ops of the step not done yet, over all stages
+    double* grads_end; // (n_steps, P) latest B/BW end of the step on each stage
+    int* updates;      // (P) U ops done on each stage (= its weight version)
+} ScheduleProgress;
+
+void schedule_progress_init(ScheduleProgress* p, int P, int M, int n_steps);
+void schedule_progress_free(ScheduleProgress* p);
+// 1 when op (on stage s) may start: *t_ready = when its last dependency finished, plus latency
+// for a dependency on another stage. 0 when not: why says what it waits for (or that it is
+// already done / out of range, which can never become ready).
+int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
+                            char* why, size_t whylen);
+void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end);
+
+// Runs the lists in order, each op starting when its stage is free and its dependencies are done
+// (the earliest such time). dur (P)[n_ops[s]]: durations, or NULL for all 1. start, end
+// (P)[n_ops[s]]: outputs, or NULL. Returns 0, or -1 naming each stuck stage, its op and what it
+// waits for.
+int schedule_replay(const Schedule* sch, const double* const* dur, double latency, double* const* start,
+                    double* const* end, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

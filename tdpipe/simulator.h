@@ -1,0 +1,46 @@
+// Runs a Schedule over a cost model (per-stage op times, point-to-point latency, seeded
+// multiplicative jitter) without any model or threads: every op's start and end, makespan,
+// per-stage busy time and bubble, utilisation.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "tdpipe/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const double* t_f;  // (P) forward time of each stage
+    const double* t_b;  // (P) full backward; NULL: t_bi + t_bw
+    const double* t_bi; // (P) zero-bubble input-gradient backward; NULL: t_b / 2
+    const double* t_bw; // (P) zero-bubble weight-gradient backward; NULL: t_b / 2
+    const double* t_u;  // (P) optimizer update; NULL: 0
+    double latency;     // added to every dependency that crosses stages (P2P send; U's global exchange)
+    double jitter_cv;   // β: each op's time is multiplied by a Gamma(1/β², β²) draw (mean 1, CV β); 0 = none
+    uint64_t seed;      // jitter seed
+} SimCost;
+
+typedef struct {
+    int P;
+    double makespan;    // last op end - first op start, over the whole pipeline
+    double utilisation; // Σ busy / (P * makespan)
+    double* busy;       // (P) time each stage spends computing
+    double* bubble;     // (P) 1 - busy / makespan
+    int* n_ops;         // (P) copy of the schedule's list lengths
+    double** start;     // (P)[n_ops[s]] start of each op, aligned with the schedule's lists
+    double** end;       // (P)[n_ops[s]]
+} SimResult;
+
+// Returns 0, or -1 with a message (a missing op time, or a deadlock naming the stuck stage, its
+// op and what it waits for). Deterministic for a seed. Free the result with simulator_free.
+int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen);
+void simulator_free(SimResult* res);
+
+// the jitter factor of op on stage s: a function of (seed, s, op kind, step, micro-batch) only,
+// so the same op gets the same factor under every schedule (common random numbers)
+double simulator_jitter(uint64_t seed, int s, const Op* op, double cv);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,54 @@
+// A pipeline stage: the model's layer range [l0, l1) with its weights, gradient accumulation,
+// AdamW moments and the activations of its in-flight micro-batches. P = 1: the one stage is the model.
+#pragma once
+#include "llmc/adamw.h"
+#include "llmc/gpt2.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    GPT2Config cfg;
+    GPT2Range range;
+    int B, T;
+    size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
+    size_t num_params;
+    float* params;       // (num_params) fp32 master weights
+    ParameterTensors p;  // views into params
+    float* grads;        // (num_params) gradient accumulated over the step's micro-batches
+    ParameterTensors g;
+    float* dwte_head;    // (Vp, C) the LM head's share of wte's gradient (last stage), or NULL
+    float* adam_m;       // (num_params)
+    float* adam_v;       // (num_params)
+    int n_slots;
+    GPT2Acts* acts;      // (n_slots) activations of micro-batches in flight
+    GPT2GradActs gacts;  // gradients of activations between the two halves of backward
+} Stage;
+
+void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots);
+void stage_free(Stage* s);
+// copies this stage's slice of a full model's parameters (laid out for [0, L) with embed and head)
+void stage_load_params(Stage* s, const float* full);
+// writes this stage's parameters into their place in a full-model buffer (the inverse)
+void stage_store_params(const Stage* s, float* full);
+
+// forward of the micro-batch in slot; returns its mean loss on the last stage (0 elsewhere)
+float stage_forward(Stage* s, int slot);
+// both halves of backward of the micro-batch in slot; dx_out is the gradient of the stage output
+// (NULL on the last stage); dloss the weight of each token's loss
+void stage_backward(Stage* s, int slot, const float* dx_out, float dloss);
+// the tied embedding on one process (P = 1): wte's gradient = encoder share + LM-head share
+void stage_tie_embedding_local(Stage* s);
+// sums of squares of the gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then one
+// per layer, then the head (lnfw, lnfb). Writes units [first_unit(s), ...) of `out` (L + 2 entries).
+void stage_grad_unit_sumsq(const Stage* s, double* out);
+// AdamW on every tensor with the clipping scale; t is the 1-based step
+void stage_update(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale);
+void stage_zero_grad(Stage* s);
+
+// global norm from every unit's sum of squares (L + 2 of them), folded in model order
+float grad_norm_from_units(const double* units, int n_units);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,28 @@
+# Helpers for the shell tests: each check prints "ok"/"FAIL" and counts; finish prints the tally.
+# Usage: source tests/lib.sh; check "name" cmd...; refuse "name" "regex in stderr" cmd...; finish
+PASSED=0; FAILED=0
+BIN=${BIN:-./train_tdpipe}
+TMP=$(mktemp -d /tmp/tdpipe_test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+ok()   { PASSED=$((PASSED+1)); echo "ok   $*"; }
+fail() { FAILED=$((FAILED+1)); echo "FAIL $*"; }
+
+# check NAME CMD...: passes when CMD exits 0
+check() {
+    local name=$1; shift
+    if "$@" >"$TMP/out" 2>"$TMP/err"; then ok "$name"; else fail "$name (exit $?)"; tail -5 "$TMP/err" | sed 's/^/     /'; fi
+}
+
+# refuse NAME REGEX CMD...: passes when CMD exits non-zero, does not crash (signal), and stderr matches REGEX
+refuse() {
+    local name=$1 re=$2; shift 2
+    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
+        ok "$name: $(head -1 "$TMP/err" | cut -c1-140)"
+    else
+        fail "$name (exit $rc, stderr: $(head -2 "$TMP/err" | tr '\n' ' ' | cut -c1-200))"
+    fi
+}
+
+finish() { echo "$PASSED passed, $FAILED failed"; [ $FAILED -eq 0 ]; }

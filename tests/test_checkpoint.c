@@ -1,0 +1,501 @@
+// Tests of the checkpoint container: bitwise round trips, pruning, newest-valid lookup with
+// fallback, and every refusal (truncation, flipped bits, foreign files, unwritable dirs, a full disk).
+#define _GNU_SOURCE
+#include "llmc/checkpoint.h"
+#include "tests/test.h"
+#include <dirent.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rng_u32(void) { // xorshift64*
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static float rng_normal(void) { // Box-Muller
+    float u1 = ((rng_u32() >> 8) + 1.0f) / 16777217.0f, u2 = (rng_u32() >> 8) / 16777216.0f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+static int rm_entry(const char* p, const struct stat* st, int flag, struct FTW* ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(p);
+}
+static void rm_tree(const char* dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void make_tmpdir(char* out) {
+    strcpy(out, "/tmp/tdpipe_ckpt_XXXXXX");
+    if (!mkdtemp(out)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+static unsigned char* slurp(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char* b = (unsigned char*)malloc(*n ? *n : 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char* path, const void* b, size_t n) {
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static int exists(const char* path) { return access(path, F_OK) == 0; }
+
+static int count_entries(const char* dir) { // files in dir, hidden ones (temp files) included
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+// the layout of checkpoint.h: descriptor offset, payload offset and compressed size per section
+typedef struct {
+    size_t desc, payload, comp;
+} Loc;
+static int layout(const unsigned char* b, Loc* loc) {
+    int n = (int)(b[8] | b[9] << 8);
+    size_t pos = CKPT_HEADER_BYTES;
+    for (int i = 0; i < n; i++) {
+        uint64_t comp = 0;
+        for (int k = 0; k < 8; k++) comp |= (uint64_t)b[pos + 48 + k] << (8 * k);
+        loc[i].desc = pos;
+        loc[i].payload = pos + CKPT_DESC_BYTES;
+        loc[i].comp = (size_t)comp;
+        pos += CKPT_DESC_BYTES + comp;
+    }
+    return n;
+}
+static void put32(unsigned char* p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+
+typedef struct {
+    const char* name;
+    int elem;
+    size_t bytes;
+    unsigned char* data; // (bytes,)
+} Sec;
+
+static int write_ckpt(const char* dir, long step, int level, int shuffle, const Sec* s, int n, char* path, char* err) {
+    CkptWriter* w = ckpt_writer_open(dir, step, level, shuffle, err, 512);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++)
+        if (ckpt_writer_add(w, s[i].name, s[i].data, s[i].bytes, s[i].elem, err, 512) != 0) {
+            ckpt_writer_abort(w);
+            return -1;
+        }
+    return ckpt_writer_commit(w, path, 512, err, 512);
+}
+
+static int same_sections(const Ckpt* c, const Sec* s, int n, int shuffle) {
+    if (c->num_sections != n) return 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes;
+        const void* d = ckpt_section(c, s[i].name, &bytes);
+        const CkptSection* cs = &c->sections[i];
+        if (!d || bytes != s[i].bytes || (bytes && memcmp(d, s[i].data, bytes) != 0)) return 0;
+        if (strcmp(cs->name, s[i].name) != 0 || cs->elem_size != s[i].elem || cs->shuffled != (shuffle && s[i].elem > 1)) return 0;
+    }
+    return 1;
+}
+
+static void fill_gpt2_like(float* x, size_t n) { // GPT-2 init: N(0, 0.02)
+    for (size_t i = 0; i < n; i++) x[i] = 0.02f * rng_normal();
+}
+
+// a small checkpoint: every section kind the trainer writes, a few KB to a few hundred KB
+#define NSMALL 5
+static Sec small[NSMALL];
+static void make_small(void) {
+    static int32_t config[12] = {1024, 50257, 12, 12, 768, 50304, 4, 64, 0, 1, 2, 3};
+    static int64_t step[1] = {20};
+    static unsigned char rng[16];
+    static float params[60001]; // odd count
+    static float adam_v[3000];
+    for (int i = 0; i < 16; i++) rng[i] = (unsigned char)rng_u32();
+    fill_gpt2_like(params, 60001);
+    for (int i = 0; i < 3000; i++) adam_v[i] = 1e-8f * (1.0f + (float)(rng_u32() % 1000));
+    Sec s[NSMALL] = {{"config", 4, sizeof config, (unsigned char*)config},
+                     {"step", 8, sizeof step, (unsigned char*)step},
+                     {"rng", 1, sizeof rng, rng},
+                     {"params", 4, sizeof params, (unsigned char*)params},
+                     {"adam_v", 4, sizeof adam_v, (unsigned char*)adam_v}};
+    memcpy(small, s, sizeof s);
+}
+
+static void test_round_trip(void) {
+    char dir[64], path[512], err[512];
+    make_tmpdir(dir);
+    size_t big_n = 16u * 1024 * 1024 + 4097; // > 64 MB of floats: many shuffle blocks, a partial last one
+    float* big = (float*)malloc(big_n * sizeof(float) + 3);
+    for (size_t i = 0; i < big_n; i++) big[i] = sinf(0.001f * (float)i) + 1e-4f * (float)(i % 7);
+    size_t odd_n = 4007; // not a multiple of 4: shuffled whole elements plus a 3-byte tail
+    unsigned char* odd = (unsigned char*)malloc(odd_n);
+    for (size_t i = 0; i < odd_n; i++) odd[i] = (unsigned char)rng_u32();
+    unsigned char halves[999];
+    for (int i = 0; i < 999; i++) halves[i] = (unsigned char)(i * 7);
+    float* gauss = (float*)malloc(100000 * sizeof(float));
+    fill_gpt2_like(gauss, 100000);
+    Sec s[] = {{"params", 4, 100000 * sizeof(float), (unsigned char*)gauss},
+               {"odd_floats", 4, odd_n, odd},
+               {"empty", 4, 0, NULL},
+               {"bytes", 1, 777, odd},
+               {"halves", 2, 999, halves},
+               {"step", 8, 8, odd + 100},
+               {"big", 4, big_n * sizeof(float) + 3, (unsigned char*)big}};
+    int n = (int)(sizeof s / sizeof s[0]);
+    memset((unsigned char*)big + big_n * sizeof(float), 0xA5, 3);
+    for (int shuffle = 0; shuffle <= 1; shuffle++) {
+        long step = 100 + shuffle;
+        int rc = write_ckpt(dir, step, 1, shuffle, s, n, path, err);
+        CHECK(rc == 0, "write shuffle=%d: %s", shuffle, rc ? err : path);
+        Ckpt c;
+        rc = ckpt_read(path, &c, err, sizeof err);
+        CHECK(rc == 0, "read back shuffle=%d: %s", shuffle, rc ? err : "ok");
+        CHECK(rc == 0 && c.step == step && c.zlib_level == 1, "step %ld and level read back", c.step);
+        CHECK(rc == 0 && same_sections(&c, s, n, shuffle), "every section bitwise equal, shuffle=%d (incl. empty, odd sizes, %zu MB)", shuffle,
+              s[6].bytes >> 20);
+        CHECK(ckpt_section(&c, "absent", NULL) == NULL, "absent section gives NULL");
+        ckpt_free(&c);
+        CHECK(ckpt_verify(path, err, sizeof err) == 0, "ckpt_verify accepts it");
+    }
+    // on-disk header as documented: magic and version as little-endian int32
+    size_t fb;
+    unsigned char* b = slurp(path, &fb);
+    CHECK(b && fb > 8 && b[0] == (CKPT_MAGIC & 255) && b[1] == ((CKPT_MAGIC >> 8) & 255) && b[4] == 1, "header starts with magic %d, version 1", CKPT_MAGIC);
+    free(b);
+    // rewriting an existing step replaces the file
+    Sec one[] = {{"params", 4, 4000, (unsigned char*)gauss}};
+    CHECK(write_ckpt(dir, 101, 6, 1, one, 1, path, err) == 0, "rewrite step 101");
+    Ckpt c;
+    CHECK(ckpt_read(path, &c, err, sizeof err) == 0 && same_sections(&c, one, 1, 1), "rewritten step holds the new content");
+    ckpt_free(&c);
+    CHECK(count_entries(dir) == 2, "no temp files left behind (%d entries)", count_entries(dir));
+    free(big);
+    free(odd);
+    free(gauss);
+    rm_tree(dir);
+}
+
+static void test_shuffle_helps(void) {
+    char dir[64], p0[512], p1[512], err[512];
+    make_tmpdir(dir);
+    size_t n = 200000;
+    float* x = (float*)malloc(n * sizeof(float));
+    fill_gpt2_like(x, n);
+    Sec s[] = {{"params", 4, n * sizeof(float), (unsigned char*)x}};
+    int ok = write_ckpt(dir, 1, 6, 0, s, 1, p0, err) == 0 && write_ckpt(dir, 2, 6, 1, s, 1, p1, err) == 0;
+    struct stat a, b;
+    ok = ok && stat(p0, &a) == 0 && stat(p1, &b) == 0;
+    CHECK(ok && b.st_size < a.st_size, "shuffle compresses N(0,0.02) floats better (%lld vs %lld bytes plain)", (long long)b.st_size, (long long)a.st_size);
+    free(x);
+    rm_tree(dir);
+}
+
+static void test_writer_misuse(void) {
+    char dir[64], err[512], tmp[600];
+    make_tmpdir(dir);
+    CHECK(ckpt_writer_open(dir, 1, 10, 1, err, sizeof err) == NULL && strstr(err, "zlib level 10"), "level 10 refused: %s", err);
+    CHECK(ckpt_writer_open(dir, -5, 1, 1, err, sizeof err) == NULL && strstr(err, "negative"), "negative step refused: %s", err);
+    unsigned char d[16] = {0};
+    struct {
+        const char* name;
+        int elem;
+        const char* want;
+    } bad[] = {{"", 4, "invalid"}, {"a_name_that_is_longer_than_31_chars", 4, "invalid"}, {"sp ace", 4, "invalid"}, {"x", 3, "element size 3"},
+               {"dup", 4, "added twice"}};
+    for (int i = 0; i < 5; i++) {
+        CkptWriter* w = ckpt_writer_open(dir, 7, 1, 1, err, sizeof err);
+        if (i == 4) ckpt_writer_add(w, "dup", d, sizeof d, 4, err, sizeof err);
+        int rc = ckpt_writer_add(w, bad[i].name, d, sizeof d, bad[i].elem, err, sizeof err);
+        snprintf(tmp, sizeof tmp, "%s/.ckpt_00000007.tdck.tmp", dir);
+        CHECK(rc == -1 && strstr(err, bad[i].want) && strstr(err, tmp) && !exists(tmp), "bad section refused, temp file removed: %s", err);
+        char path[512];
+        rc = ckpt_writer_commit(w, path, sizeof path, err, sizeof err);
+        CHECK(rc == -1 && count_entries(dir) == 0, "commit after a failed add fails and writes nothing: %s", err);
+    }
+    CkptWriter* w = ckpt_writer_open(dir, 8, 1, 1, err, sizeof err);
+    ckpt_writer_add(w, "a", d, sizeof d, 4, err, sizeof err);
+    ckpt_writer_abort(w);
+    CHECK(count_entries(dir) == 0, "abort leaves nothing behind");
+    rm_tree(dir);
+}
+
+static void write_steps(const char* dir, const long* steps, int n) {
+    char path[512], err[512];
+    for (int i = 0; i < n; i++)
+        if (write_ckpt(dir, steps[i], 1, 1, small, NSMALL, path, err) != 0) {
+            printf("setup failed: %s\n", err);
+            exit(1);
+        }
+}
+
+static void flip_payload_bit(const char* path, int section) {
+    size_t n;
+    unsigned char* b = slurp(path, &n);
+    Loc loc[16];
+    layout(b, loc);
+    b[loc[section].payload + loc[section].comp / 2] ^= 0x10;
+    spit(path, b, n);
+    free(b);
+}
+
+static void test_prune(void) {
+    char dir[64], p[512], err[512];
+    make_tmpdir(dir);
+    long steps[] = {10, 20, 30, 40, 50};
+    write_steps(dir, steps, 5);
+    snprintf(p, sizeof p, "%s/notes.txt", dir);
+    spit(p, "x", 1);
+    snprintf(p, sizeof p, "%s/ckpt_abc.tdck", dir);
+    spit(p, "x", 1);
+    CHECK(ckpt_prune(dir, 2, err, sizeof err) == 0, "prune keep 2");
+    int ok = 1;
+    for (int i = 0; i < 5; i++) {
+        ckpt_path(p, sizeof p, dir, steps[i]);
+        ok &= exists(p) == (steps[i] >= 40);
+    }
+    CHECK(ok && count_entries(dir) == 4, "only steps 40 and 50 (and unrelated files) remain");
+    CHECK(ckpt_prune(dir, 0, err, sizeof err) == -1 && strstr(err, "at least 1"), "keep 0 refused: %s", err);
+    rm_tree(dir);
+
+    make_tmpdir(dir);
+    write_steps(dir, steps, 5);
+    for (int s = 40; s <= 50; s += 10) {
+        ckpt_path(p, sizeof p, dir, s);
+        flip_payload_bit(p, 3);
+    }
+    CHECK(ckpt_prune(dir, 2, err, sizeof err) == 0, "prune keep 2 with the two newest damaged");
+    ok = 1;
+    for (int i = 0; i < 5; i++) {
+        ckpt_path(p, sizeof p, dir, steps[i]);
+        ok &= exists(p) == (steps[i] >= 30);
+    }
+    CHECK(ok, "steps 40, 50 kept by count and 30 kept as the newest valid one");
+    rm_tree(dir);
+    CHECK(ckpt_prune(dir, 2, err, sizeof err) == -1 && strstr(err, dir), "prune of a missing dir refused: %s", err);
+}
+
+static void test_find_latest(void) {
+    char dir[64], p[512], got[512], note[4096];
+    Ckpt c;
+    make_tmpdir(dir);
+    CHECK(ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note) == 1, "empty dir: none (%s)", note);
+    CHECK(ckpt_find_latest("/tmp/tdpipe_no_such_dir_x", &c, got, sizeof got, note, sizeof note) == 1, "missing dir: none");
+    long steps[] = {10, 20, 30};
+    write_steps(dir, steps, 3);
+    int rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    ckpt_path(p, sizeof p, dir, 30);
+    CHECK(rc == 0 && c.step == 30 && strcmp(got, p) == 0 && note[0] == 0 && same_sections(&c, small, NSMALL, 1), "picks the newest: %s", got);
+    ckpt_free(&c);
+
+    flip_payload_bit(p, 3);
+    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    char p20[512];
+    ckpt_path(p20, sizeof p20, dir, 20);
+    CHECK(rc == 0 && c.step == 20 && strcmp(got, p20) == 0 && same_sections(&c, small, NSMALL, 1), "falls back to step 20");
+    CHECK(strstr(note, p) && strstr(note, "CRC mismatch") && strstr(note, "resuming from") && strstr(note, p20), "and says so: %s", note);
+    ckpt_free(&c);
+
+    char p99[512]; // a file whose name disagrees with its header
+    ckpt_path(p99, sizeof p99, dir, 99);
+    rename(p20, p99);
+    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    CHECK(rc == 0 && c.step == 10 && strstr(note, "header says step 20 but the name says 99"), "renamed file skipped: %s", note);
+    ckpt_free(&c);
+
+    ckpt_path(p, sizeof p, dir, 10);
+    flip_payload_bit(p, 0);
+    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    CHECK(rc == -1 && c.sections == NULL && strstr(note, "none of its 3 checkpoints"), "all damaged: -1: %s", note);
+    rm_tree(dir);
+}
+
+static void expect_refusal(const char* path, const unsigned char* b, size_t n, const char* want, const char* what) {
+    char err[1024];
+    spit(path, b, n);
+    Ckpt c;
+    int rc = ckpt_read(path, &c, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) == err && strstr(err, want) && c.sections == NULL, "%s: %s", what, rc ? err : "accepted!");
+    int rv = ckpt_verify(path, err, sizeof err);
+    // verify skips decompression, so only a difference that needs inflate to find may pass it
+    if (strstr(want, "corrupt") == NULL) CHECK(rv == -1, "ckpt_verify refuses it too");
+}
+
+static void test_refusals(void) {
+    char dir[64], good[512], bad[600], err[512];
+    make_tmpdir(dir);
+    CHECK(write_ckpt(dir, 20, 6, 1, small, NSMALL, good, err) == 0, "write a good checkpoint");
+    size_t n;
+    unsigned char* b = slurp(good, &n);
+    unsigned char* v = (unsigned char*)malloc(n + 16);
+    Loc loc[NSMALL];
+    CHECK(layout(b, loc) == NSMALL, "layout walk finds %d sections", NSMALL);
+    snprintf(bad, sizeof bad, "%s/ckpt_00000021.tdck", dir);
+
+    // truncations: inside the header, at and inside each descriptor, inside each payload, one byte short
+    size_t cuts[32];
+    int nc = 0;
+    cuts[nc++] = 0;
+    cuts[nc++] = 2;
+    cuts[nc++] = 500;
+    cuts[nc++] = CKPT_HEADER_BYTES - 1;
+    for (int i = 0; i < NSMALL; i++) {
+        cuts[nc++] = loc[i].desc;
+        cuts[nc++] = loc[i].desc + 40;
+        cuts[nc++] = loc[i].payload + loc[i].comp / 2;
+    }
+    cuts[nc++] = n - 1;
+    for (int i = 0; i < nc; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "truncated to %zu of %zu bytes", cuts[i], n);
+        expect_refusal(bad, b, cuts[i], "truncated", what);
+    }
+    // the message says where: a payload cut names its section and the missing bytes
+    char want[128];
+    snprintf(want, sizeof want, "truncated (section '%s' needs %zu more bytes)", small[3].name, loc[3].comp - loc[3].comp / 2);
+    expect_refusal(bad, b, loc[3].payload + loc[3].comp / 2, want, "payload cut names section and bytes");
+
+    // one flipped bit in each payload, each descriptor, and the header
+    for (int i = 0; i < NSMALL; i++) {
+        memcpy(v, b, n);
+        v[loc[i].payload + loc[i].comp / 2] ^= 0x04;
+        snprintf(want, sizeof want, "section '%s': CRC mismatch (file damaged)", small[i].name);
+        expect_refusal(bad, v, n, want, "bit flipped in a payload");
+        memcpy(v, b, n);
+        static const int at[NSMALL] = {3, 33, 44, 57, 78}; // name, elem size, raw size, payload CRC, own CRC
+        v[loc[i].desc + at[i]] ^= 0x80;
+        snprintf(want, sizeof want, "descriptor of section %d of %d: CRC mismatch", i + 1, NSMALL);
+        expect_refusal(bad, v, n, want, "bit flipped in a descriptor");
+    }
+    size_t header_bits[] = {8 * 8, 20 * 8 + 3, 28 * 8, 500 * 8, 1021 * 8};
+    for (int i = 0; i < 5; i++) {
+        memcpy(v, b, n);
+        v[header_bits[i] / 8] ^= (unsigned char)(1u << (header_bits[i] % 8));
+        expect_refusal(bad, v, n, "header CRC mismatch", "bit flipped in the header");
+    }
+    // a payload changed and every CRC but the raw one recomputed: a buggy or hostile writer
+    memcpy(v, b, n);
+    v[loc[3].payload + loc[3].comp / 2] ^= 0x04;
+    put32(v + loc[3].desc + 56, ckpt_crc32(0, v + loc[3].payload, loc[3].comp));
+    put32(v + loc[3].desc + 76, ckpt_crc32(0, v + loc[3].desc, 76));
+    expect_refusal(bad, v, n, "section 'params': corrupt compressed data", "valid CRCs over bad deflate data");
+
+    // foreign files
+    memcpy(v, b, n);
+    put32(v, 20240326);
+    expect_refusal(bad, v, n, "not a tdpipe checkpoint (magic 0x0134d7c6 (an llm.c model file)", "llm.c model magic");
+    put32(v, 0xdeadbeef);
+    expect_refusal(bad, v, n, "not a tdpipe checkpoint (magic 0xdeadbeef", "wrong magic");
+    memcpy(v, b, n);
+    put32(v + 4, 7);
+    put32(v + 1020, ckpt_crc32(0, v, 1020));
+    expect_refusal(bad, v, n, "version 7 not supported (this build reads 1)", "wrong version");
+    memcpy(v, b, n);
+    memcpy(v + n, "xxxxx", 5);
+    expect_refusal(bad, v, n + 5, "5 bytes of trailing data", "trailing garbage");
+    memcpy(v, b, n);
+    put32(v + 8, 9); // claims more sections than it holds, CRC fixed
+    put32(v + 1020, ckpt_crc32(0, v, 1020));
+    expect_refusal(bad, v, n, "truncated (descriptor of section 6 of 9", "section count too high");
+
+    Ckpt c;
+    snprintf(bad, sizeof bad, "%s/ckpt_00000099.tdck", dir);
+    CHECK(ckpt_read(bad, &c, err, sizeof err) == -1 && strstr(err, bad) && strstr(err, "No such file"), "missing file: %s", err);
+    CHECK(ckpt_read(dir, &c, err, sizeof err) == -1 && strstr(err, "not a regular file"), "directory as file: %s", err);
+
+    // none of this touched the good checkpoint
+    CHECK(ckpt_read(good, &c, err, sizeof err) == 0 && same_sections(&c, small, NSMALL, 1), "good checkpoint still reads");
+    ckpt_free(&c);
+    free(b);
+    free(v);
+    rm_tree(dir);
+}
+
+static void test_unwritable(void) {
+    char dir[64], sub[128], err[512];
+    make_tmpdir(dir);
+    snprintf(sub, sizeof sub, "%s/missing", dir);
+    CHECK(ckpt_writer_open(sub, 1, 1, 1, err, sizeof err) == NULL && strstr(err, sub) && strstr(err, "No such file"), "dir missing: %s", err);
+    snprintf(sub, sizeof sub, "%s/a_file", dir);
+    spit(sub, "x", 1);
+    CHECK(ckpt_writer_open(sub, 1, 1, 1, err, sizeof err) == NULL && strstr(err, sub) && strstr(err, "Not a directory"), "dir is a file: %s", err);
+    snprintf(sub, sizeof sub, "%s/ro", dir);
+    mkdir(sub, 0500);
+    if (geteuid() != 0) {
+        CHECK(ckpt_writer_open(sub, 1, 1, 1, err, sizeof err) == NULL && strstr(err, sub) && strstr(err, "Permission denied"), "read-only dir: %s", err);
+    } else {
+        printf("note: read-only dir case not run: root ignores permissions\n");
+    }
+    chmod(sub, 0700);
+    rm_tree(dir);
+}
+
+// a child under RLIMIT_FSIZE tries to overwrite step 10 with a checkpoint over the limit
+static void test_disk_full(void) {
+    char dir[64], good[512], err[512];
+    make_tmpdir(dir);
+    CHECK(write_ckpt(dir, 10, 1, 1, small, NSMALL, good, err) == 0, "write a good checkpoint");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {1 << 20, 1 << 20};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(5);
+        size_t n = 4u << 20;
+        unsigned char* noise = (unsigned char*)malloc(n); // incompressible, so the file must exceed 1 MB
+        for (size_t i = 0; i < n; i++) noise[i] = (unsigned char)rng_u32();
+        CkptWriter* w = ckpt_writer_open(dir, 10, 1, 1, err, sizeof err);
+        if (!w) _exit(2);
+        int rc = ckpt_writer_add(w, "params", noise, n, 4, err, sizeof err);
+        if (rc == 0) rc = ckpt_writer_commit(w, NULL, 0, err, sizeof err);
+        else ckpt_writer_abort(w);
+        printf("     child: %s\n", rc ? err : "write succeeded");
+        fflush(stdout);
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s/.ckpt_00000010.tdck.tmp", dir);
+        _exit(rc == -1 && strstr(err, tmp) && strstr(err, "File too large") && !exists(tmp) ? 0 : 4);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "write over RLIMIT_FSIZE fails with EFBIG and a message, no SIGXFSZ death (status 0x%x)", status);
+    Ckpt c;
+    CHECK(count_entries(dir) == 1 && ckpt_read(good, &c, err, sizeof err) == 0 && same_sections(&c, small, NSMALL, 1),
+          "the previous checkpoint of that step is intact and the only file");
+    ckpt_free(&c);
+    rm_tree(dir);
+}
+
+int main(void) {
+    make_small();
+    test_round_trip();
+    test_shuffle_helps();
+    test_writer_misuse();
+    test_prune();
+    test_find_latest();
+    test_refusals();
+    test_unwritable();
+    test_disk_full();
+    return test_summary();
+}

@@ -1,0 +1,196 @@
+// Tests of tdpipe/partition: the dynamic program against brute force over every contiguous split
+// on random small instances (speeds, memory limits, infeasible ones), the memory-limit message,
+// uniform splits, --partition parsing and its refusals, the printed table.
+#include "tdpipe/partition.h"
+#include "tests/test.h"
+#include "llmc/rng.h"
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static Rng rng;
+static double urand(void) { return (double)(rng_u64(&rng) >> 11) / 9007199254740992.0; } // [0, 1)
+
+// best max stage time over all splits whose memory fits (INFINITY if none), by enumeration
+static double brute_force(const PartitionCost* c) {
+    int L = c->L, P = c->P, first[9];
+    double best = INFINITY;
+    // bit i of mask set: a stage boundary after layer i (i in 0..L-2); exactly P-1 bits set
+    for (unsigned mask = 0; mask < (1u << (L - 1)); mask++) {
+        if (__builtin_popcount(mask) != P - 1) continue;
+        int s = 0;
+        first[0] = 0;
+        for (int i = 0; i < L - 1; i++)
+            if (mask >> i & 1) first[++s] = i + 1;
+        first[P] = L;
+        double worst = 0;
+        int fits = 1;
+        for (s = 0; s < P; s++) {
+            double t = partition_stage_time(c, s, first[s], first[s + 1]);
+            double lim = c->mem_limit ? c->mem_limit[s] : 0;
+            if (lim > 0 && partition_stage_mem(c, s, first[s], first[s + 1]) > lim) fits = 0;
+            if (t > worst) worst = t;
+        }
+        if (fits && worst < best) best = worst;
+    }
+    return best;
+}
+
+static void test_dp_vs_brute_force(void) {
+    int ok_opt = 1, ok_fit = 1, ok_infeasible = 1, n = 0, n_infeasible = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        double lt[8], lm[8], speed[4], lim[4];
+        int L = 1 + (int)(urand() * 8), P = 1 + (int)(urand() * 4);
+        if (P > L) P = L;
+        int integer = trial % 3 == 0; // small integer times make ties common
+        for (int l = 0; l < L; l++) {
+            lt[l] = integer ? (double)(1 + (int)(urand() * 3)) : 0.5 + urand();
+            lm[l] = (double)(1 + (int)(urand() * 4)) * 1073741824.0;
+        }
+        for (int s = 0; s < P; s++) {
+            speed[s] = trial % 2 ? 1.0 : (double)(1 + (int)(urand() * 4)) / 2.0;
+            lim[s] = urand() < 0.3 ? 0.0 : (double)(2 + (int)(urand() * 8)) * 1073741824.0;
+        }
+        PartitionCost c = {L, P, lt, integer ? 1.0 : urand(), integer ? 2.0 : urand(), lm,
+                           1073741824.0 * (int)(urand() * 2), 1073741824.0 * (int)(urand() * 3), speed, lim};
+        double want = brute_force(&c);
+        Partition part;
+        char err[512];
+        int rc = partition_solve(&part, &c, err, sizeof(err));
+        n++;
+        if (isinf(want)) {
+            n_infeasible++;
+            if (rc == 0 || !strstr(err, "needs") || !strstr(err, "GiB")) {
+                if (ok_infeasible) printf("  trial %d: expected a refusal, got rc %d: %s\n", trial, rc, err);
+                ok_infeasible = 0;
+            }
+            if (rc == 0) partition_free(&part);
+            continue;
+        }
+        if (rc != 0) {
+            if (ok_opt) printf("  trial %d: refused a feasible instance: %s\n", trial, err);
+            ok_opt = 0;
+            continue;
+        }
+        // both sides evaluate stages with partition_stage_time, so the optimum compares bitwise
+        if (partition_max_time(&part) != want) {
+            if (ok_opt) printf("  trial %d: dp %.17g, brute force %.17g\n", trial, partition_max_time(&part), want);
+            ok_opt = 0;
+        }
+        for (int s = 0; s < P; s++) {
+            if (part.first[s + 1] - part.first[s] < 1) ok_fit = 0;
+            if (lim[s] > 0 && part.mem[s] > lim[s]) ok_fit = 0;
+        }
+        if (part.first[0] != 0 || part.first[P] != L) ok_fit = 0;
+        partition_free(&part);
+    }
+    CHECK(ok_opt, "dp optimum equals brute force on %d random instances (L <= 8, P <= 4, speeds, limits)", n - n_infeasible);
+    CHECK(ok_fit, "dp splits cover [0, L), every stage >= 1 layer, memory within each rank's limit");
+    CHECK(ok_infeasible && n_infeasible > 50, "the %d instances with no fitting split are refused with a memory message", n_infeasible);
+}
+
+static void test_solve_cases(void) {
+    const double GiB = 1073741824.0;
+    double lt[6] = {1, 1, 1, 1, 1, 1}, lm[6] = {GiB, GiB, GiB, GiB, GiB, GiB};
+    double speed[2] = {2.0, 1.0}, lim[3] = {0, 2.0 * GiB, 0};
+    PartitionCost c = {6, 2, lt, 0, 0, NULL, 0, 0, speed, NULL};
+    Partition part;
+    char err[512];
+    int rc = partition_solve(&part, &c, err, sizeof(err));
+    CHECK(rc == 0 && part.first[1] == 4 && part.time[0] == 2.0 && part.time[1] == 2.0,
+          "a rank twice as fast gets twice the layers: 6 layers -> [0,4) at speed 2, [4,6) at speed 1");
+    if (rc == 0) partition_free(&part);
+
+    // 3 stages, the middle rank holds only 2 GiB; the LM head (3 s) makes the last stage heavy
+    PartitionCost c3 = {6, 3, lt, 0.5, 3.0, lm, 0, 0, NULL, lim};
+    rc = partition_solve(&part, &c3, err, sizeof(err));
+    CHECK(rc == 0 && part.first[1] == 3 && part.first[2] == 5 && part.mem[1] <= 2.0 * GiB,
+          "memory limit on the middle rank, heavy last stage: layers 3,2,1 (got %d,%d,%d)", rc ? -1 : part.first[1],
+          rc ? -1 : part.first[2] - part.first[1], rc ? -1 : 6 - part.first[2]);
+    if (rc == 0) {
+        char buf[1024] = "";
+        FILE* f = fmemopen(buf, sizeof(buf), "w");
+        partition_print(f, &part);
+        fclose(f);
+        CHECK(strstr(buf, "stage") && strstr(buf, "[3,5)") && strstr(buf, "2.00 GiB") && strstr(buf, "(slowest)"),
+              "partition_print table:\n%s", buf);
+        partition_free(&part);
+    }
+
+    // 6.5 GiB over ranks of 4 + 2 + 1.5 GiB: only 3,2,1 fits, the last two stages exactly at their limit
+    double tight[3] = {4.0 * GiB, 2.0 * GiB, 1.5 * GiB};
+    PartitionCost c4 = {6, 3, lt, 0, 0, lm, 0, 0.5 * GiB, NULL, tight};
+    rc = partition_solve(&part, &c4, err, sizeof(err));
+    CHECK(rc == 0 && part.first[1] == 3 && part.first[2] == 5, "memory exactly at the limits fits: layers 3,2,1");
+    if (rc == 0) partition_free(&part);
+    double tighter[3] = {3.0 * GiB, 2.0 * GiB, 1.0 * GiB};
+    c4.mem_limit = tighter;
+    rc = partition_solve(&part, &c4, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "in the closest (3,2,1), stage 2 needs 1.50 GiB, rank 2 has 1.00 GiB"),
+          "the refusal names the closest split's worst stage: %s", err);
+
+    PartitionCost c5 = {4, 5, lt, 0, 0, NULL, 0, 0, NULL, NULL};
+    rc = partition_solve(&part, &c5, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "--stages 5 exceeds the model's 4 layers"), "P > L refused: %s", err);
+    double bad_speed[2] = {1.0, 0.0};
+    PartitionCost c6 = {4, 2, lt, 0, 0, NULL, 0, 0, bad_speed, NULL};
+    rc = partition_solve(&part, &c6, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "rank 1 has speed 0"), "zero speed refused: %s", err);
+}
+
+static int counts_are(const Partition* p, const int* want) {
+    for (int s = 0; s < p->P; s++)
+        if (p->first[s + 1] - p->first[s] != want[s]) return 0;
+    return 1;
+}
+
+static void test_uniform_and_parse(void) {
+    Partition p;
+    char err[256];
+    int w1[5] = {2, 3, 3, 2, 2}, w2[2] = {4, 3}, w3[4] = {3, 3, 3, 3}, w4[4] = {3, 4, 4, 3}, w5[3] = {4, 5, 4};
+    int rc = partition_uniform(&p, 12, 5, err, sizeof(err));
+    CHECK(rc == 0 && counts_are(&p, w1), "uniform 12 over 5: extras to the middle stages, centre first: 2,3,3,2,2");
+    if (rc == 0) partition_free(&p);
+    rc = partition_uniform(&p, 7, 2, err, sizeof(err));
+    CHECK(rc == 0 && counts_are(&p, w2), "uniform 7 over 2: no middle stage, the extra goes to stage 0: 4,3");
+    if (rc == 0) partition_free(&p);
+    rc = partition_parse(&p, "uniform", 12, 4, err, sizeof(err));
+    CHECK(rc == 0 && counts_are(&p, w3) && !p.has_cost, "'uniform' 12 over 4: 3,3,3,3");
+    if (rc == 0) partition_free(&p);
+    rc = partition_uniform(&p, 14, 4, err, sizeof(err));
+    CHECK(rc == 0 && counts_are(&p, w4), "uniform 14 over 4: 3,4,4,3");
+    if (rc == 0) partition_free(&p);
+    rc = partition_uniform(&p, 13, 3, err, sizeof(err));
+    CHECK(rc == 0 && counts_are(&p, w5), "uniform 13 over 3: 4,5,4");
+    if (rc == 0) partition_free(&p);
+    rc = partition_parse(&p, "4, 4,3,1", 12, 4, err, sizeof(err));
+    CHECK(rc == 0 && p.first[1] == 4 && p.first[2] == 8 && p.first[3] == 11 && p.first[4] == 12, "'4, 4,3,1' parses");
+    if (rc == 0) partition_free(&p);
+
+    struct { const char* spec; int L, P; const char* want; } bad[] = {
+        {"4,4,3", 12, 4, "has 3 entries, but --stages is 4"},
+        {"4,4,3,2", 12, 4, "adds up to 13 layers, but the model has 12"},
+        {"4,0,4,4", 12, 4, "entry 2 is 0"},
+        {"4,-1,5,4", 12, 4, "entry 2 is -1"},
+        {"4,x,4,4", 12, 4, "entry 2 is not a layer count"},
+        {"4,,4,4", 12, 4, "entry 2 is not a layer count"},
+        {"", 12, 1, "entry 1 is not a layer count"},
+        {"1,1,1,1,1", 4, 5, "--stages 5 exceeds the model's 4 layers"},
+        {"uniform", 4, 5, "--stages 5 exceeds the model's 4 layers"},
+        {"99999999999999,1", 12, 2, "entry 1 is 99999999999999, more than the model's 12 layers"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        rc = partition_parse(&p, bad[i].spec, bad[i].L, bad[i].P, err, sizeof(err));
+        CHECK(rc != 0 && strstr(err, bad[i].want), "--partition '%s' (L=%d, P=%d) refused: %s", bad[i].spec, bad[i].L, bad[i].P, err);
+        if (rc == 0) partition_free(&p);
+    }
+}
+
+int main(void) {
+    rng_init(&rng, 1234567);
+    test_dp_vs_brute_force();
+    test_solve_cases();
+    test_uniform_and_parse();
+    return test_summary();
+}
