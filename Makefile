@@ -69,6 +69,31 @@ test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- CUDA targets (test_gpt2cu, dev/cuda benchmarks): begin
+# GPU_ARCH: sm_90a (H100/H200: the wgmma path; mma.sync kept as the run-time fallback) or e.g. sm_80
+# (A100: mma.sync only). test_gpt2cu is the bf16 build, build/test_gpt2cu_fp32 the fp32 one (-DENABLE_FP32).
+GPU_ARCH ?= sm_90a
+CUDA_GENCODE := -gencode=arch=$(subst sm_,compute_,$(GPU_ARCH)),code=$(GPU_ARCH)
+CUDA_HDRS := $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
+CUDA_LINK := $(LIB) $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
+CUDA_BENCH := $(BUILD)/dev/cuda/matmul $(BUILD)/dev/cuda/attention $(BUILD)/dev/cuda/layernorm
+.PHONY: cuda
+ifneq ($(NVCC),)
+cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH)
+
+test_gpt2cu: test_gpt2.cu $(LIB) $(CUDA_HDRS)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LINK)
+
+$(BUILD)/test_gpt2cu_fp32: test_gpt2.cu $(LIB) $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) -DENABLE_FP32 $< -o $@ $(CUDA_LINK)
+
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(LIB) $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LINK)
+else
+cuda:
+	@echo "make cuda: nvcc not found (the CUDA targets need it)"; exit 1
+endif
 # ---- CUDA targets: end
 
 clean:

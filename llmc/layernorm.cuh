@@ -7,21 +7,23 @@
 
 #define LN_EPS 1e-5f
 #define LN_MAX_C 2048
-#define LN_MAXU (LN_MAX_C / (32 * x128::size)) // x128 chunks per lane
+#define LN_MAXU (LN_MAX_C / (32 * x128::size)) // x128 chunks per lane at most
+// kernels are instantiated for U = 1, 2, 3, 4 and LN_MAXU chunks per lane (registers: a row of
+// C = 768 in bf16 needs 3, so it does not pay for 2048)
 
 // one warp per row n: residual_out = inp1 + inp2 (if RESIDUAL; the LayerNorm then reads the rounded
 // sum, as the backward will), out = (x - mean) * rstd * weight + bias; mean, rstd (N) saved if non-NULL
-template <bool RESIDUAL>
+template <bool RESIDUAL, int U>
 __global__ void layernorm_forward_kernel(floatX* residual_out, floatX* out, float* mean, float* rstd, const floatX* inp1,
                                          const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C) {
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
     int nvec = C / x128::size;
     size_t off = (size_t)n * C;
-    float v[LN_MAXU][x128::size];
+    float v[U][x128::size];
     float sum = 0.0f;
 #pragma unroll
-    for (int u = 0; u < LN_MAXU; u++) {
+    for (int u = 0; u < U; u++) {
         int i = lane + 32 * u;
         if (i >= nvec) break;
         x128 a = load128cs(inp1 + off + i * x128::size);
@@ -41,14 +43,14 @@ __global__ void layernorm_forward_kernel(floatX* residual_out, floatX* out, floa
     float m = warp_sum(sum) / C;
     float var = 0.0f;
 #pragma unroll
-    for (int u = 0; u < LN_MAXU; u++) {
+    for (int u = 0; u < U; u++) {
         if (lane + 32 * u >= nvec) break;
 #pragma unroll
         for (int k = 0; k < x128::size; k++) var += (v[u][k] - m) * (v[u][k] - m);
     }
     float s = rsqrtf(warp_sum(var) / C + LN_EPS);
 #pragma unroll
-    for (int u = 0; u < LN_MAXU; u++) {
+    for (int u = 0; u < U; u++) {
         int i = lane + 32 * u;
         if (i >= nvec) break;
         x128 w = load128(weight + i * x128::size), b = load128(bias + i * x128::size), o;
@@ -63,6 +65,7 @@ __global__ void layernorm_forward_kernel(floatX* residual_out, floatX* out, floa
 }
 
 // dinp = (dresidual, or 0 if NULL) + dLN/dx · dout; dresidual may alias dinp
+template <int U>
 __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dresidual, const floatX* dout, const floatX* inp,
                                                 const floatX* weight, const float* mean, const float* rstd, int N, int C) {
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -70,10 +73,10 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres
     int nvec = C / x128::size;
     size_t off = (size_t)n * C;
     float m = mean[n], s = rstd[n];
-    float nrm[LN_MAXU][x128::size], dn[LN_MAXU][x128::size]; // norm and dnorm = weight * dout
+    float nrm[U][x128::size], dn[U][x128::size]; // norm and dnorm = weight * dout
     float sum_dn = 0.0f, sum_dn_nrm = 0.0f;
 #pragma unroll
-    for (int u = 0; u < LN_MAXU; u++) {
+    for (int u = 0; u < U; u++) {
         int i = lane + 32 * u;
         if (i >= nvec) break;
         x128 d = load128cs(dout + off + i * x128::size), x = load128cs(inp + off + i * x128::size), w = load128(weight + i * x128::size);
@@ -87,7 +90,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres
     }
     float mean_dn = warp_sum(sum_dn) / C, mean_dn_nrm = warp_sum(sum_dn_nrm) / C;
 #pragma unroll
-    for (int u = 0; u < LN_MAXU; u++) {
+    for (int u = 0; u < U; u++) {
         int i = lane + 32 * u;
         if (i >= nvec) break;
         x128 r, o;
@@ -150,38 +153,57 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* inp1, const f
     store128(out + i, o);
 }
 
-static inline void layernorm_check(int C, const char* what) {
+// x128 chunks per lane the kernels need for rows of C: 1, 2, 3, 4 or LN_MAXU
+static inline int layernorm_units(int C, const char* what) {
     if (C % x128::size || C > LN_MAX_C) td_fatal("%s: C = %d must be a multiple of %d and at most %d", what, C, x128::size, LN_MAX_C);
+    int u = ceil_div(C / x128::size, 32);
+    return u <= 4 ? u : LN_MAXU;
+}
+
+template <bool RESIDUAL>
+static inline void layernorm_forward_launch(floatX* residual_out, floatX* out, float* mean, float* rstd, const floatX* inp1,
+                                            const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C) {
+    int u = layernorm_units(C, "layernorm_forward");
+    dim3 grid(ceil_div(N, 8)), block(256);
+    cudaStream_t st = g_cuda_stream;
+    if (u == 1) layernorm_forward_kernel<RESIDUAL, 1><<<grid, block, 0, st>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    else if (u == 2) layernorm_forward_kernel<RESIDUAL, 2><<<grid, block, 0, st>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    else if (u == 3) layernorm_forward_kernel<RESIDUAL, 3><<<grid, block, 0, st>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    else if (u == 4) layernorm_forward_kernel<RESIDUAL, 4><<<grid, block, 0, st>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    else layernorm_forward_kernel<RESIDUAL, LN_MAXU><<<grid, block, 0, st>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    cudaCheckLaunch("layernorm_forward_kernel");
 }
 
 // out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C)
 static inline void layernorm_forward_cuda(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                                           const floatX* bias, int N, int C) {
-    layernorm_check(C, "layernorm_forward_cuda");
-    layernorm_forward_kernel<false><<<ceil_div(N, 8), 256, 0, g_cuda_stream>>>(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
-    cudaCheckLaunch("layernorm_forward_kernel");
+    layernorm_forward_launch<false>(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
 }
 
 // residual_out (N, C) = inp1 + inp2; out, mean, rstd = LayerNorm(residual_out)
 static inline void fused_residual_layernorm_forward_cuda(floatX* residual_out, floatX* out, float* mean, float* rstd, const floatX* inp1,
                                                          const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C) {
-    layernorm_check(C, "fused_residual_layernorm_forward_cuda");
-    layernorm_forward_kernel<true><<<ceil_div(N, 8), 256, 0, g_cuda_stream>>>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
-    cudaCheckLaunch("layernorm_forward_kernel<residual>");
+    layernorm_forward_launch<true>(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N, C);
 }
 
 // dinp (N, C) = dresidual (N, C; NULL: 0; may alias dinp) + the LayerNorm's input gradient for dout (N, C)
 static inline void layernorm_backward_input_cuda(floatX* dinp, const floatX* dresidual, const floatX* dout, const floatX* inp,
                                                  const floatX* weight, const float* mean, const float* rstd, int N, int C) {
-    layernorm_check(C, "layernorm_backward_input_cuda");
-    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, g_cuda_stream>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
+    int u = layernorm_units(C, "layernorm_backward_input_cuda");
+    dim3 grid(ceil_div(N, 8)), block(256);
+    cudaStream_t st = g_cuda_stream;
+    if (u == 1) layernorm_backward_input_kernel<1><<<grid, block, 0, st>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
+    else if (u == 2) layernorm_backward_input_kernel<2><<<grid, block, 0, st>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
+    else if (u == 3) layernorm_backward_input_kernel<3><<<grid, block, 0, st>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
+    else if (u == 4) layernorm_backward_input_kernel<4><<<grid, block, 0, st>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
+    else layernorm_backward_input_kernel<LN_MAXU><<<grid, block, 0, st>>>(dinp, dresidual, dout, inp, weight, mean, rstd, N, C);
     cudaCheckLaunch("layernorm_backward_input_kernel");
 }
 
 // dweight (C), dbias (C) += (fp32); scratch: COLSUM_MAX_CHUNKS * 2C floats
 static inline void layernorm_backward_weight_cuda(float* dweight, float* dbias, const floatX* dout, const floatX* inp, const float* mean,
                                                   const float* rstd, int N, int C, float* scratch) {
-    layernorm_check(C, "layernorm_backward_weight_cuda");
+    layernorm_units(C, "layernorm_backward_weight_cuda");
     int col_blocks = ceil_div(C, 32 * x128::size);
     int chunks = colsum_chunks(N, col_blocks);
     int rows_per_chunk = ceil_div(N, chunks);
