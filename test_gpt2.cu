@@ -452,12 +452,10 @@ static void cpu_run_free(CpuRun* c) {
 
 // per-tensor comparison of a stage's gradients (gpu, laid out for range r) with the full model's (cpu)
 static void check_grads(const GPT2Config* cfg, const GPT2Range* r, const float* gpu, const float* cpu_full, int skip_wte) {
-    GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t ss[GPT2_NUM_PARAM_TENSORS];
     size_t n = gpt2_param_sizes(cfg, r, ss);
     float* cpu = zeros_h(n);
     gpt2_slice_params(cfg, r, cpu_full, cpu);
-    (void)all;
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         if (ss[i] && !(i == 0 && skip_wte)) {

@@ -194,3 +194,49 @@ static inline int colsum_chunks(int n, int col_blocks) {
     if (want > n) want = n;
     return want < 1 ? 1 : want;
 }
+
+// ---- benchmark utilities ---------------------------------------------------------------------------
+
+// x (n) <- uniform in [-scale, scale) from a hash of (seed, i): reproducible inputs made on the device
+__global__ static void random_fill_kernel(floatX* x, long n, unsigned seed, float scale) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint64_t z = (uint64_t)i * 0x9E3779B97F4A7C15ULL + seed * 0xD1B54A32D192ED03ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) / 16777216.0f; // [0, 1)
+    x[i] = from_float<floatX>((2.0f * u - 1.0f) * scale);
+}
+static inline void random_fill_cuda(floatX* x, size_t n, unsigned seed, float scale) {
+    random_fill_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(x, (long)n, seed, scale);
+    cudaCheckLaunch("random_fill_kernel");
+}
+
+// median time in ms of `reps` runs of f() (after `warmup` runs), timed with events on g_cuda_stream
+template <class F>
+static inline float time_cuda_ms(F f, int warmup, int reps) {
+    for (int i = 0; i < warmup; i++) f();
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    float* t = (float*)malloc_check(reps * sizeof(float));
+    for (int i = 0; i < reps; i++) {
+        cudaCheck(cudaEventRecord(e0, g_cuda_stream));
+        f();
+        cudaCheck(cudaEventRecord(e1, g_cuda_stream));
+        cudaCheck(cudaEventSynchronize(e1));
+        cudaCheck(cudaEventElapsedTime(&t[i], e0, e1));
+    }
+    for (int i = 1; i < reps; i++) // insertion sort: reps is small
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            float x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    float med = t[reps / 2];
+    free(t);
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    return med;
+}

@@ -33,9 +33,9 @@ static void micro_kernel(int kc, const float* restrict a, const float* restrict 
         vfloat b1 = *(const vfloat*)(b + k * NR + VL);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
-            vfloat ai = (vfloat){0} + a[k * MR + i];
-            acc0[i] += ai * b0;
-            acc1[i] += ai * b1;
+            // vector * scalar lets the compiler fold the broadcast into the FMA's memory operand
+            acc0[i] += b0 * a[k * MR + i];
+            acc1[i] += b1 * a[k * MR + i];
         }
     }
     if (m == MR && n == NR) {
