@@ -17,11 +17,14 @@
 #endif
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 
-#define MR 8        // rows of C per micro-kernel
+#define MR 12        // rows of C per micro-kernel
 #define NR (2 * VL) // columns of C per micro-kernel: two vectors
 #define MC 128      // rows of C per task (A block: MC x KC, ~128 KiB, in L2)
 #define NC 256      // columns of C per task (B block: KC x NC, 256 KiB, in L2)
 #define KC 256      // depth of one packed block
+#define TILE_MAX 512 // widest tile of the split dimension (long depths use wide tiles)
+
+typedef float vfloat_u __attribute__((vector_size(VL * sizeof(float)), aligned(4))); // unaligned access
 
 // C (MR, NR) (+)= a (kc, MR) packed · b (kc, NR) packed; m x n of it valid
 static void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc,
@@ -31,89 +34,126 @@ static void micro_kernel(int kc, const float* restrict a, const float* restrict 
     for (int k = 0; k < kc; k++) {
         vfloat b0 = *(const vfloat*)(b + k * NR);
         vfloat b1 = *(const vfloat*)(b + k * NR + VL);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
-            // vector * scalar lets the compiler fold the broadcast into the FMA's memory operand
+            // vector * scalar lets the compiler fold the broadcast into a load, off the shuffle port
             acc0[i] += b0 * a[k * MR + i];
             acc1[i] += b1 * a[k * MR + i];
         }
     }
     if (m == MR && n == NR) {
         for (int i = 0; i < MR; i++) {
-            float* ci = c + (size_t)i * ldc;
-            for (int j = 0; j < VL; j++) {
-                ci[j] = (accumulate ? ci[j] : 0.0f) + acc0[i][j];
-                ci[VL + j] = (accumulate ? ci[VL + j] : 0.0f) + acc1[i][j];
-            }
+            vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc);
+            ci[0] = accumulate ? ci[0] + acc0[i] : acc0[i];
+            ci[1] = accumulate ? ci[1] + acc1[i] : acc1[i];
         }
     } else {
         for (int i = 0; i < m; i++) {
             float* ci = c + (size_t)i * ldc;
             for (int j = 0; j < n; j++) {
                 float v = j < VL ? acc0[i][j] : acc1[i][j - VL];
-                ci[j] = (accumulate ? ci[j] : 0.0f) + v;
+                ci[j] = accumulate ? ci[j] + v : v;
             }
         }
     }
 }
 
-// element (row, col) of a row-major matrix with leading dimension ld, read transposed if trans
-#define AT(X, ld, trans, row, col) ((trans) ? (X)[(size_t)(col) * (ld) + (row)] : (X)[(size_t)(row) * (ld) + (col)])
-
-// packs A rows [i0, i0+mc) x depth [k0, k0+kc) into MR-row micro-panels: pa (ceil(mc/MR), kc, MR), zero-padded
-static void pack_a(float* pa, const float* A, int lda, int transA, int i0, int mc, int k0, int kc) {
-    for (int ip = 0; ip < mc; ip += MR) {
-        float* dst = pa + (size_t)ip * kc;
-        int m = mc - ip < MR ? mc - ip : MR;
-        for (int k = 0; k < kc; k++)
-            for (int i = 0; i < MR; i++) dst[k * MR + i] = i < m ? AT(A, lda, transA, i0 + ip + i, k0 + k) : 0.0f;
-    }
-}
-
-// packs B depth [k0, k0+kc) x columns [j0, j0+nc) into NR-column micro-panels: pb (ceil(nc/NR), kc, NR), zero-padded
-static void pack_b(float* pb, const float* B, int ldb, int transB, int k0, int kc, int j0, int nc) {
-    for (int jp = 0; jp < nc; jp += NR) {
-        float* dst = pb + (size_t)jp * kc;
-        int n = nc - jp < NR ? nc - jp : NR;
-        if (!transB && n == NR) {
-            for (int k = 0; k < kc; k++) memcpy(dst + k * NR, B + (size_t)(k0 + k) * ldb + j0 + jp, NR * sizeof(float));
-        } else {
-            for (int k = 0; k < kc; k++)
-                for (int j = 0; j < NR; j++) dst[k * NR + j] = j < n ? AT(B, ldb, transB, k0 + k, j0 + jp + j) : 0.0f;
+// Packing copies a block of an operand into micro-panels the micro-kernel reads contiguously:
+// rows [r0, r0+rows) x depth [k0, k0+kc) of X, where X(r, k) = trans ? X[k*ld + r] : X[r*ld + k],
+// into dst (ceil(rows/W), kc, W) zero-padded; W = MR for A (rows of C), NR for B (columns of C).
+static void pack_panels(float* restrict dst, const float* X, int ld, int trans, int r0, int rows, int k0, int kc, int W) {
+    for (int rp = 0; rp < rows; rp += W) {
+        float* d = dst + (size_t)rp * kc;
+        int w = rows - rp < W ? rows - rp : W;
+        if (w < W) memset(d, 0, sizeof(float) * (size_t)kc * W);
+        if (trans) { // X(r, k) = X[k*ld + r]: W consecutive floats per k
+            for (int k = 0; k < kc; k++) memcpy(d + (size_t)k * W, X + (size_t)(k0 + k) * ld + r0 + rp, sizeof(float) * w);
+        } else { // X(r, k) = X[r*ld + k]: read each row contiguously, write with stride W (in L1)
+            for (int r = 0; r < w; r++) {
+                const float* src = X + (size_t)(r0 + rp + r) * ld + k0;
+                for (int k = 0; k < kc; k++) d[(size_t)k * W + r] = src[k];
+            }
         }
     }
 }
 
-// C (M, N) = (accumulate ? C : 0) + op(A) (M, K) · op(B) (K, N)
+// grows a buffer kept across calls (reserved once; the steady state allocates nothing)
+static float* workspace(float** buf, size_t* cap, size_t floats) {
+    if (floats > *cap) {
+        free(*buf);
+        *buf = (float*)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+        if (!*buf) td_fatal("matmul: out of memory for a %zu-float packing buffer", floats);
+        *cap = floats;
+    }
+    return *buf;
+}
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// C (M, N) = (accumulate ? C : 0) + op(A) (M, K) · op(B) (K, N), with op(A)(i, k) = transA ? A[k*lda + i] : A[i*lda + k]
+// and op(B)(k, j) = transB ? B[j*ldb + k] : B[k*ldb + j]. The smaller operand is packed whole
+// once; tasks split the larger one's dimension and pack their own blocks, so each operand is
+// packed exactly once per call.
 static void sgemm(int M, int N, int K, const float* A, int lda, int transA, const float* B, int ldb, int transB,
                   float* C, int ldc, int accumulate) {
-    int tiles_m = (M + MC - 1) / MC, tiles_n = (N + NC - 1) / NC;
+    if (K == 0) {
+        if (!accumulate)
+            for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
+        return;
+    }
+    static float* shared = NULL;
+    static size_t shared_cap = 0;
+    int nkb = CEIL_DIV(K, KC);
+    int split_n = N >= M; // tasks over column tiles (A packed whole) or over row tiles (B packed whole)
+    int whole_rows = split_n ? M : N, whole_w = split_n ? MR : NR;
+    size_t whole_stride = (size_t)CEIL_DIV(whole_rows, whole_w) * whole_w; // floats per unit of depth
+    float* whole = workspace(&shared, &shared_cap, whole_stride * (size_t)nkb * KC);
+    int nthreads = omp_get_max_threads();
+    // tiles of the split dimension: at most NC (or MC) wide, at least 4 per thread when the size allows
+    int split_size = split_n ? N : M, unit = split_n ? NR : MR, cap = split_n ? NC : MC;
+    int tile = CEIL_DIV(CEIL_DIV(split_size, 4 * nthreads), unit) * unit;
+    if (tile > cap) tile = cap;
+    // a long depth streams the whole packed operand once per tile: then one tile per thread
+    if (nkb > 8) tile = CEIL_DIV(CEIL_DIV(split_size, nthreads), unit) * unit;
+    if (tile > TILE_MAX) tile = TILE_MAX;
+    int ntiles = CEIL_DIV(split_size, tile);
 #pragma omp parallel
     {
-        // per-thread packing buffers, kept across calls (sized once; no allocation in the steady state)
-        static __thread float* pa = NULL; // (MC, KC)
-        static __thread float* pb = NULL; // (KC, NC)
-        if (!pa) {
-            pa = (float*)aligned_alloc(64, sizeof(float) * MC * KC);
-            pb = (float*)aligned_alloc(64, sizeof(float) * KC * NC);
-            if (!pa || !pb) td_fatal("matmul: out of memory for packing buffers");
+        static __thread float* own = NULL; // this thread's block of the split operand
+        static __thread size_t own_cap = 0;
+        float* blk = workspace(&own, &own_cap, (size_t)KC * TILE_MAX);
+        // the whole operand, k-block by k-block: (nkb, ceil(rows/w), KC-or-less, w)
+#pragma omp for schedule(static)
+        for (int job = 0; job < nkb * CEIL_DIV(whole_rows, whole_w); job++) {
+            int kb = job / CEIL_DIV(whole_rows, whole_w), rp = (job % CEIL_DIV(whole_rows, whole_w)) * whole_w;
+            int k0 = kb * KC, kc = K - k0 < KC ? K - k0 : KC;
+            float* dst = whole + whole_stride * (size_t)k0 + (size_t)rp * kc;
+            int rows = whole_rows - rp < whole_w ? whole_rows - rp : whole_w;
+            if (split_n) pack_panels(dst, A, lda, transA, rp, rows, k0, kc, MR);
+            else pack_panels(dst, B, ldb, !transB, rp, rows, k0, kc, NR);
         }
+        // (implicit barrier) every task runs all k-blocks in order: each C element sums k in one fixed order
 #pragma omp for schedule(dynamic, 1)
-        for (int tile = 0; tile < tiles_m * tiles_n; tile++) {
-            int i0 = (tile / tiles_n) * MC, j0 = (tile % tiles_n) * NC;
-            int mc = M - i0 < MC ? M - i0 : MC, nc = N - j0 < NC ? N - j0 : NC;
-            for (int k0 = 0; k0 < K; k0 += KC) {
-                int kc = K - k0 < KC ? K - k0 : KC;
-                int acc = accumulate || k0 > 0;
-                pack_a(pa, A, lda, transA, i0, mc, k0, kc);
-                pack_b(pb, B, ldb, transB, k0, kc, j0, nc);
-                for (int jp = 0; jp < nc; jp += NR)
-                    for (int ip = 0; ip < mc; ip += MR)
-                        micro_kernel(kc, pa + (size_t)ip * kc, pb + (size_t)jp * kc, C + (size_t)(i0 + ip) * ldc + j0 + jp,
-                                     ldc, mc - ip < MR ? mc - ip : MR, nc - jp < NR ? nc - jp : NR, acc);
+        for (int t = 0; t < ntiles; t++) {
+            int s0 = t * tile, sn = split_size - s0 < tile ? split_size - s0 : tile;
+            for (int kb = 0; kb < nkb; kb++) {
+                int k0 = kb * KC, kc = K - k0 < KC ? K - k0 : KC;
+                int acc = accumulate || kb > 0;
+                const float* wk = whole + whole_stride * (size_t)k0;
+                if (split_n) {
+                    pack_panels(blk, B, ldb, !transB, s0, sn, k0, kc, NR);
+                    for (int jp = 0; jp < sn; jp += NR)
+                        for (int ip = 0; ip < M; ip += MR)
+                            micro_kernel(kc, wk + (size_t)ip * kc, blk + (size_t)jp * kc, C + (size_t)ip * ldc + s0 + jp, ldc,
+                                         M - ip < MR ? M - ip : MR, sn - jp < NR ? sn - jp : NR, acc);
+                } else {
+                    pack_panels(blk, A, lda, transA, s0, sn, k0, kc, MR);
+                    for (int jp = 0; jp < N; jp += NR)
+                        for (int ip = 0; ip < sn; ip += MR)
+                            micro_kernel(kc, blk + (size_t)ip * kc, wk + (size_t)jp * kc, C + (size_t)(s0 + ip) * ldc + jp, ldc,
+                                         sn - ip < MR ? sn - ip : MR, N - jp < NR ? N - jp : NR, acc);
+                }
             }
-            if (K == 0 && !accumulate)
-                for (int i = 0; i < mc; i++) memset(C + (size_t)(i0 + i) * ldc + j0, 0, nc * sizeof(float));
         }
     }
 }
