@@ -22,13 +22,13 @@
 #define TOL_OP32 1e-4  // same, for fp32 outputs
 #define TOL_MODEL 1e-3 // two layers of chained fp32 ops, normalised per tensor
 #define TOL_LOSS 1e-4  // absolute, on a loss of ~5.3
-#define TOL_STEPS 1e-2 // AdamW update after 10 steps, L2-relative (see check_steps)
+#define TOL_STEPS 1e-2 // AdamW update after 10 steps, L2-relative (see test_steps)
 #else
 #define TOL_OP 1e-2    // bf16 outputs: rounding ≤ 2^-9 relative, plus bf16 intermediates (attention's P, dS)
 #define TOL_OP32 1e-3  // fp32 outputs (weight gradients) from bf16 inputs: summation order only
-#define TOL_MODEL 5e-2 // every activation rounded to bf16 through two layers, against an fp32 model
+#define TOL_MODEL 3e-2 // every activation rounded to bf16 through two layers, against an fp32 model (seen: <1e-2)
 #define TOL_LOSS 2e-2  // absolute
-#define TOL_STEPS 0.5  // Adam moves elements with near-zero gradients by ±lr whatever their sign, see check_steps
+#define TOL_STEPS 0.25 // Adam moves elements with near-zero gradients by ±lr whatever their sign (see test_steps; seen: <0.06)
 #endif
 
 static int g_all_ok = 1;
@@ -559,7 +559,9 @@ static void test_model_split(const ModelCase* mc, const CpuRun* c) {
 // After the steps the parameter *updates* (p - p0) are compared L2-relatively per tensor: Adam moves
 // every element by about lr whatever its gradient's size, so elements whose gradient is within the
 // backends' difference of zero may move either way; in bf16 that is a few percent of the elements,
-// hence the loose bf16 bound (a wrong update formula shows up in the AdamW test above, bitwise-close).
+// hence the looser bf16 bound (a wrong update formula shows up in the AdamW test above). The key bias
+// (qkvb's middle third) is left out: its gradient is exactly zero in exact arithmetic (softmax is
+// invariant to adding q·b_k to every score of a query), so both sides move it by ±lr on rounding noise.
 static void test_steps(const ModelCase* mc, int steps) {
     const GPT2Config* cfg = &mc->cfg;
     int B = mc->B, T = mc->T, BT = B * T, C = cfg->channels;
@@ -615,13 +617,15 @@ static void test_steps(const ModelCase* mc, int steps) {
         size_t nonfinite = 0;
         for (size_t j = off; j < off + sizes[i]; j++) {
             if (!isfinite(pg[j])) nonfinite++;
+            if (i == 5 && (j - off) % (3 * C) >= (size_t)C && (j - off) % (3 * C) < 2 * (size_t)C) continue; // key bias, see above
             double dg = (double)pg[j] - mc->params[j], dc = (double)p[j] - mc->params[j];
             num += (dg - dc) * (dg - dc);
             den += dc * dc;
         }
         double rel = den > 0 ? sqrt(num / den) : sqrt(num);
         int ok = nonfinite == 0 && rel <= TOL_STEPS;
-        printf("  %-30s update L2 rel diff %9.3e  tol %.0e  %s\n", gpt2_param_name(i), rel, TOL_STEPS, ok ? "OK" : "NOT OK");
+        printf("  %-30s update L2 rel diff %9.3e  tol %.0e  %s%s\n", gpt2_param_name(i), rel, TOL_STEPS, ok ? "OK" : "NOT OK",
+               i == 5 ? "  (query and value biases; the key bias's gradient is exactly 0)" : "");
         if (!ok) g_all_ok = 0;
         off += sizes[i];
     }

@@ -11,13 +11,17 @@ fail() { FAILED=$((FAILED+1)); echo "FAIL $*"; }
 # check NAME CMD...: passes when CMD exits 0
 check() {
     local name=$1; shift
-    if "$@" >"$TMP/out" 2>"$TMP/err"; then ok "$name"; else fail "$name (exit $?)"; tail -5 "$TMP/err" | sed 's/^/     /'; fi
+    # output lands in $TMP/out and $TMP/err only when the command is done, so a check may grep the previous one's
+    "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
+    mv "$TMP/out.new" "$TMP/out"; mv "$TMP/err.new" "$TMP/err"
+    if [ $rc -eq 0 ]; then ok "$name"; else fail "$name (exit $rc)"; tail -5 "$TMP/err" | sed 's/^/     /'; fi
 }
 
 # refuse NAME REGEX CMD...: passes when CMD exits non-zero, does not crash (signal), and stderr matches REGEX
 refuse() {
     local name=$1 re=$2; shift 2
-    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
+    mv "$TMP/out.new" "$TMP/out"; mv "$TMP/err.new" "$TMP/err"
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
         ok "$name: $(head -1 "$TMP/err" | cut -c1-140)"
     else

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# train_tdpipe end to end on one process: convergence on the built-in data, bitwise determinism
+# across thread counts, llm.c model files in and out, shards, the YAML config, and every refusal of
+# bad input. Run from the repository root after `make`.
+source tests/lib.sh
+MS=${MS:-build/dev/data/make_shards}
+Q="-s 0 -v 0"   # quiet: no samples, no validation unless a check asks
+losses() { grep -o '"loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f2; }
+
+# --- the built-in dataset: S = 200 steps, val loss within X = 0.05 nats of the entropy floor.
+# 32 validation micro-batches = 16384 tokens: the standard error of the mean loss is ~0.005 nats,
+# so 0.05 leaves 10 standard errors for sampling noise; a working trainer reaches ~0.02 (README).
+check "built-in data: 200 steps train" $BIN -x 200 -v 200 --val-batches 32 -s 0 -o "$TMP/conv"
+cp "$TMP/out" "$TMP/conv.out"
+gap=$(grep -o '"val_gap": [^,}]*' "$TMP/conv/log.jsonl" | tail -1 | cut -d' ' -f2)
+gap_ok() { awk -v g="$gap" 'BEGIN { exit !(g != "" && g < 0.05) }'; }
+check "built-in data: val loss within 0.05 nats of the entropy floor after 200 steps (gap $gap)" gap_ok
+check "start-up table prints the entropy floor" grep -q "entropy floor" "$TMP/conv.out"
+check "the entropy floor is 1.75 ln 2 = 1.213008 nats" grep -q "1.213008 nats/token" "$TMP/conv.out"
+check "validation lines print the gap to the floor" grep -q "gap to floor" "$TMP/conv.out"
+
+# --- determinism: the same flags give bitwise the same losses with 1 and 2 threads
+# (9 significant digits identify a float32 uniquely, so equal text means equal bits)
+OMP_NUM_THREADS=1 $BIN -x 15 $Q -o "$TMP/t1" >/dev/null 2>&1
+OMP_NUM_THREADS=2 $BIN -x 15 $Q -o "$TMP/t2" >/dev/null 2>&1
+same_losses() { [ -s "$TMP/t1/log.jsonl" ] && diff <(losses "$TMP/t1") <(losses "$TMP/t2"); }
+check "losses bitwise equal with OMP_NUM_THREADS=1 and 2" same_losses
+check "log.jsonl has one object per step with step and loss" test "$(grep -c '"step": .*"loss": ' "$TMP/t1/log.jsonl")" -eq 15
+OMP_NUM_THREADS=2 $BIN -x 15 $Q --grad-accum 2 -b 4 -o "$TMP/ga" >/dev/null 2>&1
+check "gradient accumulation runs (M = 2)" test "$(losses "$TMP/ga" | wc -l)" -eq 15
+
+# --- samples: temperature and greedy, decoded as text
+check "samples print" $BIN -x 4 -s 4 -v 0 -g 16 -o "$TMP/s"
+check "a temperature sample and a greedy sample" test "$(grep -c '^sample (' "$TMP/out")" -eq 2
+
+# --- llm.c model files: export at the end, import with -e, refusals
+check "model.bin exported in llm.c format" test "$(od -A n -t d4 -N 8 "$TMP/t1/model.bin" | xargs)" = "20240326 3"
+check "-e FILE continues from an exported model" $BIN -e "$TMP/t1/model.bin" -x 2 $Q -o "$TMP/e"
+first_after=$(losses "$TMP/e" | head -1); last_before=$(losses "$TMP/t1" | tail -1)
+lower_ok() { awk -v a="$first_after" -v b="$last_before" 'BEGIN { exit !(a < b + 0.05) }'; }
+check "the imported model starts trained (loss $first_after vs $last_before)" lower_ok
+cp "$TMP/t1/model.bin" "$TMP/bad_magic.bin"; printf '\x01\x02\x03\x04' | dd of="$TMP/bad_magic.bin" conv=notrunc 2>/dev/null
+refuse "model file with a wrong magic" "bad_magic.bin: not an llm.c model file" $BIN -e "$TMP/bad_magic.bin" -x 1 $Q -o "$TMP/r"
+head -c 5000 "$TMP/t1/model.bin" > "$TMP/trunc.bin"
+refuse "truncated model file" "trunc.bin: .*truncated" $BIN -e "$TMP/trunc.bin" -x 1 $Q -o "$TMP/r"
+refuse "missing model file" "nope.bin: cannot open" $BIN -e "$TMP/nope.bin" -x 1 $Q -o "$TMP/r"
+cp "$TMP/t1/model.bin" "$TMP/v9.bin"; printf '\x09\x00\x00\x00' | dd of="$TMP/v9.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
+refuse "model file of an unknown version" "v9.bin: model file version 9 not supported" $BIN -e "$TMP/v9.bin" -x 1 $Q -o "$TMP/r"
+refuse "-e dN with a bad depth" "depth must be 1..48" $BIN -e d0 -x 1 $Q -o "$TMP/r"
+
+# --- shards: train on llm.c token shards (byte tokenizer), refusals of bad ones
+printf 'It was the best of times, it was the worst of times, it was the age of wisdom.\n%.0s' {1..200} > "$TMP/text.txt"
+"$MS" --tokenizer bytes --val-fraction 0.1 -o "$TMP/sh" "$TMP/text.txt" >/dev/null
+check "train on byte shards with -i and -j" $BIN -i "$TMP/sh_train.bin" -j "$TMP/sh_val.bin" -x 3 -v 3 -s 3 -g 8 -o "$TMP/shards"
+check "validation on the shards prints" grep -q "^val loss" "$TMP/out"
+cp "$TMP/sh_train.bin" "$TMP/bad.bin"; printf '\x00\x00\x00\x00' | dd of="$TMP/bad.bin" conv=notrunc 2>/dev/null
+refuse "shard with a wrong magic" "bad.bin" $BIN -i "$TMP/bad.bin" -x 1 $Q -o "$TMP/r"
+refuse "shard glob that matches nothing" "nothing_here" $BIN -i "$TMP/nothing_here_*.bin" -x 1 $Q -o "$TMP/r"
+
+# --- flags: each bad value names the flag; --help lists every flag with its default
+refuse "-b 0 is out of range" "^train_tdpipe: -b: 0 is out of range" $BIN -b 0
+refuse "-l abc is not a number" "^train_tdpipe: -l: 'abc' is not a valid number" $BIN -l abc
+refuse "--clip -1 is out of range" "^train_tdpipe: --clip: -1 is out of range" $BIN --clip -1
+refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
+refuse "a flag without its value" "-x needs a value" $BIN -x
+refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
+refuse "--device of an unknown kind" "--device tpu: expected auto, cpu or cuda" $BIN --device tpu
+refuse "-o under a regular file" "cannot create the output directory|not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
+help_all() { $BIN --help > "$TMP/help" && for f in -i -j -e -o -b -t -l -u -q -c -x -v -s -g -n -y --clip --seed --grad-accum --keep --config; do grep -q -- "$f" "$TMP/help" || return 1; done; }
+check "--help lists every flag" help_all
+check "--help shows defaults" grep -q "(default: 3e-3)" "$TMP/help"
+
+# --- YAML config: the article's pipeline section and the others; flags override; unknown keys refused
+cat > "$TMP/cfg.yaml" <<YAML
+pipeline:
+  micro_batch: 2
+model:
+  batch: 4
+  seq_len: 32
+optimizer:
+  lr: 0.002
+  steps: 3
+logging:
+  val_every: 0
+  sample_every: 0
+YAML
+check "--config applies the file" $BIN --config "$TMP/cfg.yaml" -o "$TMP/y"
+check "--config: batch and micro-batches from the file" grep -q "B 4, T 32, M 2" "$TMP/out"
+check "--config: steps from the file (3 log lines)" test "$(losses "$TMP/y" | wc -l)" -eq 3
+check "a flag overrides the file" $BIN --config "$TMP/cfg.yaml" -x 2 -o "$TMP/y2"
+check "--config: -x 2 won over steps: 3" test "$(losses "$TMP/y2" | wc -l)" -eq 2
+printf 'optimizer:\n  lr: 0.1\n  momentum: 0.9\n' > "$TMP/unknown.yaml"
+refuse "config with an unknown key names it and its line" "unknown.yaml:3: unknown key 'optimizer.momentum'" $BIN --config "$TMP/unknown.yaml"
+printf 'optimizer:\n  lr: fast\n' > "$TMP/badval.yaml"
+refuse "config with a bad value" "badval.yaml:2: optimizer.lr: 'fast' is not a valid number" $BIN --config "$TMP/badval.yaml"
+printf 'optimizer: [1, 2\n' > "$TMP/broken.yaml"
+refuse "config that is not valid YAML" "broken.yaml:.*YAML error" $BIN --config "$TMP/broken.yaml"
+refuse "missing config file" "missing.yaml: cannot open" $BIN --config "$TMP/missing.yaml"
+
+finish
