@@ -68,6 +68,16 @@ $(BUILD)/dev/%: dev/%.c $(LIB)
 test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
+# ---- benchmarks: programs that print figures (never part of `make test`)
+.PHONY: bench-cpu bench-checkpoint
+bench-cpu: $(BUILD)/dev/bench_cpu
+	$(BUILD)/dev/bench_cpu 5
+# checkpoint save/load MB/s and compression on a GPT-2 124M-shape model after 3 training steps on Tiny Shakespeare
+bench-checkpoint: train_tdpipe $(BUILD)/dev/bench_checkpoint $(BUILD)/dev/data/make_shards
+	bash dev/data/prepare_tinyshakespeare.sh >/dev/null
+	./train_tdpipe -e d12 -i 'data/tinyshakespeare/ts_train.bin' -b 4 -t 64 -x 3 -s 0 -v 0 -o $(BUILD)/bench_ckpt
+	$(BUILD)/dev/bench_checkpoint $(BUILD)/bench_ckpt/ckpt_00000003.tdck
+
 # ---- CUDA targets (test_gpt2cu, dev/cuda benchmarks): begin
 # GPU_ARCH: sm_90a (H100/H200: the wgmma path; mma.sync kept as the run-time fallback) or e.g. sm_80
 # (A100: mma.sync only). test_gpt2cu is the bf16 build, build/test_gpt2cu_fp32 the fp32 one (-DENABLE_FP32).

@@ -31,6 +31,7 @@ static const ArgSpec SPECS[] = {
     {"model", 'e', "init", "model.init", A_STR, F(init), 0, 0, "d2", "llm.c model file (fp32/bf16), or dN: a fresh GPT-2 of depth N"},
     {"model", 'b', "batch", "model.batch", A_INT, F(B), 1, 65536, "8", "micro-batch size B"},
     {"model", 't', "seq-len", "model.seq_len", A_INT, F(T), 1, 1048576, "64", "sequence length T"},
+    {"model", 0, "device", "model.device", A_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
     {"optimisation", 'l', "lr", "optimizer.lr", A_FLOAT, F(lr), 0, 10, "3e-3", "peak learning rate"},
     {"optimisation", 'u', "warmup", "optimizer.warmup", A_INT, F(warmup), 0, 1e9, "20", "linear warmup steps"},
     {"optimisation", 'q', "final-lr-frac", "optimizer.final_lr_frac", A_FLOAT, F(final_lr_frac), 0, 1, "0.1", "final learning rate as a fraction of -l (cosine decay)"},
@@ -47,7 +48,6 @@ static const ArgSpec SPECS[] = {
     {"logging", 0, "val-batches", "logging.val_batches", A_INT, F(val_batches), 1, 1e6, "8", "micro-batches per validation"},
     {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps; 0 = never"},
     {"logging", 'g', "gen-tokens", "logging.gen_tokens", A_INT, F(gen_tokens), 1, 1e6, "48", "tokens per sample"},
-    {"logging", 0, "device", "model.device", A_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
 };
 #undef F

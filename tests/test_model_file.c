@@ -1,0 +1,81 @@
+// llm.c model files: fp32 export and import round trip bitwise, bf16 (version 5) import equals the
+// rounded-down fp32 values, and the refusals of bad headers and lengths.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "llmc/gpt2.h"
+#include "llmc/model_file.h"
+#include "tests/test.h"
+
+int main(void) {
+    char dir[] = "/tmp/tdpipe_mf_XXXXXX", path[256], path16[256], err[512];
+    if (!mkdtemp(dir)) return 1;
+    GPT2Config cfg = {16, 37, 128, 2, 2, 8};
+    GPT2Range all = {0, 2, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    size_t n = gpt2_param_sizes(&cfg, &all, sizes);
+    float* p = (float*)malloc(n * sizeof(float));
+    gpt2_init_full(&cfg, p, 3);
+
+    snprintf(path, sizeof(path), "%s/m.bin", dir);
+    CHECK(model_file_save(path, &cfg, p, err, sizeof(err)) == 0, "save fp32 %s", err);
+    GPT2Config got;
+    float* q = NULL;
+    CHECK(model_file_load(path, &got, &q, err, sizeof(err)) == 0, "load fp32 %s", err);
+    CHECK(q && memcmp(&got, &cfg, sizeof(cfg)) == 0, "config round trip");
+    CHECK(q && memcmp(p, q, n * sizeof(float)) == 0, "parameters round trip bitwise (%zu floats)", n);
+    free(q);
+
+    // a bf16 file: the same header with version 5, each parameter's upper 16 bits
+    snprintf(path16, sizeof(path16), "%s/m16.bin", dir);
+    FILE* f = fopen(path, "rb");
+    int h[256];
+    CHECK(fread(h, 4, 256, f) == 256, "read header");
+    fclose(f);
+    h[1] = MODEL_FILE_VERSION_BF16;
+    f = fopen(path16, "wb");
+    fwrite(h, 4, 256, f);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, p + i, 4);
+        uint16_t hi = (uint16_t)(bits >> 16);
+        fwrite(&hi, 2, 1, f);
+    }
+    fclose(f);
+    CHECK(model_file_load(path16, &got, &q, err, sizeof(err)) == 0, "load bf16 %s", err);
+    size_t bad = 0;
+    for (size_t i = 0; q && i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, p + i, 4);
+        bits &= 0xFFFF0000u;
+        float want;
+        memcpy(&want, &bits, 4);
+        bad += q[i] != want;
+    }
+    CHECK(q && bad == 0, "bf16 import gives the truncated fp32 values (%zu mismatches)", bad);
+    free(q);
+
+    // refusals: trailing data, truncation inside the parameters, an implausible shape
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "cp %s %s/t.bin && printf x >> %s/t.bin", path, dir, dir);
+    CHECK(system(cmd) == 0, "make a file with trailing data");
+    snprintf(path16, sizeof(path16), "%s/t.bin", dir);
+    CHECK(model_file_load(path16, &got, &q, err, sizeof(err)) == -1 && strstr(err, "trailing data"), "trailing data refused: %s", err);
+    snprintf(cmd, sizeof(cmd), "head -c 2000 %s > %s/s.bin", path, dir);
+    CHECK(system(cmd) == 0, "make a truncated file");
+    snprintf(path16, sizeof(path16), "%s/s.bin", dir);
+    CHECK(model_file_load(path16, &got, &q, err, sizeof(err)) == -1 && strstr(err, "truncated"), "truncation refused: %s", err);
+    h[1] = 3;
+    h[6] = 7; // C = 7 with NH = 2: heads do not divide the channels
+    snprintf(path16, sizeof(path16), "%s/h.bin", dir);
+    f = fopen(path16, "wb");
+    fwrite(h, 4, 256, f);
+    fclose(f);
+    CHECK(model_file_read_config(path16, &got, err, sizeof(err)) == -1 && strstr(err, "implausible"), "bad shape refused: %s", err);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd)) return 1;
+    free(p);
+    return test_summary();
+}
