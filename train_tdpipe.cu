@@ -145,7 +145,7 @@ static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Stage
     printf("| %-20s | %d OpenMP threads%*s |\n", "threads", omp_get_max_threads(), 32, "");
     printf("| %-20s | B %d, T %d, M %d: %d tokens per step%*s |\n", "batch", a->B, a->T, a->grad_accum, a->B * a->T * a->grad_accum, 10, "");
     printf("| %-20s | weights+grads+AdamW %.1f MiB, activations %.1f MiB |\n", "memory", 4.0 * s->num_params * 4 * mib,
-           (act_floats + s->gacts.num_floats) * 4.0 * mib);
+           (act_floats + s->gacts[0].num_floats) * 4.0 * mib);
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each |\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
         printf("| %-20s | %.6f nats/token (exact entropy rate: no model can go lower) |\n", "entropy floor", d->source.entropy_rate);

@@ -67,20 +67,27 @@ void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed)
     }
 }
 
-void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* full, float* stage) {
+// copies each tensor of range r between its place in a full-model buffer and a stage buffer
+static void copy_slice(const GPT2Config* cfg, const GPT2Range* r, float* full, float* stage, int to_stage) {
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t fs[GPT2_NUM_PARAM_TENSORS], ss[GPT2_NUM_PARAM_TENSORS], per_layer[GPT2_NUM_PARAM_TENSORS];
     gpt2_param_sizes(cfg, &all, fs);
     gpt2_param_sizes(cfg, r, ss);
     layer_sizes(cfg->channels, per_layer);
-    const float* src = full;
-    float* dst = stage;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        if (gpt2_param_is_layer(i)) memcpy(dst, src + per_layer[i] * r->l0, ss[i] * sizeof(float));
-        else if (ss[i]) memcpy(dst, src, ss[i] * sizeof(float));
-        src += fs[i];
-        dst += ss[i];
+        float* f = full + (gpt2_param_is_layer(i) ? per_layer[i] * r->l0 : 0);
+        if (ss[i]) memcpy(to_stage ? stage : f, to_stage ? f : stage, ss[i] * sizeof(float));
+        full += fs[i];
+        stage += ss[i];
     }
+}
+
+void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* full, float* stage) {
+    copy_slice(cfg, r, (float*)full, stage, 1);
+}
+
+void gpt2_unslice_params(const GPT2Config* cfg, const GPT2Range* r, const float* stage, float* full) {
+    copy_slice(cfg, r, full, (float*)stage, 0);
 }
 
 // lays out `n` float arrays of the given sizes in one allocation; zero sizes give NULL

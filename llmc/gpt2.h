@@ -106,6 +106,8 @@ int gpt2_param_is_layer(int i);
 void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed);
 // copies a stage's slice out of a full-model buffer (both laid out by gpt2_param_sizes)
 void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* full, float* stage);
+// the inverse: writes a stage's tensors into their places in a full-model buffer
+void gpt2_unslice_params(const GPT2Config* cfg, const GPT2Range* r, const float* stage, float* full);
 
 void gpt2_acts_alloc(GPT2Acts* a, const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_acts_free(GPT2Acts* a);

@@ -13,54 +13,104 @@ void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int 
     s->T = T;
     s->num_params = gpt2_param_sizes(cfg, r, s->sizes);
     s->params = (float*)calloc_check(s->num_params, sizeof(float));
-    s->grads = (float*)calloc_check(s->num_params, sizeof(float));
     s->adam_m = (float*)calloc_check(s->num_params, sizeof(float));
     s->adam_v = (float*)calloc_check(s->num_params, sizeof(float));
     gpt2_point_params(&s->p, s->params, s->sizes);
-    gpt2_point_params(&s->g, s->grads, s->sizes);
-    if (r->has_head) s->dwte_head = (float*)calloc_check(s->sizes[0], sizeof(float));
     s->n_slots = n_slots;
     s->acts = (GPT2Acts*)calloc_check(n_slots, sizeof(GPT2Acts));
     for (int i = 0; i < n_slots; i++) gpt2_acts_alloc(&s->acts[i], cfg, r, B, T);
-    gpt2_grad_acts_alloc(&s->gacts, cfg, r, B, T);
+    stage_reserve(s, 1, 1, 0);
+}
+
+void stage_reserve(Stage* s, int n_gacts, int n_grad_slots, int n_stash) {
+    if (n_gacts > s->n_gacts) {
+        s->gacts = (GPT2GradActs*)realloc(s->gacts, n_gacts * sizeof(GPT2GradActs));
+        if (!s->gacts) td_fatal("out of memory for %d activation-gradient buffers", n_gacts);
+        for (int i = s->n_gacts; i < n_gacts; i++) gpt2_grad_acts_alloc(&s->gacts[i], &s->cfg, &s->range, s->B, s->T);
+        s->n_gacts = n_gacts;
+    }
+    if (n_grad_slots > s->n_grad_slots) {
+        s->grad_slots = (float**)realloc(s->grad_slots, n_grad_slots * sizeof(float*));
+        s->dwte_head_slots = (float**)realloc(s->dwte_head_slots, n_grad_slots * sizeof(float*));
+        if (!s->grad_slots || !s->dwte_head_slots) td_fatal("out of memory for %d gradient slots", n_grad_slots);
+        for (int i = s->n_grad_slots; i < n_grad_slots; i++) {
+            s->grad_slots[i] = (float*)calloc_check(s->num_params, sizeof(float));
+            s->dwte_head_slots[i] = s->range.has_head ? (float*)calloc_check(s->sizes[0], sizeof(float)) : NULL;
+        }
+        s->n_grad_slots = n_grad_slots;
+        stage_use_grad_slot(s, 0);
+    }
+    if (n_stash > s->n_stash) {
+        s->stash = (float**)realloc(s->stash, n_stash * sizeof(float*));
+        s->stash_version = (int*)realloc(s->stash_version, n_stash * sizeof(int));
+        s->stash_views = (ParameterTensors*)realloc(s->stash_views, n_stash * sizeof(ParameterTensors));
+        if (!s->stash || !s->stash_version || !s->stash_views) td_fatal("out of memory for %d weight stashes", n_stash);
+        for (int i = s->n_stash; i < n_stash; i++) {
+            s->stash[i] = (float*)malloc_check(s->num_params * sizeof(float));
+            s->stash_version[i] = -1;
+            gpt2_point_params(&s->stash_views[i], s->stash[i], s->sizes);
+        }
+        s->n_stash = n_stash;
+    }
+}
+
+void stage_use_grad_slot(Stage* s, int k) {
+    s->grads = s->grad_slots[k];
+    s->dwte_head = s->dwte_head_slots[k];
+    gpt2_point_params(&s->g, s->grads, s->sizes);
+}
+
+const ParameterTensors* stage_weights(const Stage* s, int version) {
+    if (version == s->version) return &s->p;
+    for (int i = 0; i < s->n_stash; i++)
+        if (s->stash_version[i] == version) return &s->stash_views[i];
+    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", s->range.l0, s->range.l1, version, s->version);
+}
+
+void stage_stash_current(Stage* s) {
+    for (int i = 0; i < s->n_stash; i++)
+        if (s->stash_version[i] < 0) {
+            memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
+            s->stash_version[i] = s->version;
+            return;
+        }
+    td_fatal("stage [%d, %d): no free stash slot for version %d (%d slots)", s->range.l0, s->range.l1, s->version, s->n_stash);
+}
+
+void stage_release_stash(Stage* s, int version) {
+    for (int i = 0; i < s->n_stash; i++)
+        if (s->stash_version[i] == version) s->stash_version[i] = -1;
 }
 
 void stage_free(Stage* s) {
     for (int i = 0; i < s->n_slots; i++) gpt2_acts_free(&s->acts[i]);
-    gpt2_grad_acts_free(&s->gacts);
+    for (int i = 0; i < s->n_gacts; i++) gpt2_grad_acts_free(&s->gacts[i]);
+    for (int i = 0; i < s->n_grad_slots; i++) {
+        free(s->grad_slots[i]);
+        free(s->dwte_head_slots[i]);
+    }
+    for (int i = 0; i < s->n_stash; i++) free(s->stash[i]);
+    free(s->gacts);
+    free(s->grad_slots);
+    free(s->dwte_head_slots);
+    free(s->stash);
+    free(s->stash_version);
+    free(s->stash_views);
     free(s->acts);
     free(s->params);
-    free(s->grads);
     free(s->adam_m);
     free(s->adam_v);
-    free(s->dwte_head);
     memset(s, 0, sizeof(*s));
 }
 
-// visits each of the stage's tensors with its offset in the stage buffer and in a full-model buffer
-static void map_tensors(const Stage* s, void (*fn)(float* stage, float* full, size_t n, void* ctx), float* stage_buf, float* full, void* ctx) {
-    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-    size_t fs[GPT2_NUM_PARAM_TENSORS];
-    gpt2_param_sizes(&s->cfg, &all, fs);
-    size_t so = 0, fo = 0;
-    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        size_t skip = gpt2_param_is_layer(i) ? fs[i] / s->cfg.num_layers * s->range.l0 : 0;
-        if (s->sizes[i]) fn(stage_buf + so, full + fo + skip, s->sizes[i], ctx);
-        so += s->sizes[i];
-        fo += fs[i];
-    }
-}
-static void copy_in(float* stage, float* full, size_t n, void* ctx) { memcpy(stage, full, n * sizeof(float)); }
-static void copy_out(float* stage, float* full, size_t n, void* ctx) { memcpy(full, stage, n * sizeof(float)); }
-
-void stage_load_params(Stage* s, const float* full) { map_tensors(s, copy_in, s->params, (float*)full, NULL); }
-void stage_store_params(const Stage* s, float* full) { map_tensors(s, copy_out, s->params, full, NULL); }
+void stage_load_params(Stage* s, const float* full) { gpt2_slice_params(&s->cfg, &s->range, full, s->params); }
+void stage_store_params(const Stage* s, float* full) { gpt2_unslice_params(&s->cfg, &s->range, s->params, full); }
 
 float stage_forward(Stage* s, int slot) { return gpt2_forward(&s->cfg, &s->range, &s->p, &s->acts[slot], 1); }
 
 void stage_backward(Stage* s, int slot, const float* dx_out, float dloss) {
-    gpt2_backward_input(&s->cfg, &s->range, &s->p, &s->acts[slot], &s->gacts, dx_out, dloss);
-    gpt2_backward_weight(&s->cfg, &s->range, &s->acts[slot], &s->gacts, &s->g, s->dwte_head);
+    gpt2_backward_input(&s->cfg, &s->range, &s->p, &s->acts[slot], &s->gacts[0], dx_out, dloss);
+    gpt2_backward_weight(&s->cfg, &s->range, &s->acts[slot], &s->gacts[0], &s->g, s->dwte_head);
 }
 
 void stage_tie_embedding_local(Stage* s) {
@@ -102,6 +152,7 @@ void stage_update(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_
                          opt->eps, is_matrix ? opt->weight_decay : 0.0f, t, grad_scale);
         off += s->sizes[i];
     }
+    s->version++;
 }
 
 void stage_zero_grad(Stage* s) {

@@ -1,5 +1,6 @@
-// A pipeline stage: the model's layer range [l0, l1) with its weights, gradient accumulation,
-// AdamW moments and the activations of its in-flight micro-batches. P = 1: the one stage is the model.
+// A pipeline stage: the model's layer range [l0, l1) with its weights (and stashed older versions),
+// the gradient cache (a ring of accumulation slots keyed by step), AdamW moments and the
+// activations of its in-flight micro-batches. P = 1: the one stage is the model.
 #pragma once
 #include "llmc/adamw.h"
 #include "llmc/gpt2.h"
@@ -15,17 +16,40 @@ typedef struct {
     size_t num_params;
     float* params;       // (num_params) fp32 master weights
     ParameterTensors p;  // views into params
-    float* grads;        // (num_params) gradient accumulated over the step's micro-batches
+    int version;         // optimizer updates applied to params
+    float* grads;        // (num_params) the active gradient slot: accumulated over a step's micro-batches
     ParameterTensors g;
     float* dwte_head;    // (Vp, C) the LM head's share of wte's gradient (last stage), or NULL
     float* adam_m;       // (num_params)
     float* adam_v;       // (num_params)
     int n_slots;
     GPT2Acts* acts;      // (n_slots) activations of micro-batches in flight
-    GPT2GradActs gacts;  // gradients of activations between the two halves of backward
+    int n_gacts;
+    GPT2GradActs* gacts; // (n_gacts) gradients of activations between the two halves of backward
+    // the gradient cache: n_grad_slots accumulation slots; step t accumulates into slot t % n_grad_slots
+    int n_grad_slots;
+    float** grad_slots;      // (n_grad_slots)[num_params]
+    float** dwte_head_slots; // (n_grad_slots)[Vp*C] or NULLs
+    // weight stashing: copies of older versions still referenced by in-flight micro-batches
+    int n_stash;
+    float** stash;           // (n_stash)[num_params]
+    int* stash_version;      // (n_stash) version held, -1 when free
+    ParameterTensors* stash_views; // (n_stash)
 } Stage;
 
+// one activation slot, one gradient slot, no stash: what a single process running its
+// micro-batches one after another needs; stage_reserve adds the pipeline's extra buffers
 void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots);
+// grows to n_gacts activation-gradient buffers, n_grad_slots gradient slots and n_stash stashes
+void stage_reserve(Stage* s, int n_gacts, int n_grad_slots, int n_stash);
+// points grads / g / dwte_head at gradient slot k
+void stage_use_grad_slot(Stage* s, int k);
+// the weights of `version`: the current ones or a stash (td_fatal if neither holds it)
+const ParameterTensors* stage_weights(const Stage* s, int version);
+// copies the current weights into a free stash slot (before an update, when in-flight
+// micro-batches still need this version for their backward)
+void stage_stash_current(Stage* s);
+void stage_release_stash(Stage* s, int version);
 void stage_free(Stage* s);
 // copies this stage's slice of a full model's parameters (laid out for [0, L) with embed and head)
 void stage_load_params(Stage* s, const float* full);
