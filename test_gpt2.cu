@@ -646,6 +646,9 @@ int main(int argc, char** argv) {
     cuda_device_init(0);
     printf("test_gpt2cu: %s build, device %s (sm_%d%d, %d SMs)\n", PRECISION_NAME, g_device_prop.name, g_device_prop.major,
            g_device_prop.minor, g_device_prop.multiProcessorCount);
+#ifndef ENABLE_FP32
+    printf("matmul tdpipe: %s\n", gemm_wgmma_available() ? "wgmma + TMA kernel (sm_90a)" : "mma.sync kernel (no sm_90a code for this device)");
+#endif
     Rng rng;
     rng_init(&rng, 42);
 
@@ -659,6 +662,7 @@ int main(int argc, char** argv) {
         test_matmul(&rng, 256, 128, 384, backends[i]);  // the test model's shapes
         test_matmul(&rng, 200, 72, 136, backends[i]);   // partial tiles in M, N and K
         test_matmul(&rng, 512, 256, 1024, backends[i]); // several tiles each way
+        test_matmul(&rng, 2048, 128, 128, backends[i]); // dweight split along its depth (split-K)
     }
     test_attention(&rng, 2, 80, 128, 2, 0); // T not a multiple of the tiles
     test_attention(&rng, 1, 256, 192, 3, 0);

@@ -44,6 +44,8 @@ __global__ void __launch_bounds__(CLS_THREADS) classifier_kernel(floatX* logits,
             sm_m[w] = m;
             sm_s[w] = s;
         }
+        // the target's logit, read before the barrier: after it, GRAD overwrites the row in place
+        float target_logit = (tid == 0 && targets) ? to_float(x[targets[row]]) : 0.0f;
         __syncthreads();
         m = sm_m[0];
         s = sm_s[0];
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(CLS_THREADS) classifier_kernel(floatX* logits,
         L = m + logf(s);
         if (tid == 0) {
             lse[row] = L;
-            if (targets) losses[row] = L - to_float(x[targets[row]]);
+            if (targets) losses[row] = L - target_logit;
         }
     } else {
         L = lse[row];

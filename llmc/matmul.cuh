@@ -327,9 +327,9 @@ static inline void gemm_simt(const GemmParams& p, int a_kmajor, int b_kmajor) {
 
 #ifndef ENABLE_FP32
 // ==== wgmma + TMA kernel (bf16, sm_90a) ============================================================
-// Block tile 128 x 128 x 64, two warpgroups of 128 threads, each owning 64 rows: one
+// Block tile 128 x 128 x 64, two warpgroups of 128 threads, each owning 64 rows, two blocks per SM: one
 // wgmma.m64n128k16 per 16 of depth. Thread 0 loads the tiles with the bulk tensor copy engine (TMA)
-// into a 4-stage ring, 128-byte swizzled, each stage completing on its mbarrier. A K-major operand is
+// into a 3-stage ring, 128-byte swizzled, each stage completing on its mbarrier. A K-major operand is
 // one box [rows][64 k] (rows of 128 bytes); an MN-major one is two boxes [64 k][64 rows], read by
 // wgmma transposed. Shared-memory matrix descriptors (PTX ISA "matrix descriptor"; the canonical
 // layouts are CUTLASS's make_gmma_desc): K-major: SBO = 1024 (8 rows of 128 B), +32 B per 16 of depth;
@@ -341,7 +341,7 @@ static inline void gemm_simt(const GemmParams& p, int a_kmajor, int b_kmajor) {
 #define WG_BM 128
 #define WG_BN 128
 #define WG_BK 64
-#define WG_STAGES 4
+#define WG_STAGES 3
 #define WG_THREADS 256
 #define WG_TILE_BYTES (128 * WG_BK * 2)        // one operand's stage: 16 KB
 #define WG_STAGE_BYTES (2 * WG_TILE_BYTES)
@@ -398,11 +398,13 @@ template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db) {
     asm volatile(
         "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %68, 0;\n" // scale-d: 1, accumulate into d
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
         "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, "
         "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, 1, 1, 1, %66, %67;\n"
+        "%64, %65, p, 1, 1, %66, %67;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
           "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -411,12 +413,12 @@ __device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint6
           "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),
           "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
           "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "n"(TA), "n"(TB));
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
 }
 #endif // TDPIPE_WGMMA
 
 template <bool AK, bool BK, typename OutT>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+__global__ void __launch_bounds__(WG_THREADS, 2)
     gemm_wgmma_kernel(GemmParams p, const __grid_constant__ CUtensorMap tma, const __grid_constant__ CUtensorMap tmb) {
 #ifdef TDPIPE_WGMMA
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];

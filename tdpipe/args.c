@@ -2,13 +2,14 @@
 #include "args.h"
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "config.h"
 #include "llmc/common.h"
 
-typedef enum { A_INT, A_LONG, A_FLOAT, A_STR } ArgType;
+typedef enum { A_INT, A_LONG, A_FLOAT, A_STR, A_BOOL } ArgType; // A_BOOL: a flag without a value
 typedef struct {
     const char* group; // data, model, optimisation, checkpoints, logging
     char short_name;   // 0 if none
@@ -38,7 +39,8 @@ static const ArgSpec SPECS[] = {
     {"optimisation", 'c', "weight-decay", "optimizer.weight_decay", A_FLOAT, F(weight_decay), 0, 10, "0.0", "AdamW weight decay (2-D matrices only)"},
     {"optimisation", 0, "clip", "optimizer.clip", A_FLOAT, F(clip), 0, 1e9, "1.0", "global gradient-norm clipping threshold; 0 = off"},
     {"optimisation", 'x', "steps", "optimizer.steps", A_INT, F(steps), 1, 1e9, "300", "training steps"},
-    {"optimisation", 0, "grad-accum", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step (gradient accumulation), M"},
+    {"optimisation", 0, "micro-batches", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step and replica (gradient accumulation), M"},
+    {"optimisation", 0, "grad-accum", NULL, A_INT, F(grad_accum), 1, 1e6, "1", "the same as --micro-batches"},
     {"optimisation", 0, "seed", "optimizer.seed", A_LONG, F(seed), 0, 9.2e18, "1337", "seed for initialisation, data order and sampling"},
     {"checkpoints", 'o', "out", "checkpoint.out_dir", A_STR, F(out_dir), 0, 0, "out", "output directory: log.jsonl, checkpoints, model.bin"},
     {"checkpoints", 'n', "ckpt-every", "checkpoint.every", A_INT, F(ckpt_every), 0, 1e9, "0", "write a checkpoint every N steps (and at the end); 0 = at the end only"},
@@ -49,6 +51,16 @@ static const ArgSpec SPECS[] = {
     {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps; 0 = never"},
     {"logging", 'g', "gen-tokens", "logging.gen_tokens", A_INT, F(gen_tokens), 1, 1e6, "48", "tokens per sample"},
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
+    {"logging", 0, "trace", "logging.trace", A_STR, F(trace_path), 0, 0, "", "write a Chrome trace (Perfetto) of every pipeline op to FILE"},
+    {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
+    {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "1f1b", "gpipe | 1f1b | zbh1 | tdpipe"},
+    {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches, or auto (W = ceil(P (1 - beta)))"},
+    {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_INT, F(grad_cache), 0, 1024, "0", "gradient-cache slots per stage; 0 = as many as the schedule needs"},
+    {"pipeline", 0, "partition", "pipeline.partition", A_STR, F(partition), 0, 0, "auto", "layers per stage: auto (cost model + DP) | uniform | 4,4,3,1"},
+    {"pipeline", 0, "consistency-every", "pipeline.consistency_every", A_INT, F(consistency_every), 1, 1e9, "50", "tdpipe: flush, check and allow checkpoints every K steps"},
+    {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and exit"},
+    {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},
+    {"pipeline", 0, "synthetic-compute", "pipeline.synthetic_compute", A_BOOL, F(synthetic), 0, 1, "0", "replace the model by timed waits from a cost model"},
 };
 #undef F
 #define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
@@ -61,6 +73,15 @@ static int set_value(TrainArgs* a, const ArgSpec* s, const char* value, const ch
             return -1;
         }
         strcpy(p, value);
+        return 0;
+    }
+    if (s->type == A_BOOL) {
+        int v = !strcmp(value, "1") || !strcmp(value, "true") ? 1 : !strcmp(value, "0") || !strcmp(value, "false") ? 0 : -1;
+        if (v < 0) {
+            snprintf(err, errlen, "%s: '%s' is not a boolean (true/false/1/0)", shown, value);
+            return -1;
+        }
+        *(int*)p = v;
         return 0;
     }
     char* end;
@@ -119,37 +140,41 @@ static const ArgSpec* find_flag(const char* arg) {
     return NULL;
 }
 
+// every rank parses the same flags and fails the same way: rank 0 alone says why
+static void args_fail(const char* fmt, ...) {
+    if (g_rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
+    exit(1);
+}
+
 void args_parse(TrainArgs* a, int argc, char** argv) {
     char err[1200];
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            args_print_help(stdout);
+            if (g_rank == 0) args_print_help(stdout);
             exit(0);
         }
     // the config file first, so that flags override it
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--config")) {
-            if (config_load_yaml(a, argv[i + 1], err, sizeof(err))) {
-                fprintf(stderr, "train_tdpipe: --config %s\n", err);
-                exit(1);
-            }
+            if (config_load_yaml(a, argv[i + 1], err, sizeof(err))) args_fail("train_tdpipe: --config %s", err);
         }
     for (int i = 1; i < argc; i++) {
         const ArgSpec* s = find_flag(argv[i]);
-        if (!s) {
-            fprintf(stderr, "train_tdpipe: unknown flag '%s' (see --help)\n", argv[i]);
-            exit(1);
-        }
+        if (!s) args_fail("train_tdpipe: unknown flag '%s' (see --help)", argv[i]);
         char shown[64];
         if (s->short_name && argv[i][1] != '-') snprintf(shown, sizeof(shown), "-%c", s->short_name);
         else snprintf(shown, sizeof(shown), "--%s", s->long_name);
-        if (i + 1 >= argc) {
-            fprintf(stderr, "train_tdpipe: %s needs a value\n", shown);
-            exit(1);
+        if (s->type == A_BOOL) {
+            *(int*)((char*)a + s->offset) = 1;
+            continue;
         }
-        if (set_value(a, s, argv[++i], shown, err, sizeof(err))) {
-            fprintf(stderr, "train_tdpipe: %s\n", err);
-            exit(1);
-        }
+        if (i + 1 >= argc) args_fail("train_tdpipe: %s needs a value", shown);
+        if (set_value(a, s, argv[++i], shown, err, sizeof(err))) args_fail("train_tdpipe: %s", err);
     }
 }

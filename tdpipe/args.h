@@ -23,7 +23,7 @@ typedef struct {
     float weight_decay;       // -c
     float clip;               // --clip  0 = off
     int steps;                // -x  (-1: one epoch of the training data, capped)
-    int grad_accum;           // --grad-accum  micro-batches per step (M)
+    int grad_accum;           // --micro-batches (--grad-accum)  micro-batches per step per replica (M)
     long seed;                // --seed
     // checkpoints
     char out_dir[1024];       // -o
@@ -36,6 +36,17 @@ typedef struct {
     int sample_every;         // -s
     int gen_tokens;           // -g
     char config_path[1024];   // --config
+    // pipeline
+    int stages;               // --stages P (the rank count is P x D)
+    char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe
+    char aew[16];             // --aew W|auto  TD-Pipe's asynchronous execution window
+    int grad_cache;           // --grad-cache  gradient-cache slots; 0 = what the schedule needs
+    char partition[256];      // --partition auto|uniform|4,4,3,1
+    int consistency_every;    // --consistency-every K  TD-Pipe flushes (and checks) every K steps
+    int print_schedule;       // --print-schedule  print each stage's op list and exit
+    char trace_path[1024];    // --trace FILE  Chrome trace of every op
+    float jitter;             // --jitter beta  extra op time with coefficient of variation beta
+    int synthetic;            // --synthetic-compute  timed waits from a cost model instead of the model
     char device[16];          // --device auto|cpu|cuda
 } TrainArgs;
 

@@ -16,13 +16,16 @@ void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int 
     s->adam_m = (float*)calloc_check(s->num_params, sizeof(float));
     s->adam_v = (float*)calloc_check(s->num_params, sizeof(float));
     gpt2_point_params(&s->p, s->params, s->sizes);
-    s->n_slots = n_slots;
-    s->acts = (GPT2Acts*)calloc_check(n_slots, sizeof(GPT2Acts));
-    for (int i = 0; i < n_slots; i++) gpt2_acts_alloc(&s->acts[i], cfg, r, B, T);
-    stage_reserve(s, 1, 1, 0);
+    stage_reserve(s, n_slots, 1, 1, 0);
 }
 
-void stage_reserve(Stage* s, int n_gacts, int n_grad_slots, int n_stash) {
+void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash) {
+    if (n_slots > s->n_slots) {
+        s->acts = (GPT2Acts*)realloc(s->acts, n_slots * sizeof(GPT2Acts));
+        if (!s->acts) td_fatal("out of memory for %d activation slots", n_slots);
+        for (int i = s->n_slots; i < n_slots; i++) gpt2_acts_alloc(&s->acts[i], &s->cfg, &s->range, s->B, s->T);
+        s->n_slots = n_slots;
+    }
     if (n_gacts > s->n_gacts) {
         s->gacts = (GPT2GradActs*)realloc(s->gacts, n_gacts * sizeof(GPT2GradActs));
         if (!s->gacts) td_fatal("out of memory for %d activation-gradient buffers", n_gacts);

@@ -40,8 +40,9 @@ typedef struct {
 // one activation slot, one gradient slot, no stash: what a single process running its
 // micro-batches one after another needs; stage_reserve adds the pipeline's extra buffers
 void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots);
-// grows to n_gacts activation-gradient buffers, n_grad_slots gradient slots and n_stash stashes
-void stage_reserve(Stage* s, int n_gacts, int n_grad_slots, int n_stash);
+// grows to n_slots activation slots, n_gacts activation-gradient buffers, n_grad_slots gradient
+// slots and n_stash weight stashes (never shrinks)
+void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash);
 // points grads / g / dwte_head at gradient slot k
 void stage_use_grad_slot(Stage* s, int k);
 // the weights of `version`: the current ones or a stash (td_fatal if neither holds it)

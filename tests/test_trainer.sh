@@ -5,7 +5,7 @@
 source tests/lib.sh
 MS=${MS:-build/dev/data/make_shards}
 Q="-s 0 -v 0"   # quiet: no samples, no validation unless a check asks
-losses() { grep -o '"loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f2; }
+losses() { grep -o ', "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f3; }
 
 # --- the built-in dataset: S = 200 steps, val loss within X = 0.05 nats of the entropy floor.
 # 32 validation micro-batches = 16384 tokens: the standard error of the mean loss is ~0.005 nats,
@@ -25,7 +25,7 @@ OMP_NUM_THREADS=1 $BIN -x 15 $Q -o "$TMP/t1" >/dev/null 2>&1
 OMP_NUM_THREADS=2 $BIN -x 15 $Q -o "$TMP/t2" >/dev/null 2>&1
 same_losses() { [ -s "$TMP/t1/log.jsonl" ] && diff <(losses "$TMP/t1") <(losses "$TMP/t2"); }
 check "losses bitwise equal with OMP_NUM_THREADS=1 and 2" same_losses
-check "log.jsonl has one object per step with step and loss" test "$(grep -c '"step": .*"loss": ' "$TMP/t1/log.jsonl")" -eq 15
+check "log.jsonl has one object per step with step and loss" test "$(grep -c '^{"step": [0-9]*, "loss": ' "$TMP/t1/log.jsonl")" -eq 15
 OMP_NUM_THREADS=2 $BIN -x 15 $Q --grad-accum 2 -b 4 -o "$TMP/ga" >/dev/null 2>&1
 check "gradient accumulation runs (M = 2)" test "$(losses "$TMP/ga" | wc -l)" -eq 15
 

@@ -1,0 +1,414 @@
+// The Comm interface (comm.h) over MPI when built with -DTD_MPI and launched by mpirun; otherwise
+// the single-process versions (P = D = 1): collectives copy or do nothing, there are no peers.
+#include "tdpipe/comm.h"
+#include "llmc/common.h"
+#include <limits.h>
+#include <stdarg.h>
+#include <string.h>
+#ifdef TD_MPI
+#include <mpi.h>
+#endif
+
+// One message or gather carries at most INT_MAX bytes (MPI counts are int). Activations and
+// gradients for one message are far smaller, so this version refuses larger ones instead of
+// splitting them into several requests.
+static void check_bytes(size_t bytes, const char* what) {
+    if (bytes > (size_t)INT_MAX)
+        td_fatal("%s of %zu bytes exceeds the %d-byte per-message limit of this version", what, bytes, INT_MAX);
+}
+
+static int grid_error(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int env_int(const char* name, int fallback) {
+    const char* s = getenv(name);
+    return (s && *s) ? atoi(s) : fallback;
+}
+
+// the replica-ordered average every rank computes identically: out[i] = (x_0[i] + ... + x_{D-1}[i]) / D,
+// where x_q = in + q * stride; summed in exactly that order (no reassociation, no reciprocal)
+#define ORDERED_AVERAGE(T, out, in, stride, count, D)                      \
+    do {                                                                   \
+        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] = (in)[i_]; \
+        for (int q_ = 1; q_ < (D); q_++) {                                 \
+            const T* x_ = (in) + (size_t)q_ * (size_t)(stride);            \
+            for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] += x_[i_]; \
+        }                                                                  \
+        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] /= (T)(D); \
+    } while (0)
+
+#ifdef TD_MPI
+// an MPI call that fails ends the process with the rank, file, line, the call and MPI's explanation
+#define MPI_CHECK(call)                                                    \
+    do {                                                                   \
+        int e_ = (call);                                                   \
+        if (e_ != MPI_SUCCESS) {                                           \
+            char s_[MPI_MAX_ERROR_STRING];                                 \
+            int l_ = 0;                                                    \
+            if (MPI_Error_string(e_, s_, &l_) != MPI_SUCCESS) snprintf(s_, sizeof s_, "MPI error %d", e_); \
+            td_fatal("%s failed: %s", #call, s_);                          \
+        }                                                                  \
+    } while (0)
+
+// handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
+_Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
+
+#define DP_PIECE ((size_t)1 << 24) // floats per reduce-scatter round: bounds the receive buffer (64 MiB)
+static float* g_dp_recv = NULL;    // (D, chunk) the D replicas' copies of this replica's chunk; grows on demand
+static size_t g_dp_recv_cap = 0;   // floats allocated in g_dp_recv
+static int g_tag_ub = 32767;       // largest tag MPI accepts (the standard's minimum until queried)
+
+static MPI_Comm comm_of(void* p, const char* what) {
+    if (!p) td_fatal("%s used before comm_grid", what);
+    return *(MPI_Comm*)p;
+}
+
+static void* comm_box(MPI_Comm m) {
+    MPI_Comm* p = (MPI_Comm*)malloc_check(sizeof(MPI_Comm));
+    *p = m;
+    return p;
+}
+
+static void comm_unbox(void** p) {
+    if (!*p) return;
+    MPI_CHECK(MPI_Comm_free((MPI_Comm*)*p));
+    free(*p);
+    *p = NULL;
+}
+
+static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes) {
+    memset(r, 0, sizeof *r);
+    memcpy(&r->handle[0], &req, sizeof req);
+    r->handle[1] = expect_bytes;
+    r->active = 1;
+}
+
+static void check_received(const MPI_Status* st, size_t bytes) {
+    int got = 0;
+    MPI_CHECK(MPI_Get_count(st, MPI_BYTE, &got));
+    if ((size_t)got != bytes)
+        td_fatal("received %d bytes from stage %d (tag %d) where %zu were expected", got, st->MPI_SOURCE, st->MPI_TAG, bytes);
+}
+#endif
+
+static void check_peer(const Comm* c, int peer_stage, int tag, size_t bytes, const char* what) {
+    if (peer_stage < 0 || peer_stage >= c->P)
+        td_fatal("%s: stage %d does not exist (P = %d)", what, peer_stage, c->P);
+    if (peer_stage == c->stage)
+        td_fatal("%s: stage %d addressed itself (%s)", what, peer_stage,
+                 c->P == 1 ? "a single stage has no pipeline peers" : "pipeline messages go to other stages");
+#ifdef TD_MPI
+    if (tag < 0 || tag > g_tag_ub) td_fatal("%s: tag %d outside [0, %d]", what, tag, g_tag_ub);
+#else
+    (void)tag;
+#endif
+    check_bytes(bytes, what);
+}
+
+void comm_init(Comm* c, int* argc, char*** argv) {
+    memset(c, 0, sizeof *c);
+    c->world_size = 1;
+    c->P = c->D = 1;
+    c->local_ranks = 1;
+    int launched_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 0));
+    int launched = launched_size > 0 || getenv("PMIX_RANK") != NULL;
+#ifdef TD_MPI
+    if (launched) {
+        int provided = 0;
+        // FUNNELED: OpenMP threads compute, only the main thread calls MPI
+        MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+        MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)); // errors reach MPI_CHECK
+        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
+        MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
+        g_rank = c->world_rank;
+        MPI_Comm world;
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world)); // library traffic apart from any other; inherits the handler
+        c->world_comm = comm_box(world);
+        int* ub = NULL;
+        int flag = 0;
+        MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
+        if (flag && ub) g_tag_ub = *ub;
+        c->mpi = 1;
+        c->local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", 0));
+        if (c->local_ranks <= 0) { // not told by the launcher: count the ranks sharing this host's memory
+            MPI_Comm host;
+            MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, c->world_rank, MPI_INFO_NULL, &host));
+            MPI_CHECK(MPI_Comm_size(host, &c->local_ranks));
+            MPI_CHECK(MPI_Comm_free(&host));
+        }
+        // until comm_grid: the P = 1 grid it would build
+        c->D = c->world_size;
+        c->replica = c->world_rank;
+    }
+#else
+    (void)argc;
+    (void)argv;
+    if (launched_size > 1) {
+        g_rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", 0));
+        td_fatal("launched by mpirun with %d ranks, but this build has no MPI "
+                 "(install openmpi-bin and libopenmpi-dev, then rebuild)", launched_size);
+    }
+#endif
+    (void)launched;
+}
+
+int comm_grid(Comm* c, int P, char* err, size_t errlen) {
+    if (P < 1) return grid_error(err, errlen, "--stages %d: a pipeline needs at least 1 stage", P);
+    if (c->world_size % P != 0)
+        return grid_error(err, errlen, "--stages %d does not divide the %d rank%s: the rank count must be P x D%s", P,
+                          c->world_size, c->world_size == 1 ? "" : "s",
+                          c->mpi ? "" : " (launch with mpirun -np P*D)");
+    c->P = P;
+    c->D = c->world_size / P;
+    c->stage = c->world_rank % P;
+    c->replica = c->world_rank / P;
+#ifdef TD_MPI
+    if (c->mpi) {
+        comm_unbox(&c->pipe_comm);
+        comm_unbox(&c->dp_comm);
+        MPI_Comm world = comm_of(c->world_comm, "comm_grid"), pipe, dp;
+        MPI_CHECK(MPI_Comm_split(world, c->replica, c->stage, &pipe)); // rank in pipe = stage
+        MPI_CHECK(MPI_Comm_split(world, c->stage, c->replica, &dp));   // rank in dp = replica
+        c->pipe_comm = comm_box(pipe);
+        c->dp_comm = comm_box(dp);
+    }
+#endif
+    return 0;
+}
+
+void comm_finalize(Comm* c) {
+#ifdef TD_MPI
+    if (c->mpi) {
+        comm_unbox(&c->pipe_comm);
+        comm_unbox(&c->dp_comm);
+        comm_unbox(&c->world_comm);
+        free(g_dp_recv);
+        g_dp_recv = NULL;
+        g_dp_recv_cap = 0;
+        MPI_CHECK(MPI_Finalize());
+        c->mpi = 0;
+    }
+#else
+    (void)c;
+#endif
+}
+
+int comm_any(Comm* c, int flag) {
+    int in = flag != 0, out = in;
+#ifdef TD_MPI
+    if (c->mpi) MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any")));
+#else
+    (void)c;
+#endif
+    return out;
+}
+
+// --- the pipeline -------------------------------------------------------------------------------
+
+void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    check_peer(c, peer_stage, tag, bytes, "comm_isend");
+#ifdef TD_MPI
+    MPI_Request req;
+    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_isend"), &req));
+    request_store(r, req, -1);
+#else
+    (void)buf;
+    (void)r;
+#endif
+}
+
+void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    check_peer(c, peer_stage, tag, bytes, "comm_irecv");
+#ifdef TD_MPI
+    MPI_Request req;
+    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_irecv"), &req));
+    request_store(r, req, (int64_t)bytes);
+#else
+    (void)buf;
+    (void)r;
+#endif
+}
+
+void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag) {
+    check_peer(c, peer_stage, tag, bytes, "comm_recv");
+#ifdef TD_MPI
+    MPI_Status st;
+    MPI_CHECK(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_recv"), &st));
+    check_received(&st, bytes);
+#else
+    (void)buf;
+#endif
+}
+
+void comm_wait(Comm* c, CommRequest* r) {
+    (void)c;
+    if (!r->active) return;
+#ifdef TD_MPI
+    MPI_Request req;
+    memcpy(&req, &r->handle[0], sizeof req);
+    MPI_Status st;
+    MPI_CHECK(MPI_Wait(&req, &st));
+    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
+#endif
+    r->active = 0;
+}
+
+int comm_test(Comm* c, CommRequest* r) {
+    (void)c;
+    if (!r->active) return 1;
+#ifdef TD_MPI
+    MPI_Request req;
+    memcpy(&req, &r->handle[0], sizeof req);
+    MPI_Status st;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req, &done, &st));
+    memcpy(&r->handle[0], &req, sizeof req); // MPI_Test frees a completed request
+    if (!done) return 0;
+    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
+#endif
+    r->active = 0;
+    return 1;
+}
+
+// Exact only because the caller guarantees each element has at most one nonzero contributor
+// (x + 0 = x in any order); a -0.0 contribution comes back as +0.0. out may equal in.
+void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r) {
+    memset(r, 0, sizeof *r);
+    if (n < 0) td_fatal("comm_pipe_sum_start: n = %d", n);
+#ifdef TD_MPI
+    if (c->mpi && c->P > 1) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_DOUBLE, MPI_SUM,
+                                 comm_of(c->pipe_comm, "comm_pipe_sum_start"), &req));
+        request_store(r, req, -1);
+        return;
+    }
+#else
+    (void)c;
+#endif
+    if (n && in != out) memmove(out, in, (size_t)n * sizeof(double));
+}
+
+// --- the data-parallel group ------------------------------------------------------------------------
+
+// All replicas of a stage call this with the same n. Each round of at most DP_PIECE floats is split
+// into D contiguous chunks (sizes differ by at most one); replica r receives every replica's copy of
+// chunk r (all-to-all), averages them in replica order, and the averaged chunks are all-gathered.
+void comm_dp_average(Comm* c, float* buf, size_t n) {
+    if (c->D == 1 || n == 0) return;
+#ifdef TD_MPI
+    MPI_Comm dp = comm_of(c->dp_comm, "comm_dp_average");
+    int D = c->D, me = c->replica;
+    int* sizes = (int*)malloc_check(4 * (size_t)D * sizeof(int)); // (4, D): chunk sizes, offsets, receive sizes, offsets
+    int *offs = sizes + D, *rsizes = sizes + 2 * D, *roffs = sizes + 3 * D;
+    for (size_t off = 0; off < n; off += DP_PIECE) {
+        size_t m = n - off < DP_PIECE ? n - off : DP_PIECE;
+        int base = (int)(m / (size_t)D), extra = (int)(m % (size_t)D);
+        for (int r = 0; r < D; r++) {
+            sizes[r] = base + (r < extra);
+            offs[r] = r * base + (r < extra ? r : extra);
+        }
+        int mine = sizes[me];
+        for (int q = 0; q < D; q++) {
+            rsizes[q] = mine;
+            roffs[q] = q * mine;
+        }
+        size_t need = (size_t)D * (size_t)mine;
+        if (need > g_dp_recv_cap) {
+            free(g_dp_recv);
+            g_dp_recv = (float*)malloc_check(need * sizeof(float));
+            g_dp_recv_cap = need;
+        }
+        MPI_CHECK(MPI_Alltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp));
+        float* own = buf + off + offs[me]; // (mine) this replica's chunk, averaged in place
+        ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp));
+    }
+    free(sizes);
+#else
+    (void)buf;
+#endif
+}
+
+// a few values: every replica gathers all D copies and averages them in replica order itself
+void comm_dp_average_double(Comm* c, double* buf, int n) {
+    if (n < 0) td_fatal("comm_dp_average_double: n = %d", n);
+    if (c->D == 1 || n == 0) return;
+#ifdef TD_MPI
+    double* all = (double*)malloc_check((size_t)c->D * (size_t)n * sizeof(double)); // (D, n)
+    MPI_CHECK(MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double")));
+    ORDERED_AVERAGE(double, buf, all, n, n, c->D);
+    free(all);
+#else
+    (void)buf;
+#endif
+}
+
+// --- everyone -------------------------------------------------------------------------------------
+
+void comm_gather_to_root(Comm* c, const void* in, size_t bytes, void* out) {
+    check_bytes(bytes, "comm_gather_to_root");
+#ifdef TD_MPI
+    if (c->mpi) {
+        if ((size_t)c->world_size * bytes > (size_t)INT_MAX && c->world_rank == 0)
+            td_fatal("comm_gather_to_root: %d ranks x %zu bytes exceeds the %d-byte limit of this version", c->world_size,
+                     bytes, INT_MAX);
+        MPI_CHECK(MPI_Gather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, 0,
+                             comm_of(c->world_comm, "comm_gather_to_root")));
+        return;
+    }
+#else
+    (void)c;
+#endif
+    if (bytes && out != in) memmove(out, in, bytes);
+}
+
+void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts) {
+    check_bytes(bytes, "comm_gatherv_to_root");
+#ifdef TD_MPI
+    if (c->mpi) {
+        MPI_Comm world = comm_of(c->world_comm, "comm_gatherv_to_root");
+        int root = c->world_rank == 0, W = c->world_size;
+        int mine = (int)bytes;
+        int* rc = root ? (int*)malloc_check(2 * (size_t)W * sizeof(int)) : NULL; // (2, W): counts, offsets
+        MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, rc, 1, MPI_INT, 0, world));
+        char* out = NULL;
+        if (root) {
+            size_t total = 0;
+            for (int i = 0; i < W; i++) {
+                rc[W + i] = (int)total;
+                total += (size_t)rc[i];
+                counts[i] = (size_t)rc[i];
+                if (total > (size_t)INT_MAX)
+                    td_fatal("comm_gatherv_to_root: %zu bytes from ranks 0..%d exceed the %d-byte limit of this version",
+                             total, i, INT_MAX);
+            }
+            out = (char*)malloc_check(total);
+        }
+        MPI_CHECK(MPI_Gatherv(in, mine, MPI_BYTE, out, rc, root ? rc + W : NULL, MPI_BYTE, 0, world));
+        free(rc);
+        return out;
+    }
+#else
+    (void)c;
+#endif
+    counts[0] = bytes;
+    char* out = (char*)malloc_check(bytes);
+    if (bytes) memcpy(out, in, bytes);
+    return out;
+}
+
+void comm_barrier(Comm* c) {
+#ifdef TD_MPI
+    if (c->mpi) MPI_CHECK(MPI_Barrier(comm_of(c->world_comm, "comm_barrier")));
+#else
+    (void)c;
+#endif
+}

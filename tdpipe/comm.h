@@ -1,0 +1,66 @@
+// Communication behind one small interface: the P x D rank grid, point-to-point messages along a
+// replica's pipeline, and collectives in a fixed order (bitwise identical on every rank). MPI
+// between CPU ranks; without mpirun (or without MPI in the build) one process, P = D = 1.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int world_rank, world_size;
+    int P, D;           // stages per pipeline, data-parallel replicas
+    int stage, replica; // this rank's place in the grid: world rank = replica * P + stage
+    int mpi;            // 1 when MPI was initialised (launched by mpirun)
+    int local_ranks;    // ranks on this host (to share its cores between them)
+    void* pipe_comm;    // (MPI_Comm*) this replica's P stages, ranked by stage
+    void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
+    void* world_comm;   // (MPI_Comm*) all ranks
+} Comm;
+
+// an outstanding nonblocking operation (an MPI_Request, held opaquely so this header needs no mpi.h)
+typedef struct {
+    int64_t handle[2];
+    int active;
+} CommRequest;
+
+// Initialises MPI when launched by mpirun (and the build has MPI); otherwise a single process.
+// Sets g_rank for messages.
+void comm_init(Comm* c, int* argc, char*** argv);
+// Builds the grid for P stages: D = world_size / P. Returns 0, or -1 with a message when the rank
+// count is not a multiple of P (naming --stages and the count).
+int comm_grid(Comm* c, int P, char* err, size_t errlen);
+void comm_finalize(Comm* c);
+
+// every rank's flag OR-ed (a collective over all ranks): lets all ranks agree to stop together
+int comm_any(Comm* c, int flag);
+
+// --- the pipeline (peers named by stage index within this replica) ---------------------------
+void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag);
+void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request
+// 1 when r has completed (then it is inactive), 0 while it is still in flight; 1 for inactive
+int comm_test(Comm* c, CommRequest* r);
+// sum of n doubles over this replica's stages, nonblocking; start, then wait on r
+void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
+
+// --- the data-parallel group -------------------------------------------------------------------
+// buf (n) <- (buf_0 + buf_1 + ... + buf_{D-1}) / D over this stage's replicas, summed in replica
+// order so every replica gets bitwise the same result (reduce-scatter, then all-gather)
+void comm_dp_average(Comm* c, float* buf, size_t n);
+// the same for a few doubles (losses, statistics)
+void comm_dp_average_double(Comm* c, double* buf, int n);
+
+// --- everyone ------------------------------------------------------------------------------------
+// gathers `bytes` from every rank to world rank 0 (out: world_size * bytes, only on rank 0)
+void comm_gather_to_root(Comm* c, const void* in, size_t bytes, void* out);
+// variable-size gather to world rank 0: counts (world_size) and the concatenation (rank 0 only,
+// malloc'ed, caller frees)
+void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts);
+void comm_barrier(Comm* c);
+
+#ifdef __cplusplus
+}
+#endif

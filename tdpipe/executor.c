@@ -1,0 +1,437 @@
+// The executor: one stage's ops of a schedule, with messages, gradient cache, weight stashes and
+// measurements (see executor.h).
+//
+// How a step's gradient becomes an update, without any blocking call that spans the pipeline:
+//   after the stage's last backward of step t ("post"): average the gradient slot over the D
+//     replicas (blocking, but only among the replicas of this stage, which run the same list),
+//     exchange the tied embedding's shares between the first and last stage, and start a
+//     nonblocking sum over the pipeline of [per-unit sums of squares, loss];
+//   at U(t): wait for that sum (it needs every stage's post of step t, which the schedule puts
+//     before every U(t)), clip, apply AdamW, recycle the slot.
+// So a stage blocked in U(t) waits only for other stages' *backward* of step t, never for their
+// U(t): TD-Pipe's stages may sit at different steps without deadlock.
+#include "executor.h"
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include "llmc/common.h"
+#include "tdpipe/simulator.h"
+
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_TIED = 3, TAG_STATS = 4 };
+#define SYN_FLOATS 16 // payload of a synthetic-compute message: dependencies, not data
+
+typedef struct {
+    double* units_in;   // (L + 3): per-unit sums of squares, then the step's mean loss (last stage)
+    double* units_out;  // (L + 3) summed over the pipeline
+    CommRequest pipe_req;
+    int grad_ops_left;  // B / BW ops of the step still to run on this stage
+    int posted, updated;
+    double loss_sum;    // last stage: sum of its micro-batch losses
+    int max_stale;
+    float loss, norm, lr;
+    double stats[3];        // this stage's busy seconds, seconds since its previous update, staleness
+    double* peer_stats;     // world rank 0: (P, 3) from every stage
+    CommRequest* stats_req; // world rank 0: (P) receives of peer_stats
+    CommRequest stats_sreq;
+} StepState;
+
+typedef struct {
+    Executor* ex;
+    const Schedule* sch;
+    int s, P, D, n_slots, split, first, last, report;
+    int v0;                 // the stage's weight version when the run began (op versions count from it)
+    size_t btc;             // B*T*C floats of one activation message
+    int* slot_of;           // (n_steps*M) activation slot of each micro-batch, -1 when none
+    int* slot_version;      // (n_slots) weight version a slot's forward used
+    int* slot_needs_w;      // (n_slots) 1 while its backward still needs those weights
+    int* slot_free;         // (n_slots) stack of free slots
+    int n_free;
+    float** dx_send;        // (n_slots)[btc] input gradients being sent upstream
+    CommRequest* fwd_req;   // (n_slots)
+    CommRequest* bwd_req;   // (n_slots)
+    float* dx_recv;         // (btc) output gradient received from downstream
+    float* syn_buf;         // (2, SYN_FLOATS) synthetic payloads
+    float** tied_buf;       // (grad slots)[Vp*C] the other end's share of wte's gradient
+    float** tied_send;      // (grad slots)[Vp*C] first stage: its share, kept until sent
+    CommRequest* tied_sreq; // (grad slots)
+    CommRequest* tied_rreq; // (grad slots)
+    StepState* steps;       // (n_steps)
+    int next_report;
+    double busy, last_u;    // compute seconds since the last update; when it ended
+} Run;
+
+static void sleep_seconds(double s) {
+    if (s <= 0) return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+// the time an op takes: real compute plus --jitter's extra wait, or the synthetic cost model
+static void finish_compute(Run* r, const Op* op, double t0, int step0) {
+    Executor* ex = r->ex;
+    double measured = now_seconds() - t0;
+    uint64_t seed = ex->seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(step0 + 1));
+    int backward = op->kind != OP_F;
+    if (ex->syn_f > 0) { // the op is a wait from the cost model, with CV beta
+        double nominal = backward ? (op->kind == OP_B ? ex->syn_b : 0.5 * ex->syn_b) : ex->syn_f;
+        sleep_seconds(nominal * simulator_jitter(seed, r->s, op, ex->jitter) - measured);
+    } else if (ex->jitter > 0) { // measured x (1 + Y), Y of mean 1 and CV 2 beta: the total has CV beta
+        sleep_seconds(measured * simulator_jitter(seed, r->s, op, 2.0 * ex->jitter));
+    }
+    double d = now_seconds() - t0;
+    r->busy += d;
+    if (backward) {
+        ex->busy_b += d;
+        ex->busy_b2 += d * d;
+        ex->n_b++;
+    } else {
+        ex->busy_f += d;
+        ex->busy_f2 += d * d;
+        ex->n_f++;
+    }
+}
+
+static int alloc_slot(Run* r) {
+    if (r->n_free == 0) td_fatal("stage %d: no free activation slot (%d allocated)", r->s, r->n_slots);
+    int slot = r->slot_free[--r->n_free];
+    // the slot's previous messages must have left before its buffers are reused
+    comm_wait(r->ex->comm, &r->fwd_req[slot]);
+    comm_wait(r->ex->comm, &r->bwd_req[slot]);
+    return slot;
+}
+
+static void release_slot(Run* r, int slot) { r->slot_free[r->n_free++] = slot; }
+
+// the backward of `slot` no longer needs its weights: drop a stash nobody needs any more
+static void weights_done(Run* r, int slot) {
+    Stage* st = r->ex->stage;
+    int v = r->slot_version[slot];
+    r->slot_needs_w[slot] = 0;
+    if (!st || v == st->version) return;
+    for (int i = 0; i < r->n_slots; i++)
+        if (r->slot_needs_w[i] && r->slot_version[i] == v) return;
+    stage_release_stash(st, v);
+}
+
+static void op_forward(Run* r, const Op* op, int step0) {
+    Executor* ex = r->ex;
+    Stage* st = ex->stage;
+    int g = op->step * r->sch->M + op->mb;
+    int slot = alloc_slot(r);
+    r->slot_of[g] = slot;
+    r->slot_version[slot] = r->v0 + op->version;
+    r->slot_needs_w[slot] = 1;
+    StepState* ss = &r->steps[op->step];
+    int stale = schedule_op_staleness(op);
+    if (stale > ss->max_stale) ss->max_stale = stale;
+    GPT2Acts* a = st ? &st->acts[slot] : NULL;
+    if (st && (r->first || r->last) && dataloader_next(ex->data, a->inputs, a->targets))
+        td_fatal("training data: %s", ex->data->err);
+    if (!r->first) {
+        if (st) comm_recv(ex->comm, a->x_in, r->btc * sizeof(float), r->s - 1, TAG_ACT);
+        else comm_recv(ex->comm, r->syn_buf, SYN_FLOATS * sizeof(float), r->s - 1, TAG_ACT);
+    }
+    double t0 = now_seconds();
+    if (st) {
+        if (r->v0 + op->version != st->version)
+            td_fatal("stage %d: forward of step %d uses version %d but the weights are at %d", r->s, op->step, r->v0 + op->version, st->version);
+        float loss = gpt2_forward(&st->cfg, &st->range, &st->p, a, r->last);
+        if (r->last) ss->loss_sum += loss;
+    }
+    finish_compute(r, op, t0, step0);
+    if (!r->last) {
+        const void* out = st ? (const void*)gpt2_stage_output(&st->cfg, &st->range, a) : (const void*)r->syn_buf;
+        comm_isend(ex->comm, out, st ? r->btc * sizeof(float) : SYN_FLOATS * sizeof(float), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
+    }
+    ex->count_f++;
+}
+
+// the input-gradient half (B or BI): receive dL/d(output), compute, send dL/d(input) upstream
+static void op_backward_input(Run* r, const Op* op, int slot, int step0, double* t0_out) {
+    Executor* ex = r->ex;
+    Stage* st = ex->stage;
+    if (!r->last) {
+        if (st) comm_recv(ex->comm, r->dx_recv, r->btc * sizeof(float), r->s + 1, TAG_GRAD);
+        else comm_recv(ex->comm, r->syn_buf + SYN_FLOATS, SYN_FLOATS * sizeof(float), r->s + 1, TAG_GRAD);
+    }
+    double t0 = now_seconds();
+    *t0_out = t0;
+    if (st) {
+        GPT2GradActs* ga = &st->gacts[r->split ? slot : 0];
+        float dloss = 1.0f / ((float)ex->B * ex->T * r->sch->M);
+        gpt2_backward_input(&st->cfg, &st->range, stage_weights(st, r->slot_version[slot]), &st->acts[slot], ga,
+                            r->last ? NULL : r->dx_recv, dloss);
+        if (!r->first) memcpy(r->dx_send[slot], ga->dx_in, r->btc * sizeof(float));
+    }
+    weights_done(r, slot);
+}
+
+static void send_input_grad(Run* r, int slot) {
+    if (r->first) return;
+    const void* buf = r->ex->stage ? (const void*)r->dx_send[slot] : (const void*)(r->syn_buf + SYN_FLOATS);
+    size_t bytes = r->ex->stage ? r->btc * sizeof(float) : SYN_FLOATS * sizeof(float);
+    comm_isend(r->ex->comm, buf, bytes, r->s - 1, TAG_GRAD, &r->bwd_req[slot]);
+}
+
+static void post_step(Run* r, int t);
+
+static void op_backward(Run* r, const Op* op, int step0) {
+    int slot = r->slot_of[op->step * r->sch->M + op->mb];
+    if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
+    double t0;
+    if (op->kind == OP_B || op->kind == OP_BI) {
+        op_backward_input(r, op, slot, step0, &t0);
+        if (op->kind == OP_B) {
+            Stage* st = r->ex->stage;
+            if (st) {
+                stage_use_grad_slot(st, op->step % st->n_grad_slots);
+                gpt2_backward_weight(&st->cfg, &st->range, &st->acts[slot], &st->gacts[0], &st->g, st->dwte_head);
+            }
+        }
+        finish_compute(r, op, t0, step0);
+        send_input_grad(r, slot);
+        if (op->kind == OP_B) {
+            r->ex->count_b++;
+            r->slot_of[op->step * r->sch->M + op->mb] = -1;
+            release_slot(r, slot);
+            if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
+        }
+    } else { // OP_BW
+        t0 = now_seconds();
+        Stage* st = r->ex->stage;
+        if (st) {
+            stage_use_grad_slot(st, op->step % st->n_grad_slots);
+            gpt2_backward_weight(&st->cfg, &st->range, &st->acts[slot], &st->gacts[slot], &st->g, st->dwte_head);
+        }
+        finish_compute(r, op, t0, step0);
+        r->ex->count_b++;
+        r->slot_of[op->step * r->sch->M + op->mb] = -1;
+        release_slot(r, slot);
+        if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
+    }
+}
+
+// the stage's gradient of step t is complete: average over replicas, exchange the tied
+// embedding's shares, start the pipeline-wide sum of the norm's units and the loss
+static void post_step(Run* r, int t) {
+    Executor* ex = r->ex;
+    Stage* st = ex->stage;
+    StepState* ss = &r->steps[t];
+    int nu = ex->L + 3;
+    memset(ss->units_in, 0, nu * sizeof(double));
+    if (st) {
+        int k = t % st->n_grad_slots;
+        stage_use_grad_slot(st, k);
+        size_t vc = st->sizes[0];
+        if (r->D > 1) {
+            comm_dp_average(ex->comm, st->grads, st->num_params);
+            if (st->dwte_head) comm_dp_average(ex->comm, st->dwte_head, vc);
+        }
+        // the tied embedding: both ends end up with encoder share + head share (a + b == b + a, bitwise)
+        if (r->P == 1) {
+            stage_tie_embedding_local(st);
+        } else if (r->first) {
+            memcpy(r->tied_send[k], st->g.wte, vc * sizeof(float));
+            comm_isend(ex->comm, r->tied_send[k], vc * sizeof(float), r->P - 1, TAG_TIED, &r->tied_sreq[k]);
+            comm_recv(ex->comm, r->tied_buf[k], vc * sizeof(float), r->P - 1, TAG_TIED); // sent before our last backward began
+            for (size_t i = 0; i < vc; i++) st->g.wte[i] += r->tied_buf[k][i];
+        } else if (r->last) {
+            comm_isend(ex->comm, st->dwte_head, vc * sizeof(float), 0, TAG_TIED, &r->tied_sreq[k]);
+            comm_irecv(ex->comm, r->tied_buf[k], vc * sizeof(float), 0, TAG_TIED, &r->tied_rreq[k]);
+        }
+        stage_grad_unit_sumsq(st, ss->units_in);
+        if (r->last) ss->units_in[ex->L + 2] = ss->loss_sum / r->sch->M;
+    }
+    comm_pipe_sum_start(ex->comm, ss->units_in, ss->units_out, nu, &ss->pipe_req);
+    ss->posted = 1;
+}
+
+static void op_update(Run* r, const Op* op, int step0) {
+    Executor* ex = r->ex;
+    Stage* st = ex->stage;
+    int t = op->step;
+    StepState* ss = &r->steps[t];
+    if (!ss->posted) td_fatal("stage %d: update of step %d before all its backward passes", r->s, t);
+    comm_wait(ex->comm, &ss->pipe_req); // waiting here is bubble, not compute
+    double sq = 0.0;
+    for (int i = 0; i < ex->L + 2; i++) sq += ss->units_out[i];
+    double loss = ss->units_out[ex->L + 2];
+    if (r->D > 1) comm_dp_average_double(ex->comm, &loss, 1);
+    ss->loss = (float)loss;
+    ss->norm = (float)sqrt(sq);
+    ss->lr = lr_schedule(step0 + t, ex->total_steps, ex->warmup, ex->opt.lr, ex->final_lr_frac);
+    if (st) {
+        int k = t % st->n_grad_slots;
+        stage_use_grad_slot(st, k);
+        if (r->P > 1 && r->last) { // wte's gradient = the first stage's share + ours, in that order
+            comm_wait(ex->comm, &r->tied_rreq[k]);
+            comm_wait(ex->comm, &r->tied_sreq[k]);
+            for (size_t i = 0; i < st->sizes[0]; i++) st->g.wte[i] = r->tied_buf[k][i] + st->dwte_head[i];
+        }
+        if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
+        // micro-batches whose backward is still to come on these weights: keep a copy (weight stashing)
+        for (int i = 0; i < r->n_slots; i++)
+            if (r->slot_needs_w[i] && r->slot_version[i] == st->version) {
+                stage_stash_current(st);
+                break;
+            }
+        float scale = (ex->clip > 0 && ss->norm > ex->clip) ? ex->clip / ss->norm : 1.0f;
+        stage_update(st, &ex->opt, ss->lr, step0 + t + 1, scale);
+        stage_zero_grad(st);
+    }
+    double now = now_seconds();
+    ss->stats[0] = r->busy;
+    ss->stats[1] = now - r->last_u;
+    ss->stats[2] = ss->max_stale;
+    r->busy = 0.0;
+    r->last_u = now;
+    ss->updated = 1;
+    if (r->report) return; // world rank 0 reads its own stats
+    if (ex->comm->replica == 0) comm_isend(ex->comm, ss->stats, sizeof(ss->stats), 0, TAG_STATS, &ss->stats_sreq);
+}
+
+// world rank 0: report every step whose stats have arrived from all stages, in order
+static void report_ready(Run* r, int step0, int wait_all) {
+    Executor* ex = r->ex;
+    while (r->next_report < r->sch->n_steps) {
+        StepState* ss = &r->steps[r->next_report];
+        if (!ss->updated) return;
+        for (int s = 1; s < r->P; s++) {
+            if (wait_all) comm_wait(ex->comm, &ss->stats_req[s]);
+            else if (!comm_test(ex->comm, &ss->stats_req[s])) return;
+        }
+        memcpy(ss->peer_stats, ss->stats, sizeof(ss->stats));
+        StepReport rep;
+        memset(&rep, 0, sizeof(rep));
+        rep.step = step0 + r->next_report + 1;
+        rep.loss = ss->loss;
+        rep.norm = ss->norm;
+        rep.lr = ss->lr;
+        rep.seconds = ss->stats[1];
+        rep.P = r->P < 64 ? r->P : 64;
+        double busy = 0.0, total = 0.0;
+        for (int s = 0; s < rep.P; s++) {
+            const double* st = ss->peer_stats + 3 * s;
+            rep.bubble[s] = st[1] > 0 ? 1.0 - st[0] / st[1] : 0.0;
+            rep.staleness[s] = (int)st[2];
+            if (rep.staleness[s] > rep.staleness_max) rep.staleness_max = rep.staleness[s];
+            busy += st[0];
+            total += st[1];
+        }
+        rep.bubble_all = total > 0 ? 1.0 - busy / total : 0.0;
+        if (ex->on_step) ex->on_step(ex->ctx, &rep);
+        r->next_report++;
+    }
+}
+
+void executor_run(Executor* ex, const Schedule* sch, int step0) {
+    Run run, *r = &run;
+    memset(r, 0, sizeof(run));
+    Comm* c = ex->comm;
+    Stage* st = ex->stage;
+    r->ex = ex;
+    r->sch = sch;
+    r->s = c->stage;
+    r->P = sch->P;
+    r->D = c->D;
+    r->first = r->s == 0;
+    r->last = r->s == r->P - 1;
+    r->report = c->world_rank == 0;
+    r->split = sch->kind == SCHED_ZBH1;
+    r->btc = (size_t)ex->B * ex->T * ex->C;
+    int max_inflight, max_versions;
+    schedule_stage_stats(sch, r->s, &max_inflight, &max_versions);
+    r->n_slots = max_inflight;
+    int grad_slots = schedule_stage_grad_slots(sch, r->s);
+    if (st) stage_reserve(st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, max_versions - 1);
+    int nmb = sch->n_steps * sch->M;
+    r->slot_of = (int*)malloc_check(nmb * sizeof(int));
+    for (int i = 0; i < nmb; i++) r->slot_of[i] = -1;
+    r->slot_version = (int*)calloc_check(r->n_slots, sizeof(int));
+    r->slot_needs_w = (int*)calloc_check(r->n_slots, sizeof(int));
+    r->slot_free = (int*)malloc_check(r->n_slots * sizeof(int));
+    for (int i = 0; i < r->n_slots; i++) r->slot_free[i] = r->n_slots - 1 - i;
+    r->n_free = r->n_slots;
+    r->fwd_req = (CommRequest*)calloc_check(r->n_slots, sizeof(CommRequest));
+    r->bwd_req = (CommRequest*)calloc_check(r->n_slots, sizeof(CommRequest));
+    r->dx_send = (float**)calloc_check(r->n_slots, sizeof(float*));
+    if (st && !r->first)
+        for (int i = 0; i < r->n_slots; i++) r->dx_send[i] = (float*)malloc_check(r->btc * sizeof(float));
+    r->dx_recv = st && !r->last ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
+    r->syn_buf = (float*)calloc_check(2 * SYN_FLOATS, sizeof(float));
+    int ng = st ? st->n_grad_slots : 1;
+    r->tied_buf = (float**)calloc_check(ng, sizeof(float*));
+    r->tied_send = (float**)calloc_check(ng, sizeof(float*));
+    r->tied_sreq = (CommRequest*)calloc_check(ng, sizeof(CommRequest));
+    r->tied_rreq = (CommRequest*)calloc_check(ng, sizeof(CommRequest));
+    if (st && r->P > 1 && (r->first || r->last))
+        for (int k = 0; k < ng; k++) {
+            r->tied_buf[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
+            if (r->first) r->tied_send[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
+        }
+    r->steps = (StepState*)calloc_check(sch->n_steps, sizeof(StepState));
+    for (int t = 0; t < sch->n_steps; t++) {
+        StepState* ss = &r->steps[t];
+        ss->units_in = (double*)calloc_check(ex->L + 3, sizeof(double));
+        ss->units_out = (double*)calloc_check(ex->L + 3, sizeof(double));
+        ss->grad_ops_left = sch->M;
+        if (r->report) {
+            ss->peer_stats = (double*)calloc_check(3 * r->P, sizeof(double));
+            ss->stats_req = (CommRequest*)calloc_check(r->P, sizeof(CommRequest));
+            for (int s = 1; s < r->P; s++)
+                comm_irecv(c, ss->peer_stats + 3 * s, 3 * sizeof(double), s, TAG_STATS, &ss->stats_req[s]);
+        }
+    }
+    if (st) stage_use_grad_slot(st, 0);
+    r->v0 = st ? st->version : 0;
+    r->last_u = now_seconds();
+
+    char name[32];
+    for (int i = 0; i < sch->n_ops[r->s]; i++) {
+        const Op* op = &sch->ops[r->s][i];
+        double t0 = now_seconds();
+        if (op->kind == OP_F) op_forward(r, op, step0);
+        else if (op->kind == OP_U) op_update(r, op, step0);
+        else op_backward(r, op, step0);
+        if (ex->trace && ex->trace->enabled) {
+            schedule_op_name(op, name, sizeof(name));
+            trace_add(ex->trace, r->s, c->replica, name, t0, now_seconds());
+        }
+        if (r->report) report_ready(r, step0, 0);
+    }
+    if (r->report) report_ready(r, step0, 1);
+    // flush: every message of this chunk has left
+    for (int i = 0; i < r->n_slots; i++) {
+        comm_wait(c, &r->fwd_req[i]);
+        comm_wait(c, &r->bwd_req[i]);
+    }
+    for (int t = 0; t < sch->n_steps; t++) comm_wait(c, &r->steps[t].stats_sreq);
+    if (r->n_free != r->n_slots) td_fatal("stage %d: %d micro-batches still in flight at the end of the schedule", r->s, r->n_slots - r->n_free);
+
+    for (int t = 0; t < sch->n_steps; t++) {
+        free(r->steps[t].units_in);
+        free(r->steps[t].units_out);
+        free(r->steps[t].peer_stats);
+        free(r->steps[t].stats_req);
+    }
+    for (int k = 0; k < ng; k++) {
+        free(r->tied_buf[k]);
+        free(r->tied_send[k]);
+    }
+    for (int i = 0; i < r->n_slots; i++) free(r->dx_send[i]);
+    free(r->steps); free(r->tied_buf); free(r->tied_send); free(r->tied_sreq); free(r->tied_rreq);
+    free(r->dx_send); free(r->dx_recv); free(r->syn_buf); free(r->fwd_req); free(r->bwd_req);
+    free(r->slot_of); free(r->slot_version); free(r->slot_needs_w); free(r->slot_free);
+}
+
+static double cv(double sum, double sum2, long n) {
+    if (n < 2 || sum <= 0) return 0.0;
+    double mean = sum / n, var = sum2 / n - mean * mean;
+    return var > 0 ? sqrt(var) / mean : 0.0;
+}
+
+double executor_stage_cv(const Executor* ex) {
+    return 0.5 * (cv(ex->busy_f, ex->busy_f2, ex->n_f) + cv(ex->busy_b, ex->busy_b2, ex->n_b));
+}

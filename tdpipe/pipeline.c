@@ -1,0 +1,111 @@
+// Whole-pipeline services at consistency points: evaluation, sampling, gathering the model,
+// consistency checks (see pipeline.h).
+#include "pipeline.h"
+#include <string.h>
+#include "llmc/checkpoint.h"
+#include "llmc/common.h"
+#include "llmc/sampler.h"
+
+enum { TAG_EVAL_ACT = 10, TAG_EVAL_LOSS = 11, TAG_TOKEN = 12, TAG_CRC = 13 };
+
+static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_isend(c, buf, bytes, peer, tag, &r);
+    comm_wait(c, &r);
+}
+
+// one forward of the stage's acts a (inputs already loaded on the first stage), passing
+// activations along; returns the last stage's mean loss
+static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
+    Stage* st = pl->stage;
+    int s = pl->comm->stage;
+    size_t bytes = (size_t)a->B * a->T * st->cfg.channels * sizeof(float);
+    if (s > 0) comm_recv(pl->comm, a->x_in, bytes, s - 1, TAG_EVAL_ACT);
+    float loss = gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid);
+    if (s < pl->P - 1) send_blocking(pl->comm, gpt2_stage_output(&st->cfg, &st->range, a), bytes, s + 1, TAG_EVAL_ACT);
+    return loss;
+}
+
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
+    Stage* st = pl->stage;
+    int s = pl->comm->stage, last = s == pl->P - 1;
+    GPT2Acts* a = &st->acts[0];
+    if (val) dataloader_reset(val);
+    double total = 0.0;
+    for (int i = 0; i < batches; i++) {
+        if (val && dataloader_next(val, a->inputs, a->targets)) td_fatal("validation data: %s", val->err);
+        total += forward_through(pl, a, last);
+    }
+    double mean = total / batches;
+    if (pl->P > 1) {
+        if (last) send_blocking(pl->comm, &mean, sizeof(mean), 0, TAG_EVAL_LOSS);
+        if (s == 0) comm_recv(pl->comm, &mean, sizeof(mean), pl->P - 1, TAG_EVAL_LOSS);
+    }
+    return pl->comm->world_rank == 0 ? (float)mean : 0.0f;
+}
+
+void pipeline_sample(Pipeline* pl, GPT2Acts* sa, int first, int n, float temperature, uint64_t seed, int* out) {
+    if (pl->comm->replica != 0) return;
+    Stage* st = pl->stage;
+    int s = pl->comm->stage, last = s == pl->P - 1;
+    int T = sa->T, V = st->cfg.vocab_size, Vp = st->cfg.padded_vocab_size;
+    Rng rng;
+    rng_init(&rng, seed);
+    for (int i = 0; i < T; i++) sa->inputs[i] = first;
+    if (s == 0) out[0] = first;
+    for (int t = 1; t < n && t < T; t++) {
+        forward_through(pl, sa, 0);
+        int next = 0;
+        if (last) next = sample_token(sa->probs + (size_t)(t - 1) * Vp, V, temperature, &rng);
+        if (pl->P > 1) {
+            if (last) send_blocking(pl->comm, &next, sizeof(next), 0, TAG_TOKEN);
+            if (s == 0) comm_recv(pl->comm, &next, sizeof(next), pl->P - 1, TAG_TOKEN);
+        }
+        if (s == 0) {
+            sa->inputs[t] = next;
+            out[t] = next;
+        }
+    }
+}
+
+void pipeline_gather(Pipeline* pl, int which, float* full) {
+    Stage* st = pl->stage;
+    const float* mine = which == 0 ? st->params : which == 1 ? st->adam_m : st->adam_v;
+    size_t bytes = pl->comm->replica == 0 ? st->num_params * sizeof(float) : 0;
+    size_t* counts = (size_t*)calloc_check(pl->comm->world_size, sizeof(size_t));
+    float* all = (float*)comm_gatherv_to_root(pl->comm, mine, bytes, counts);
+    if (pl->comm->world_rank == 0) {
+        const float* it = all;
+        for (int s = 0; s < pl->P; s++) { // replica 0's stages are world ranks 0 .. P-1
+            gpt2_unslice_params(&st->cfg, &pl->ranges[s], it, full);
+            it += counts[s] / sizeof(float);
+        }
+    }
+    free(all);
+    free(counts);
+}
+
+int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen) {
+    Stage* st = pl->stage;
+    Comm* c = pl->comm;
+    int s = c->stage, ok = 1;
+    uint32_t tied = 0;
+    if (pl->P > 1 && (s == 0 || s == pl->P - 1)) {
+        uint32_t mine = ckpt_crc32(0, st->p.wte, st->sizes[0] * sizeof(float));
+        if (s == pl->P - 1) send_blocking(c, &mine, sizeof(mine), 0, TAG_CRC);
+        else {
+            comm_recv(c, &tied, sizeof(tied), pl->P - 1, TAG_CRC);
+            ok = tied == mine;
+        }
+    }
+    // replicas: the average of equal values is that value; any disagreement moves it off someone's
+    double crc = (double)ckpt_crc32(0, st->params, st->num_params * sizeof(float)), avg = crc;
+    comm_dp_average_double(c, &avg, 1);
+    if (avg != crc) ok = 0;
+    int bad = comm_any(c, !ok);
+    if (bad) snprintf(msg, msglen, "consistency check FAILED: %s", pl->P > 1 && s == 0 && !ok ? "the tied embedding's copies differ" : "weights differ between the first and last stage's wte or between replicas");
+    else if (pl->P > 1) snprintf(msg, msglen, "consistency: tied embedding copies bitwise equal (crc %08x), %d replica(s) agree", (unsigned)tied, c->D);
+    else snprintf(msg, msglen, "consistency: %d replica(s) agree", c->D);
+    return !bad;
+}

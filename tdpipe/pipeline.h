@@ -1,0 +1,35 @@
+// Services over the whole pipeline at a consistency point (all stages flushed): validation loss,
+// sampling, gathering the full model to rank 0 for checkpoints and export, and the checks that
+// the tied embedding's copies and the replicas' weights agree bitwise.
+#pragma once
+#include "llmc/dataloader.h"
+#include "llmc/rng.h"
+#include "tdpipe/comm.h"
+#include "tdpipe/stage.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    Comm* comm;
+    Stage* stage;
+    int P;
+    GPT2Range* ranges; // (P) every stage's layer range (to assemble the full model on rank 0)
+} Pipeline;
+
+// mean loss over `batches` micro-batches of `val` (read on the first and last stage), forward only
+// through every stage; the result on world rank 0 (other ranks: 0)
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches);
+// generates up to n tokens from `first` through the stages (replica 0 only); sa: acts with B = 1
+// on every stage; the tokens land in out (n) on world rank 0. temperature 0 = greedy.
+void pipeline_sample(Pipeline* pl, GPT2Acts* sa, int first, int n, float temperature, uint64_t seed, int* out);
+// the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's
+// `which` buffer (0 params, 1 adam_m, 2 adam_v) of replica 0; full is only written on rank 0
+void pipeline_gather(Pipeline* pl, int which, float* full);
+// 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
+// (a collective; the verdict and a message on every rank)
+int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,56 @@
+// Pipeline operation events and their Chrome trace JSON (see trace.h).
+#include "trace.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/common.h"
+
+void trace_init(Trace* t, int enabled) {
+    memset(t, 0, sizeof(*t));
+    t->enabled = enabled;
+}
+
+void trace_add(Trace* t, int stage, int replica, const char* name, double start, double end) {
+    if (!t->enabled) return;
+    if (t->n == t->cap) { // grows geometrically; tracing is opt-in, off the default hot path
+        t->cap = t->cap ? 2 * t->cap : 4096;
+        t->events = (TraceEvent*)realloc(t->events, t->cap * sizeof(TraceEvent));
+        if (!t->events) td_fatal("out of memory for %zu trace events", t->cap);
+    }
+    TraceEvent* e = &t->events[t->n++];
+    e->start = start;
+    e->end = end;
+    e->stage = stage;
+    e->replica = replica;
+    snprintf(e->name, sizeof(e->name), "%s", name);
+}
+
+int trace_write_json(const char* path, const TraceEvent* events, size_t n, char* err, size_t errlen) {
+    FILE* f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "--trace %s: cannot write: %s", path, strerror(errno));
+        return -1;
+    }
+    double t0 = n ? events[0].start : 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (events[i].start < t0) t0 = events[i].start;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (size_t i = 0; i < n; i++) {
+        const TraceEvent* e = &events[i];
+        // one process per replica, one thread per stage: Perfetto draws each stage as a row
+        fprintf(f, "{\"name\": \"%s\", \"cat\": \"%c\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}%s\n",
+                e->name, e->name[0], e->replica, e->stage, (e->start - t0) * 1e6, (e->end - e->start) * 1e6, i + 1 < n ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "--trace %s: write failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void trace_free(Trace* t) {
+    free(t->events);
+    memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# build/tests/test_comm under mpirun: 2, 4 and 6 ranks in several P x D grids; a rank count that P does
+# not divide is refused by every rank; a fatal error on one rank ends the whole job instead of hanging.
+cd "$(dirname "$0")/.." || exit 1
+source tests/lib.sh
+T=${TEST_COMM:-build/tests/test_comm} # TEST_COMM: another build of it
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(timeout 60 mpirun --oversubscribe --mca mpi_yield_when_idle 1)
+
+# tally NAME CMD...: passes when CMD exits 0 and its tally reads "N passed, 0 failed" with N > 0
+tally() {
+    local name=$1; shift
+    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$TMP/out" | tail -1)
+    if [ $rc -eq 0 ] && [[ "$line" =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]]; then
+        ok "$name: $line"
+    else
+        fail "$name (exit $rc${line:+, $line})"
+        { grep '^FAIL' "$TMP/out" | head -5; tail -3 "$TMP/err"; } | sed 's/^/     /'
+    fi
+}
+
+# ends NAME REGEX CMD...: the job exits non-zero by itself (not by the timeout, not by a signal) and
+# stderr matches REGEX
+ends() {
+    local name=$1 re=$2; shift 2
+    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
+        ok "$name: $(grep -E -m1 -- "$re" "$TMP/err" | cut -c1-140)"
+    else
+        fail "$name (exit $rc$([ $rc -eq 124 ] && echo ': hung until the timeout'), stderr: $(head -2 "$TMP/err" | tr '\n' ' ' | cut -c1-200))"
+    fi
+}
+
+if [ ! -x $T ]; then
+    fail "$T is not built (make $T)"
+    finish; exit
+fi
+
+tally "one process, no mpirun" timeout 60 $T
+built_with_mpi=$(grep -c "built with MPI" "$TMP/out")
+ends "one process, P = 2: refused" "--stages 2 does not divide the 1 rank: the rank count must be P x D \(launch with mpirun" \
+    timeout 60 $T 2
+if [ "$built_with_mpi" -eq 0 ]; then
+    echo "note: $T was built without MPI (no mpicc, or NO_MPI=1): the multi-rank cases do not apply"
+    if command -v mpirun >/dev/null; then
+        ends "a build without MPI refuses to run as 2 ranks" "launched by mpirun with 2 ranks, but this build has no MPI" \
+            "${MPIRUN[@]}" -np 2 $T
+    fi
+    finish; exit
+fi
+if ! command -v mpirun >/dev/null; then
+    fail "mpirun not found, though $T was built with MPI"
+    finish; exit
+fi
+
+tally "mpirun -np 2, P = 1 (D = 2)" "${MPIRUN[@]}" -np 2 $T 1
+tally "mpirun -np 2, P = 2 (D = 1)" "${MPIRUN[@]}" -np 2 $T 2
+tally "mpirun -np 4, P = 1 (D = 4)" "${MPIRUN[@]}" -np 4 $T 1
+tally "mpirun -np 4, P = 2 (D = 2)" "${MPIRUN[@]}" -np 4 $T 2
+tally "mpirun -np 4, P = 4 (D = 1)" "${MPIRUN[@]}" -np 4 $T 4
+tally "mpirun -np 6, P = 3 (D = 2)" "${MPIRUN[@]}" -np 6 $T 3
+tally "mpirun -np 6, P = 2 (D = 3)" "${MPIRUN[@]}" -np 6 $T 2
+
+ends "mpirun -np 4, P = 3: refused" "--stages 3 does not divide the 4 ranks: the rank count must be P x D" \
+    "${MPIRUN[@]}" -np 4 $T 3
+check "... by each of the 4 ranks" \
+    test "$(grep -oE '^\[rank [0-3]\] --stages 3 does not divide' "$TMP/err" | sort -u | wc -l)" -eq 4
+
+# one rank fails while the others wait in a collective or a receive: the job must still end
+ends "a message over the size limit on rank 3 ends the job" \
+    '^\[rank 3\] tdpipe/comm\.c:[0-9]+: comm_gather_to_root of 2147483648 bytes exceeds' \
+    "${MPIRUN[@]}" -np 4 $T 1 --fatal gather-size
+ends "a receive shorter than the message: MPI's error, with rank, file, line and call" \
+    '^\[rank [13]\] tdpipe/comm\.c:[0-9]+: MPI_Wait\(.*\) failed: MPI_ERR_TRUNCATE' \
+    "${MPIRUN[@]}" -np 4 $T 2 --fatal truncate
+ends "a message shorter than the receive expects" \
+    '^\[rank 1\] tdpipe/comm\.c:[0-9]+: received 50 bytes from stage 0 \(tag 3\) where 100 were expected' \
+    "${MPIRUN[@]}" -np 2 $T 2 --fatal short
+finish
