@@ -2,7 +2,8 @@
 // llmc/adamw.h), tensor by tensor: every operation alone (forward and backward), then a tiny GPT-2
 // from one initialisation (logits, loss, every gradient; also split into two pipeline stages), then
 // 10 AdamW steps. Prints max abs and relative diff per tensor with OK / NOT OK, ends with
-// "overall okay: 1|0" (and the exit code agrees). Usage: test_gpt2cu [--matmul tdpipe|tdpipe-mma|cublaslt]
+// "overall okay: 1|0" (and the exit code agrees).
+// Usage: test_gpt2cu [--matmul tdpipe|tdpipe-mma|cublaslt (the model's matmul)] [--model-only]
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,6 +504,26 @@ static void test_model(const ModelCase* mc, const CpuRun* c) {
     float* dh = zeros_h((size_t)Vp * C);
     gpt2_cuda_get_dwte_head(&m, dh);
     check("grad wte (LM head share)", dh, c->dwte_head, (size_t)Vp * C, TOL_MODEL);
+    // per-unit sums of squares for the global norm (unit 0 embeddings, 1..L layers, L+1 head), before the
+    // tied embedding is summed: wte's encoder share only
+    double* ug = (double*)calloc_check(L + 2, sizeof(double));
+    gpt2_cuda_grad_unit_sumsq(&m, ug);
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    gpt2_param_sizes(cfg, &all, sizes);
+    float uc[64], ugf[64];
+    size_t off = 0;
+    for (int u = 0; u < L + 2; u++) uc[u] = 0.0f;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        for (int l = 0; l < (gpt2_param_is_layer(i) ? L : 1); l++) {
+            size_t n = gpt2_param_is_layer(i) ? sizes[i] / L : sizes[i];
+            int unit = gpt2_param_is_layer(i) ? 1 + l : i < 2 ? 0 : L + 1;
+            uc[unit] += (float)sumsq(c->grads + off + l * n, n);
+        }
+        off += sizes[i];
+    }
+    for (int u = 0; u < L + 2; u++) ugf[u] = (float)ug[u];
+    check("grad sums of squares per unit", ugf, uc, L + 2, 2 * TOL_MODEL); // squares: twice the relative error
+    free(ug);
     free(gr);
     free(dh);
     gpt2_cuda_acts_free(&a);
@@ -634,24 +655,9 @@ static void test_steps(const ModelCase* mc, int steps) {
     gpt2_cuda_acts_free(&ga); gpt2_cuda_grad_acts_free(&gg); gpt2_cuda_free(&m);
 }
 
-int main(int argc, char** argv) {
-    MatmulBackend model_backend = MATMUL_TDPIPE;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--matmul") && i + 1 < argc) {
-            if (!matmul_backend_parse(argv[++i], &model_backend)) td_fatal("unknown --matmul %s (tdpipe|tdpipe-mma|cublaslt)", argv[i]);
-        } else {
-            td_fatal("usage: %s [--matmul tdpipe|tdpipe-mma|cublaslt]", argv[0]);
-        }
-    }
-    cuda_device_init(0);
-    printf("test_gpt2cu: %s build, device %s (sm_%d%d, %d SMs)\n", PRECISION_NAME, g_device_prop.name, g_device_prop.major,
-           g_device_prop.minor, g_device_prop.multiProcessorCount);
-#ifndef ENABLE_FP32
-    printf("matmul tdpipe: %s\n", gemm_wgmma_available() ? "wgmma + TMA kernel (sm_90a)" : "mma.sync kernel (no sm_90a code for this device)");
-#endif
-    Rng rng;
-    rng_init(&rng, 42);
-
+// every operation alone, against the CPU reference
+static void test_ops(Rng* rng_) {
+    Rng& rng = *rng_;
     printf("== operations alone ==\n");
 #ifdef ENABLE_FP32
     MatmulBackend backends[] = {MATMUL_TDPIPE, MATMUL_CUBLASLT};
@@ -677,6 +683,30 @@ int main(int argc, char** argv) {
     test_classifier(&rng, 128, 200, 256);
     test_adamw(&rng, 100000);
     test_sumsq(&rng, 1000003);
+}
+
+int main(int argc, char** argv) {
+    MatmulBackend model_backend = MATMUL_TDPIPE;
+    int model_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--matmul") && i + 1 < argc) {
+            if (!matmul_backend_parse(argv[++i], &model_backend)) td_fatal("unknown --matmul %s (tdpipe|tdpipe-mma|cublaslt)", argv[i]);
+        } else if (!strcmp(argv[i], "--model-only")) {
+            model_only = 1;
+        } else {
+            td_fatal("usage: %s [--matmul tdpipe|tdpipe-mma|cublaslt] [--model-only]", argv[0]);
+        }
+    }
+    cuda_device_init(0);
+    printf("test_gpt2cu: %s build, device %s (sm_%d%d, %d SMs)\n", PRECISION_NAME, g_device_prop.name, g_device_prop.major,
+           g_device_prop.minor, g_device_prop.multiProcessorCount);
+#ifndef ENABLE_FP32
+    printf("matmul tdpipe: %s\n", gemm_wgmma_available() ? "wgmma + TMA kernel (sm_90a)" : "mma.sync kernel (no sm_90a code for this device)");
+#endif
+    Rng rng;
+    rng_init(&rng, 42);
+
+    if (!model_only) test_ops(&rng);
 
     printf("== the whole model ==\n");
     g_matmul_backend = model_backend;

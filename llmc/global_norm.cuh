@@ -29,15 +29,23 @@ __global__ void sumsq_finish_kernel(double* out, const float* partial) {
     *out = s;
 }
 
-// Σ x² over n floats on the device; scratch: SUMSQ_BLOCKS floats + one double (SUMSQ_BLOCKS + 2 floats).
-// Synchronises with the stream to return the value.
-static inline double sumsq_cuda(const float* x, size_t n, float* scratch) {
-    if (n == 0) return 0.0;
-    double* out = reinterpret_cast<double*>(scratch + SUMSQ_BLOCKS); // SUMSQ_BLOCKS is even: 8-byte aligned
-    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, g_cuda_stream>>>(scratch, x, (long)n);
+// *out_dev (a device double) = Σ x² over n floats on the device, queued on the stream without
+// waiting; partial: SUMSQ_BLOCKS floats of scratch (reused by the next call in stream order)
+static inline void sumsq_cuda_async(double* out_dev, const float* x, size_t n, float* partial) {
+    if (n == 0) {
+        cudaCheck(cudaMemsetAsync(out_dev, 0, sizeof(double), g_cuda_stream));
+        return;
+    }
+    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, g_cuda_stream>>>(partial, x, (long)n);
     cudaCheckLaunch("sumsq_partial_kernel");
-    sumsq_finish_kernel<<<1, 1, 0, g_cuda_stream>>>(out, scratch);
+    sumsq_finish_kernel<<<1, 1, 0, g_cuda_stream>>>(out_dev, partial);
     cudaCheckLaunch("sumsq_finish_kernel");
+}
+
+// Σ x² over n floats on the device, returned to the host (synchronises); scratch: SUMSQ_BLOCKS + 2 floats
+static inline double sumsq_cuda(const float* x, size_t n, float* scratch) {
+    double* out = reinterpret_cast<double*>(scratch + SUMSQ_BLOCKS); // SUMSQ_BLOCKS is even: 8-byte aligned
+    sumsq_cuda_async(out, x, n, scratch);
     double r;
     cudaCheck(cudaMemcpyAsync(&r, out, sizeof(double), cudaMemcpyDeviceToHost, g_cuda_stream));
     cudaCheck(cudaStreamSynchronize(g_cuda_stream));

@@ -147,8 +147,9 @@ void gpt2_cuda_init(GPT2Cuda* m, const GPT2Config* cfg, const GPT2Range* r, cons
     m->range = *r;
     m->num_params = gpt2_param_sizes(cfg, r, m->sizes);
     size_t n = m->num_params, C = cfg->channels, Vp = cfg->padded_vocab_size;
-    m->scratch_floats = COLSUM_MAX_CHUNKS * 4 * C;
-    if (m->scratch_floats < SUMSQ_BLOCKS + 2) m->scratch_floats = SUMSQ_BLOCKS + 2;
+    // column-sum partials (dbias of the widest layer), or sumsq partials + one double per gradient slice
+    size_t Ls = r->l1 - r->l0, sumsq_floats = SUMSQ_BLOCKS + 2 * (4 + 12 * Ls);
+    m->scratch_floats = COLSUM_MAX_CHUNKS * 4 * C > sumsq_floats ? COLSUM_MAX_CHUNKS * 4 * C : sumsq_floats;
     void** ptrs[] = {(void**)&m->master, (void**)&m->params_memory, (void**)&m->grads_memory, (void**)&m->dwte_head,
                      (void**)&m->adam_m, (void**)&m->adam_v, (void**)&m->scratch};
     size_t bytes[] = {n * 4, n * sizeof(floatX), n * 4, r->has_head ? Vp * C * 4 : 0, n * 4, n * 4, m->scratch_floats * 4};
@@ -210,8 +211,43 @@ void gpt2_cuda_tie_wte_grads(GPT2Cuda* m) {
     cudaCheckLaunch("gpt2_cuda_add_kernel");
 }
 
-// Σ g² over the stage's gradients (grads only, not dwte_head), deterministic, in double
-double gpt2_cuda_grads_sumsq(GPT2Cuda* m) { return sumsq_cuda(m->grads_memory, m->num_params, m->scratch); }
+// sums of squares of the gradient per unit, as stage_grad_unit_sumsq (tdpipe/stage.h): unit 0 = wte + wpe,
+// 1 + l = layer l's twelve tensors, L + 1 = lnfw + lnfb; writes the units this stage holds into out (L + 2)
+void gpt2_cuda_grad_unit_sumsq(const GPT2Cuda* m, double* out) {
+    const GPT2Range* r = &m->range;
+    const ParameterTensors* g = &m->grads;
+    int Ls = r->l1 - r->l0, C = m->cfg.channels, k = 0;
+    double* dev = reinterpret_cast<double*>(m->scratch + SUMSQ_BLOCKS); // one double per tensor slice
+    if (r->has_embed) {
+        sumsq_cuda_async(dev + k++, g->wte, m->sizes[0], m->scratch);
+        sumsq_cuda_async(dev + k++, g->wpe, m->sizes[1], m->scratch);
+    }
+    float* layer_tensors[12] = {g->ln1w, g->ln1b, g->qkvw, g->qkvb, g->attprojw, g->attprojb, g->ln2w, g->ln2b, g->fcw, g->fcb, g->fcprojw, g->fcprojb};
+    for (int l = 0; l < Ls; l++)
+        for (int i = 0; i < 12; i++) {
+            size_t per_layer = m->sizes[2 + i] / Ls;
+            sumsq_cuda_async(dev + k++, layer_tensors[i] + l * per_layer, per_layer, m->scratch);
+        }
+    if (r->has_head) {
+        sumsq_cuda_async(dev + k++, g->lnfw, C, m->scratch);
+        sumsq_cuda_async(dev + k++, g->lnfb, C, m->scratch);
+    }
+    double* h = (double*)malloc_check(k * sizeof(double));
+    cudaCheck(cudaMemcpyAsync(h, dev, k * sizeof(double), cudaMemcpyDeviceToHost, g_cuda_stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda_stream));
+    int j = 0;
+    if (r->has_embed) {
+        out[0] = h[0] + h[1];
+        j = 2;
+    }
+    for (int l = 0; l < Ls; l++) {
+        double acc = 0.0;
+        for (int i = 0; i < 12; i++) acc += h[j++];
+        out[1 + r->l0 + l] = acc;
+    }
+    if (r->has_head) out[1 + m->cfg.num_layers] = h[j] + h[j + 1];
+    free(h);
+}
 
 // one AdamW step (llmc/adamw.h semantics) over every tensor; t is the 1-based step; weight decay on
 // 2-D matrices only; refreshes the compute copy

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU check, in one go on a GPU machine (under 8 minutes on an H200): builds the CUDA targets, runs
+# the GPU tests (bf16 and fp32 builds; the model again on the mma.sync fallback), the kernel benchmarks
+# and a short training run, and writes everything to one log; a summary of the verdicts comes last.
+# Usage: scripts/gpu_check.sh [log file, default gpu_check.log]. Exit code: the number of steps that failed.
+set -u
+cd "$(dirname "$0")/.."
+LOG=${1:-gpu_check.log}
+: >"$LOG"
+failed=()
+
+# run NAME LIMIT_S CMD...: CMD's output into the log (and the terminal), then its exit code and time
+run() {
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name: $*" | tee -a "$LOG"
+    local t0 rc
+    t0=$(date +%s)
+    timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+    rc=${PIPESTATUS[0]}
+    echo "=== $name: exit $rc after $(($(date +%s) - t0)) s$([ "$rc" -eq 124 ] && echo " (timed out)")" | tee -a "$LOG"
+    [ "$rc" -eq 0 ] || failed+=("$name")
+    return "$rc"
+}
+
+{
+    date
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+    nvcc --version | tail -n 2
+} 2>&1 | tee -a "$LOG"
+
+if run build 300 make -j"$(nproc)" cuda; then
+    run test_gpt2cu 90 ./test_gpt2cu
+    run test_gpt2cu_fp32 90 ./build/test_gpt2cu_fp32
+    run test_gpt2cu_model_mma 60 ./test_gpt2cu --model-only --matmul tdpipe-mma
+    run bench_matmul 120 ./build/dev/cuda/matmul
+    run bench_attention 60 ./build/dev/cuda/attention
+    run bench_layernorm 60 ./build/dev/cuda/layernorm
+    # ---- GPT-2 124M training run, 30 steps: the lead adds its line here, e.g.
+    # run train_gpt2_124m 120 ./train_tdpipe <flags for GPT-2 124M, --device cuda, 30 steps>
+    # ---- end of the training run
+fi
+
+{
+    echo "=== summary"
+    grep -E "^(test_gpt2cu|matmul tdpipe:)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step" "$LOG" | grep -v "^=== "
+    echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
+    if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
+} 2>&1 | tee -a "$LOG"
+exit ${#failed[@]}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The pipeline runtime under mpirun: every synchronous schedule (and tdpipe with W = 0) gives
+# bitwise the losses of one process for P in {1, 2, 4} and D in {1, 2}; across D the losses agree
+# within 1e-5; TD-Pipe with W in {1, 2, 4} converges like the synchronous run; the tied
+# embedding's copies stay bitwise equal; a 200-step jittered run at P = 4 finishes with every
+# micro-batch counted; bad pipeline shapes give one message from rank 0 and no hang.
+source tests/lib.sh
+if ! command -v mpirun >/dev/null || ! grep -q TD_MPI <(strings "$BIN" 2>/dev/null; echo) && ! ldd "$BIN" | grep -q libmpi; then
+    echo "FAIL the pipeline tests need Open MPI (apt-get install openmpi-bin libopenmpi-dev) and a build with it"
+    echo "0 passed, 1 failed"; exit 1
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI="timeout 180 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+losses() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f4; }
+SMALL="-e d4 -b 2 -t 16 -x 20 -v 0 -s 0 --micro-batches 4"
+
+# --- bitwise equality with one process, for the same D and global batch
+check "reference: P = 1, D = 1" $BIN $SMALL -o "$TMP/ref1"
+check "reference: P = 1, D = 2" $MPI -np 2 $BIN $SMALL -o "$TMP/ref2"
+for D in 1 2; do
+    for P in 2 4; do
+        for sch in gpipe 1f1b zbh1 tdpipe; do
+            out="$TMP/p${P}d${D}$sch"
+            $MPI -np $((P * D)) $BIN $SMALL --stages $P --schedule $sch -o "$out" >"$out.txt" 2>&1
+            same() { [ "$(losses "$1" | wc -l)" -eq 20 ] && diff <(losses "$1") <(losses "$TMP/ref$D") >/dev/null; }
+            check "P = $P, D = $D, $sch$([ $sch = tdpipe ] && echo ' W = 0'): 20 losses bitwise equal to P = 1" same "$out"
+        done
+        check "P = $P, D = $D: tied embedding copies bitwise equal after training" grep -q "tied embedding copies bitwise equal" "$out.txt"
+    done
+done
+# the same global batch of 4 micro-batches as ref1: 2 replicas x M = 2 (their gradients are averaged,
+# so the sums run in another order: equal within 1e-5, not bitwise)
+check "P = 1, D = 2, M = 2" $MPI -np 2 $BIN ${SMALL/--micro-batches 4/--micro-batches 2} -o "$TMP/refd2"
+close() { [ "$(losses "$TMP/refd2" | wc -l)" -eq 20 ] && paste <(losses "$TMP/ref1") <(losses "$TMP/refd2") | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ } END { exit bad > 0 }'; }
+check "across D = 1 and 2: losses equal within 1e-5 relative (different summation order)" close
+check "the step line reports bubble and staleness" grep -q "bubble .*stale " "$TMP/p4d1tdpipe.txt"
+check "log.jsonl holds per-stage bubble and staleness" grep -q '"bubble_per_stage": \[[0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*\], "staleness_per_stage"' "$TMP/p4d1tdpipe/log.jsonl"
+
+# --- TD-Pipe W in {1, 2, 4}: S = 150 steps at P = 2, M = 4 (staleness <= ceil(W/M) = 1); the
+# validation loss must come within X = 0.03 nats of the synchronous (W = 0) run's. Both are
+# measured on the same 16384 validation tokens, so most sampling noise cancels; measured gaps are
+# ~0.003-0.011 nats (README), so 0.03 leaves room while a broken stash or ring (wrong weights in
+# backward, a gradient lost or counted twice) moves the loss by far more.
+CONV="--stages 2 --schedule tdpipe -x 150 -v 150 --val-batches 32 -s 0 --micro-batches 4 -b 2"
+val() { grep -o 'val loss [0-9.]*' "$1" | tail -1 | cut -d' ' -f3; }
+check "tdpipe W = 0 (synchronous reference), 150 steps" $MPI -np 2 $BIN $CONV --aew 0 -o "$TMP/w0"
+cp "$TMP/out" "$TMP/w0.txt"
+for W in 1 2 4; do
+    check "tdpipe W = $W, 150 steps" $MPI -np 2 $BIN $CONV --aew $W -o "$TMP/w$W"
+    cp "$TMP/out" "$TMP/w$W.txt"
+    near() { awk -v a="$(val "$TMP/w$W.txt")" -v b="$(val "$TMP/w0.txt")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.03) }'; }
+    check "tdpipe W = $W: val loss $(val "$TMP/w$W.txt") within 0.03 nats of the synchronous $(val "$TMP/w0.txt")" near
+    stale_ok() { grep -q "stale 1" "$TMP/w$W.txt" && ! grep -q "stale [2-9]" "$TMP/w$W.txt"; }
+    check "tdpipe W = $W: staleness 1 reached, never above ceil(W/M) = 1" stale_ok
+done
+
+# --- stress: 200 steps, jitter, a random W at P = 4; the harness's timeout bounds the time
+W=$(( (RANDOM % 8) + 1 ))
+check "stress: P = 4, tdpipe W = $W, --jitter 0.3, 200 steps finish (timeout 180 s)" \
+    $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew $W --jitter 0.3 --seed $RANDOM -x 200 -v 0 -s 0 --micro-batches 4 -b 1 -t 16 --consistency-every 37 -o "$TMP/stress"
+check "stress: no micro-batch lost or duplicated on any rank" grep -q "every rank ran exactly forwards and backwards (expected 800 each)" "$TMP/out"
+
+# --- the schedule printed as data
+check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedule 1f1b --micro-batches 4 -e d4
+$MPI -np 2 $BIN --print-schedule --stages 2 --schedule zbh1 --micro-batches 2 -e d4 > "$TMP/sched.txt" 2>&1
+check "--print-schedule under mpirun: rank 0 prints both stages' lists once" test "$(grep -c '^stage [01]' "$TMP/sched.txt")" -eq 2
+
+# --- bad pipeline shapes: one message from rank 0, non-zero exit, no hang (timeout)
+once() { [ "$(grep -c "$1" "$TMP/err")" -eq 1 ]; }
+refuse "P larger than the number of layers" "--stages 5 exceeds the model's 4 layers" $MPI -np 5 $BIN -e d4 --stages 5 --micro-batches 8
+check "  said once, by rank 0" once "exceeds the model's 4 layers"
+refuse "M < P where the schedule needs M >= P" "--micro-batches" $MPI -np 4 $BIN -e d4 --stages 4 --schedule 1f1b --micro-batches 2
+refuse "a rank count that is not P x D" "--stages 2 does not divide the 3 ranks" $MPI -np 3 $BIN -e d4 --stages 2
+check "  said once, by rank 0" once "does not divide the 3 ranks"
+refuse "--aew on a synchronous schedule" "--aew 2: only the tdpipe schedule" $BIN --schedule 1f1b --aew 2
+refuse "an unknown schedule" "--schedule pipedream: expected gpipe, 1f1b, zbh1 or tdpipe" $BIN --schedule pipedream
+refuse "a bad --partition" "--partition" $MPI -np 2 $BIN -e d4 --stages 2 --partition 3,3
+refuse "--stages > 1 without mpirun" "--stages 2 does not divide the 1 rank" $BIN -e d4 --stages 2
+
+finish
