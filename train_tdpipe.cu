@@ -622,21 +622,34 @@ int main(int argc, char** argv) {
     long counts[3] = {ex.count_f, ex.count_b, expect};
     long* all_counts = g_rank == 0 ? (long*)malloc_check(3 * sizeof(long) * comm.world_size) : NULL;
     comm_gather_to_root(&comm, counts, sizeof(counts), all_counts);
-    double times[2] = {ex.n_f ? ex.busy_f / ex.n_f : 0.0, ex.n_b ? ex.busy_b / ex.n_b : 0.0};
-    double* all_times = g_rank == 0 ? (double*)malloc_check(2 * sizeof(double) * comm.world_size) : NULL;
+    // per stage: measured op times, and the memory its pipeline state took (activation slots,
+    // weight stashes, gradient-cache ring), as the schedules made the executor reserve them
+    double mib = 1.0 / (1024.0 * 1024.0);
+    double times[8] = {ex.n_f ? ex.busy_f / ex.n_f : 0.0, ex.n_b ? ex.busy_b / ex.n_b : 0.0};
+    if (st) {
+        times[2] = st->n_slots;
+        times[3] = st->n_slots * (double)st->acts[0].num_floats * 4 * mib + st->n_gacts * (double)st->gacts[0].num_floats * 4 * mib;
+        times[4] = st->n_stash;
+        times[5] = st->n_stash * (double)st->num_params * 4 * mib;
+        times[6] = st->n_grad_slots;
+        times[7] = st->n_grad_slots * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0)) * 4 * mib;
+    }
+    double* all_times = g_rank == 0 ? (double*)malloc_check(sizeof(times) * comm.world_size) : NULL;
     comm_gather_to_root(&comm, times, sizeof(times), all_times);
     if (g_rank == 0) {
         int lost = 0;
         for (int r = 0; r < comm.world_size; r++) lost |= all_counts[3 * r] != expect || all_counts[3 * r + 1] != expect;
         printf("micro-batches: every rank ran %s forwards and backwards (expected %ld each)%s\n", lost ? "NOT" : "exactly", expect,
                lost ? ": LOST OR DUPLICATED" : "");
-        if (P > 1) {
-            printf("stage  layers       measured F ms  measured B ms  (predicted share)\n");
-            double total_pred = 0.0;
-            for (int i = 0; i < P; i++) total_pred += part.time[i];
-            for (int i = 0; i < P; i++)
-                printf("%-6d [%d,%d)%*s %13.2f  %13.2f  (%.1f%%)\n", i, part.first[i], part.first[i + 1], 6, "", all_times[2 * i] * 1e3,
-                       all_times[2 * i + 1] * 1e3, total_pred > 0 ? 100.0 * part.time[i] / total_pred : 0.0);
+        printf("stage  layers    pred. share  meas. F ms  meas. B ms  act. slots      MiB  stashes      MiB  grad ring      MiB\n");
+        double total_pred = 0.0;
+        for (int i = 0; i < P; i++) total_pred += part.time[i];
+        for (int i = 0; i < P; i++) {
+            const double* t = all_times + 8 * i;
+            char layers[32];
+            snprintf(layers, sizeof(layers), "[%d,%d)", part.first[i], part.first[i + 1]);
+            printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10.0f %8.1f  %7.0f %8.1f  %9.0f %8.1f\n", i, layers,
+                   total_pred > 0 ? 100.0 * part.time[i] / total_pred : 100.0, t[0] * 1e3, t[1] * 1e3, t[2], t[3], t[4], t[5], t[6], t[7]);
         }
         if (rep.seconds_n) printf("average step: %.1f ms (%d steps, first left out)\n", rep.seconds_sum / rep.seconds_n * 1e3, rep.seconds_n);
         if (lost) exit(1);

@@ -187,9 +187,9 @@ static inline void column_sum_finish(float* out, const float* partial, int nrows
 
 // row chunks for the first pass of a column reduction over n rows, `col_blocks` blocks across:
 // enough blocks to fill the GPU, at most COLSUM_MAX_CHUNKS (scratch holds COLSUM_MAX_CHUNKS rows)
-#define COLSUM_MAX_CHUNKS 128
+#define COLSUM_MAX_CHUNKS 256
 static inline int colsum_chunks(int n, int col_blocks) {
-    int want = ceil_div(2 * 132, col_blocks); // ~2 blocks per SM on a 132-SM GPU; fixed, so results do not depend on the device
+    int want = ceil_div(4 * 132, col_blocks); // ~4 blocks per SM on a 132-SM GPU; fixed, so results do not depend on the device
     if (want > COLSUM_MAX_CHUNKS) want = COLSUM_MAX_CHUNKS;
     if (want > n) want = n;
     return want < 1 ? 1 : want;

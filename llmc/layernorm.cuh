@@ -115,6 +115,7 @@ __global__ void layernorm_backward_weight_partial_kernel(float* partial, const f
     float aw[x128::size], ab[x128::size];
     for (int k = 0; k < x128::size; k++) aw[k] = ab[k] = 0.0f;
     if (c0 < C) {
+#pragma unroll 4 // several rows' loads in flight
         for (int r = r0 + w; r < r1; r += 8) {
             x128 d = load128(dout + (size_t)r * C + c0), x = load128(inp + (size_t)r * C + c0);
             float m = mean[r], s = rstd[r];

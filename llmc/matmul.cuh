@@ -685,6 +685,7 @@ __global__ void dbias_partial_kernel(float* partial, const floatX* dout, int N, 
     float acc[x128::size];
     for (int k = 0; k < x128::size; k++) acc[k] = 0.0f;
     if (c0 < OC) {
+#pragma unroll 4 // several rows' loads in flight
         for (int r = r0 + w; r < r1; r += 8) {
             x128 v = load128(dout + (size_t)r * OC + c0);
             for (int k = 0; k < x128::size; k++) acc[k] += to_float(v[k]);

@@ -60,6 +60,21 @@ check "stress: P = 4, tdpipe W = $W, --jitter 0.3, 200 steps finish (timeout 180
     $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew $W --jitter 0.3 --seed $RANDOM -x 200 -v 0 -s 0 --micro-batches 4 -b 1 -t 16 --consistency-every 37 -o "$TMP/stress"
 check "stress: no micro-batch lost or duplicated on any rank" grep -q "every rank ran exactly forwards and backwards (expected 800 each)" "$TMP/out"
 
+# --- --aew auto, the trace and the per-stage memory table
+check "--aew auto measures beta and picks W" $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew auto -b 2 -t 16 -x 6 -v 0 -s 0 --micro-batches 4 --trace "$TMP/trace.json" -o "$TMP/auto"
+cp "$TMP/out" "$TMP/auto.txt"
+check "  it says so: aew auto: measured beta ... -> W = ..." grep -Eq "aew auto: measured beta [0-9.]+ -> W = ceil\(4 x \(1 - beta\)\) = [0-9]+" "$TMP/auto.txt"
+check "  a memory table per stage: activation slots, stashes, gradient ring" grep -q "act. slots .* stashes .* grad ring" "$TMP/auto.txt"
+trace_ok() { python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['traceEvents']
+kinds = {e['name'][0] for e in d}
+assert sorted({e['tid'] for e in d}) == [0, 1, 2, 3], 'one row per stage'
+assert len(d) == 4 * 6 * (4 + 4 + 1), len(d)  # per stage: 6 steps x (4 F + 4 B + 1 U)
+assert kinds == {'F', 'B', 'U'}, kinds
+" "$TMP/trace.json"; }
+check "--trace writes a Chrome trace: every op of every stage" trace_ok
+
 # --- the schedule printed as data
 check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedule 1f1b --micro-batches 4 -e d4
 $MPI -np 2 $BIN --print-schedule --stages 2 --schedule zbh1 --micro-batches 2 -e d4 > "$TMP/sched.txt" 2>&1

@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
     const int ref = nb - 1; // cuBLASLt
     printf("matmul benchmark: %s, N = B*T = %d rows, GPT-2 124M shapes (C = %d, Vp = %d), device %s\n", PRECISION_NAME, N, C, Vp,
            g_device_prop.name);
+#ifndef ENABLE_FP32
+    printf("matmul tdpipe: %s\n", gemm_wgmma_available() ? "wgmma + TMA kernel (sm_90a); tdpipe-mma: the mma.sync kernel"
+                                                           : "mma.sync kernel (no sm_90a code for this device)");
+#endif
     printf("%-8s %-8s %-20s", "shape", "product", "M x N x K");
     for (int b = 0; b < nb; b++) printf(" %13s", matmul_backend_name(backends[b]));
     printf("   tdpipe/cuBLASLt  check vs CPU (rel diff per backend)\n");
