@@ -140,6 +140,22 @@ static float* model_init(const TrainArgs* a, const GPT2Config* cfg) {
 // ----------------------------------------------------------------------------------------------
 // the partition: layers per stage, from a FLOP cost model (auto), evenly, or as given
 
+// "1,1,0.5,1" -> P positive numbers (scaled by `unit`); empty -> NULL (the default)
+static double* parse_per_rank(const char* flag, const char* list, int P, double unit) {
+    if (!list[0]) return NULL;
+    double* v = (double*)malloc_check(P * sizeof(double));
+    const char* it = list;
+    for (int i = 0; i < P; i++) {
+        char* end;
+        v[i] = strtod(it, &end);
+        if (end == it || !(v[i] > 0) || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1))
+            fatal_all("--%s %s: expected %d positive numbers separated by commas, one per stage", flag, list, P);
+        v[i] *= unit;
+        it = end + 1;
+    }
+    return v;
+}
+
 static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P) {
     char err[512];
     if (P > cfg->num_layers) fatal_all("--stages %d exceeds the model's %d layers (each stage needs at least one)", P, cfg->num_layers);
@@ -165,6 +181,10 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
     cost.layer_mem = layer_mem;
     cost.first_mem = 16.0 * Vp * C;
     cost.last_mem = 16.0 * Vp * C + 4.0 * 2 * BT * Vp;
+    double* speed = parse_per_rank("rank-speed", a->rank_speed, P, 1.0);
+    double* mem = parse_per_rank("rank-mem", a->rank_mem, P, 1024.0 * 1024.0 * 1024.0);
+    cost.speed = speed;
+    cost.mem_limit = mem;
     if (!strcmp(a->partition, "auto")) {
         if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition auto: %s", err);
     } else {
@@ -172,6 +192,8 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
     }
     free(layer_time);
     free(layer_mem);
+    free(speed);
+    free(mem);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -443,7 +465,11 @@ int main(int argc, char** argv) {
     Schedule probe;
     if (schedule_build(&probe, kind, P, a.grad_accum, W > 0 ? W : 0, 2, err, sizeof(err))) fatal_all("%s", err);
     if (a.print_schedule) {
-        if (g_rank == 0) schedule_print(&probe, stdout);
+        if (g_rank == 0) {
+            printf("partition (%s):\n", a.partition);
+            partition_print(stdout, &part);
+            schedule_print(&probe, stdout);
+        }
         schedule_free(&probe);
         comm_finalize(&comm);
         return 0;

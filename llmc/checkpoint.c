@@ -18,19 +18,6 @@
 #define ZLIB_MAX_RATIO 1032 // deflate's best ratio: a descriptor claiming more is damaged or hostile
 #define PATH_CAP 4096
 
-static void set_err(char* err, size_t errlen, const char* fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void set_err(char* err, size_t errlen, const char* fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 uint32_t ckpt_crc32(uint32_t crc, const void* data, size_t bytes) {
     const unsigned char* p = (const unsigned char*)data;
     while (bytes > 0) { // zlib's length is a uInt
@@ -143,7 +130,7 @@ static int writer_fail(CkptWriter* w, char* err, size_t errlen, const char* fmt,
         unlink(w->tmp_path);
         w->failed = 1;
     }
-    set_err(err, errlen, "%s", w->err);
+    td_error(err, errlen, "%s", w->err);
     return -1;
 }
 
@@ -175,11 +162,11 @@ static int pwrite_all(CkptWriter* w, const unsigned char* buf, size_t n, uint64_
 
 CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shuffle, char* err, size_t errlen) {
     if (zlib_level < 0 || zlib_level > 9) {
-        set_err(err, errlen, "%s: zlib level %d out of range 0..9", dir, zlib_level);
+        td_error(err, errlen, "%s: zlib level %d out of range 0..9", dir, zlib_level);
         return NULL;
     }
     if (step < 0) {
-        set_err(err, errlen, "%s: checkpoint step %ld is negative", dir, step);
+        td_error(err, errlen, "%s: checkpoint step %ld is negative", dir, step);
         return NULL;
     }
     CkptWriter* w = (CkptWriter*)calloc_check(1, sizeof(CkptWriter));
@@ -190,12 +177,12 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
     int n1 = snprintf(w->dir, PATH_CAP, "%s", dir);
     int n2 = snprintf(w->tmp_path, PATH_CAP, "%s/.ckpt_%08ld.tdck.tmp", dir, step);
     if (n1 < 0 || n1 >= PATH_CAP || n2 < 0 || n2 >= PATH_CAP || ckpt_path(w->final_path, PATH_CAP, dir, step) != 0) {
-        set_err(err, errlen, "%s: directory path too long", dir);
+        td_error(err, errlen, "%s: directory path too long", dir);
         free(w);
         return NULL;
     }
     if (deflateInit(&w->zs, zlib_level) != Z_OK) {
-        set_err(err, errlen, "%s: zlib deflateInit failed", dir);
+        td_error(err, errlen, "%s: zlib deflateInit failed", dir);
         free(w);
         return NULL;
     }
@@ -207,7 +194,7 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
     sigaction(SIGXFSZ, &ign, &w->old_xfsz);
     w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        set_err(err, errlen, "%s: cannot create checkpoint file: %s", w->tmp_path, strerror(errno));
+        td_error(err, errlen, "%s: cannot create checkpoint file: %s", w->tmp_path, strerror(errno));
         writer_free(w);
         return NULL;
     }
@@ -315,7 +302,7 @@ int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err
     if (rc == 0) { // make the rename itself durable
         int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL)) {
-            set_err(err, errlen, "%s: written, but fsync of directory %s failed: %s", w->final_path, w->dir, strerror(errno));
+            td_error(err, errlen, "%s: written, but fsync of directory %s failed: %s", w->final_path, w->dir, strerror(errno));
             rc = -1;
         }
         if (dfd >= 0) close(dfd);
@@ -364,34 +351,34 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
     unsigned char hdr[CKPT_HEADER_BYTES];
     size_t got;
     if (pread_full(fd, hdr, sizeof hdr, 0, &got) != 0) {
-        set_err(err, errlen, "%s: read failed: %s", path, strerror(errno));
+        td_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
         return -1;
     }
     if (got == 0) {
-        set_err(err, errlen, "%s: truncated (empty file)", path);
+        td_error(err, errlen, "%s: truncated (empty file)", path);
         return -1;
     }
     if (got >= 4 && get_u32(hdr) != CKPT_MAGIC) {
-        set_err(err, errlen, "%s: not a tdpipe checkpoint (magic 0x%08x%s, expected 0x%08x)", path, get_u32(hdr), foreign_magic(get_u32(hdr)), CKPT_MAGIC);
+        td_error(err, errlen, "%s: not a tdpipe checkpoint (magic 0x%08x%s, expected 0x%08x)", path, get_u32(hdr), foreign_magic(get_u32(hdr)), CKPT_MAGIC);
         return -1;
     }
     if (got >= 8 && get_u32(hdr + 4) != CKPT_VERSION) {
-        set_err(err, errlen, "%s: version %u not supported (this build reads %d)", path, get_u32(hdr + 4), CKPT_VERSION);
+        td_error(err, errlen, "%s: version %u not supported (this build reads %d)", path, get_u32(hdr + 4), CKPT_VERSION);
         return -1;
     }
     if (got < sizeof hdr) {
-        set_err(err, errlen, "%s: truncated (header needs %zu more bytes)", path, sizeof hdr - got);
+        td_error(err, errlen, "%s: truncated (header needs %zu more bytes)", path, sizeof hdr - got);
         return -1;
     }
     if (get_u32(hdr + 1020) != ckpt_crc32(0, hdr, 1020)) {
-        set_err(err, errlen, "%s: header CRC mismatch (file damaged)", path);
+        td_error(err, errlen, "%s: header CRC mismatch (file damaged)", path);
         return -1;
     }
     uint32_t nsec = get_u32(hdr + 8);
     uint64_t step = get_u64(hdr + 20), file_bytes = get_u64(hdr + 28);
     if (nsec > CKPT_MAX_SECTIONS || get_u32(hdr + 12) != CKPT_DESC_BYTES || get_u32(hdr + 16) != CKPT_SHUFFLE_BLOCK ||
         step > (uint64_t)0x7fffffffffffffffull || get_u32(hdr + 36) > 9) {
-        set_err(err, errlen, "%s: header fields invalid (sections %u, descriptor %u bytes, shuffle block %u, level %u)", path, nsec,
+        td_error(err, errlen, "%s: header fields invalid (sections %u, descriptor %u bytes, shuffle block %u, level %u)", path, nsec,
                 get_u32(hdr + 12), get_u32(hdr + 16), get_u32(hdr + 36));
         return -1;
     }
@@ -404,16 +391,16 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
     for (uint32_t i = 0; i < nsec; i++) {
         unsigned char d[CKPT_DESC_BYTES];
         if (size < pos + CKPT_DESC_BYTES) {
-            set_err(err, errlen, "%s: truncated (descriptor of section %u of %u needs %llu more bytes)", path, i + 1, nsec,
+            td_error(err, errlen, "%s: truncated (descriptor of section %u of %u needs %llu more bytes)", path, i + 1, nsec,
                     (unsigned long long)(pos + CKPT_DESC_BYTES - (size > pos ? size : pos)));
             return -1;
         }
         if (pread_full(fd, d, sizeof d, pos, &got) != 0 || got != sizeof d) {
-            set_err(err, errlen, "%s: read failed at byte %llu: %s", path, (unsigned long long)pos, got == sizeof d ? strerror(errno) : "file shrank");
+            td_error(err, errlen, "%s: read failed at byte %llu: %s", path, (unsigned long long)pos, got == sizeof d ? strerror(errno) : "file shrank");
             return -1;
         }
         if (get_u32(d + 76) != ckpt_crc32(0, d, 76)) {
-            set_err(err, errlen, "%s: descriptor of section %u of %u: CRC mismatch (file damaged)", path, i + 1, nsec);
+            td_error(err, errlen, "%s: descriptor of section %u of %u: CRC mismatch (file damaged)", path, i + 1, nsec);
             return -1;
         }
         CkptSection* s = &c->sections[i];
@@ -425,13 +412,13 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
         for (int k = 64; k < 76; k++) reserved_zero &= d[k] == 0;
         if (d[CKPT_NAME_CAP - 1] != 0 || !valid_name(s->name) || !valid_elem_size((int)elem) || flags > 1 || !reserved_zero ||
             raw / ZLIB_MAX_RATIO > comp + 1) {
-            set_err(err, errlen, "%s: descriptor of section %u of %u invalid (elem size %u, flags %u, %llu raw from %llu compressed bytes)",
+            td_error(err, errlen, "%s: descriptor of section %u of %u invalid (elem size %u, flags %u, %llu raw from %llu compressed bytes)",
                     path, i + 1, nsec, elem, flags, (unsigned long long)raw, (unsigned long long)comp);
             return -1;
         }
         for (uint32_t k = 0; k < i; k++)
             if (strcmp(c->sections[k].name, s->name) == 0) {
-                set_err(err, errlen, "%s: section '%s' appears twice", path, s->name);
+                td_error(err, errlen, "%s: section '%s' appears twice", path, s->name);
                 return -1;
             }
         s->elem_size = (int)elem;
@@ -443,17 +430,17 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
         loc[i].crc_comp = get_u32(d + 56);
         loc[i].crc_raw = get_u32(d + 60);
         if (size - pos < comp) {
-            set_err(err, errlen, "%s: truncated (section '%s' needs %llu more bytes)", path, s->name, (unsigned long long)(comp - (size - pos)));
+            td_error(err, errlen, "%s: truncated (section '%s' needs %llu more bytes)", path, s->name, (unsigned long long)(comp - (size - pos)));
             return -1;
         }
         pos += comp;
     }
     if (pos < size) {
-        set_err(err, errlen, "%s: %llu bytes of trailing data after the last section", path, (unsigned long long)(size - pos));
+        td_error(err, errlen, "%s: %llu bytes of trailing data after the last section", path, (unsigned long long)(size - pos));
         return -1;
     }
     if (pos != file_bytes) {
-        set_err(err, errlen, "%s: header says %llu bytes but the sections end at byte %llu", path, (unsigned long long)file_bytes, (unsigned long long)pos);
+        td_error(err, errlen, "%s: header says %llu bytes but the sections end at byte %llu", path, (unsigned long long)file_bytes, (unsigned long long)pos);
         return -1;
     }
     return 0;
@@ -467,12 +454,12 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
     if (load) {
         dst = (unsigned char*)malloc(s->bytes ? s->bytes : 1);
         if (!dst) {
-            set_err(err, errlen, "%s: section '%s': out of memory for %zu bytes", path, s->name, s->bytes);
+            td_error(err, errlen, "%s: section '%s': out of memory for %zu bytes", path, s->name, s->bytes);
             return -1;
         }
         if (inflateReset(zs) != Z_OK) {
             free(dst);
-            set_err(err, errlen, "%s: zlib inflateReset failed", path);
+            td_error(err, errlen, "%s: zlib inflateReset failed", path);
             return -1;
         }
     }
@@ -485,7 +472,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
     for (size_t remaining = s->comp_bytes; remaining > 0;) {
         size_t n = remaining < IO_CHUNK ? remaining : IO_CHUNK, got;
         if (pread_full(fd, inbuf, n, at, &got) != 0 || got != n) {
-            set_err(err, errlen, "%s: section '%s': read failed at byte %llu: %s", path, s->name, (unsigned long long)at, got == n ? strerror(errno) : "file shrank");
+            td_error(err, errlen, "%s: section '%s': read failed at byte %llu: %s", path, s->name, (unsigned long long)at, got == n ? strerror(errno) : "file shrank");
             free(dst);
             return -1;
         }
@@ -538,7 +525,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
         at += n;
     }
     if (crc != loc.crc_comp) {
-        set_err(err, errlen, "%s: section '%s': CRC mismatch (file damaged)", path, s->name);
+        td_error(err, errlen, "%s: section '%s': CRC mismatch (file damaged)", path, s->name);
         free(dst);
         return -1;
     }
@@ -546,12 +533,12 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
         if (!bad && zret != Z_STREAM_END) bad = "zlib stream ends early";
         if (!bad && produced != s->bytes) bad = "decompressed size differs from its descriptor";
         if (bad) {
-            set_err(err, errlen, "%s: section '%s': corrupt compressed data (%s)", path, s->name, bad);
+            td_error(err, errlen, "%s: section '%s': corrupt compressed data (%s)", path, s->name, bad);
             free(dst);
             return -1;
         }
         if (ckpt_crc32(0, dst, s->bytes) != loc.crc_raw) {
-            set_err(err, errlen, "%s: section '%s': CRC of the decompressed data mismatch (written damaged)", path, s->name);
+            td_error(err, errlen, "%s: section '%s': CRC of the decompressed data mismatch (written damaged)", path, s->name);
             free(dst);
             return -1;
         }
@@ -564,12 +551,12 @@ static int read_container(const char* path, Ckpt* out, int load, char* err, size
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        td_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", path);
+        td_error(err, errlen, "%s: not a regular file", path);
         close(fd);
         return -1;
     }
@@ -582,7 +569,7 @@ static int read_container(const char* path, Ckpt* out, int load, char* err, size
         z_stream zs;
         memset(&zs, 0, sizeof zs);
         if (load && inflateInit(&zs) != Z_OK) {
-            set_err(err, errlen, "%s: zlib inflateInit failed", path);
+            td_error(err, errlen, "%s: zlib inflateInit failed", path);
             rc = -1;
         }
         for (int i = 0; rc == 0 && i < out->num_sections; i++)
@@ -656,7 +643,7 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
     DIR* d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return 1;
-        set_err(err, errlen, "%s: cannot list checkpoint directory: %s", dir, strerror(errno));
+        td_error(err, errlen, "%s: cannot list checkpoint directory: %s", dir, strerror(errno));
         return -1;
     }
     int cap = 0;
@@ -680,14 +667,14 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
 
 int ckpt_prune(const char* dir, int keep, char* err, size_t errlen) {
     if (keep < 1) {
-        set_err(err, errlen, "%s: --keep %d: must keep at least 1 checkpoint", dir, keep);
+        td_error(err, errlen, "%s: --keep %d: must keep at least 1 checkpoint", dir, keep);
         return -1;
     }
     CkptEntry* es;
     int n;
     int r = list_ckpts(dir, &es, &n, err, errlen);
     if (r != 0) {
-        if (r == 1) set_err(err, errlen, "%s: cannot prune: directory does not exist", dir);
+        if (r == 1) td_error(err, errlen, "%s: cannot prune: directory does not exist", dir);
         return -1;
     }
     int rc = 0;
@@ -698,7 +685,7 @@ int ckpt_prune(const char* dir, int keep, char* err, size_t errlen) {
         for (int i = keep; i < n; i++) {
             if (i == newest_valid) continue;
             if (unlink(es[i].path) != 0 && rc == 0) {
-                set_err(err, errlen, "%s: cannot delete old checkpoint: %s", es[i].path, strerror(errno));
+                td_error(err, errlen, "%s: cannot delete old checkpoint: %s", es[i].path, strerror(errno));
                 rc = -1;
             }
         }

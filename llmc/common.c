@@ -52,6 +52,16 @@ void fclose_check_at(FILE* f, const char* path, const char* file, int line) {
     if (fclose(f) != 0) td_fatal_at(file, line, "%s: close failed: %s", path, strerror(errno));
 }
 
+int td_error(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

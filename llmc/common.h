@@ -33,6 +33,14 @@ void fclose_check_at(FILE* f, const char* path, const char* file, int line);
 #define fwrite_check(ptr, size, n, f, path) fwrite_check_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
 #define fclose_check(f, path) fclose_check_at((f), (path), __FILE__, __LINE__)
 
+// writes a message into err (errlen bytes; err may be NULL) and returns -1: the error path of
+// library functions that report to their caller instead of exiting
+int td_error(char* err, size_t errlen, const char* fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 double now_seconds(void); // monotonic clock
 
 #ifdef __cplusplus

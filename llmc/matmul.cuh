@@ -605,7 +605,7 @@ __global__ void splitk_reduce_kernel(float* C, const float* ws, int M, int N, in
 // number of depth splits for a product with fp32 output (1: no split)
 static inline int gemm_splits(const GemmParams& p) {
     long tiles = (long)ceil_div(p.M, 128) * ceil_div(p.N, 128);
-    if (tiles * 2 > SPLITK_TARGET_BLOCKS) return 1;
+    if (tiles >= SPLITK_TARGET_BLOCKS) return 1;
     long s = (SPLITK_TARGET_BLOCKS + tiles - 1) / tiles;
     if (s > p.K / SPLITK_MIN_DEPTH) s = p.K / SPLITK_MIN_DEPTH;
     if (s * p.M * p.N > (long)SPLITK_MAX_FLOATS) s = SPLITK_MAX_FLOATS / ((long)p.M * p.N);

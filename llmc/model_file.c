@@ -9,18 +9,10 @@
 #include <unistd.h>
 #include "common.h"
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int check_header(const char* path, const int* h, long file_bytes, GPT2Config* cfg, char* err, size_t errlen) {
-    if (h[0] != MODEL_FILE_MAGIC) return fail(err, errlen, "%s: not an llm.c model file (magic %d, expected %d)", path, h[0], MODEL_FILE_MAGIC);
+    if (h[0] != MODEL_FILE_MAGIC) return td_error(err, errlen, "%s: not an llm.c model file (magic %d, expected %d)", path, h[0], MODEL_FILE_MAGIC);
     if (h[1] != MODEL_FILE_VERSION_FP32 && h[1] != MODEL_FILE_VERSION_BF16)
-        return fail(err, errlen, "%s: model file version %d not supported (3 = fp32, 5 = bf16)", path, h[1]);
+        return td_error(err, errlen, "%s: model file version %d not supported (3 = fp32, 5 = bf16)", path, h[1]);
     cfg->max_seq_len = h[2];
     cfg->vocab_size = h[3];
     cfg->num_layers = h[4];
@@ -30,26 +22,26 @@ static int check_header(const char* path, const int* h, long file_bytes, GPT2Con
     if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 || cfg->channels <= 0 ||
         cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0 || cfg->max_seq_len > (1 << 20) ||
         cfg->channels > (1 << 16) || cfg->num_layers > 1024 || cfg->padded_vocab_size > (1 << 24))
-        return fail(err, errlen, "%s: implausible model shape in header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path,
+        return td_error(err, errlen, "%s: implausible model shape in header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path,
                     h[2], h[3], h[4], h[5], h[6], h[7]);
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     size_t n = gpt2_param_sizes(cfg, &all, sizes);
     long expected = 256 * 4 + (long)n * (h[1] == MODEL_FILE_VERSION_FP32 ? 4 : 2);
     if (file_bytes >= 0 && file_bytes != expected)
-        return fail(err, errlen, "%s: file is %ld bytes but its header describes %ld (%s)", path, file_bytes, expected,
+        return td_error(err, errlen, "%s: file is %ld bytes but its header describes %ld (%s)", path, file_bytes, expected,
                     file_bytes < expected ? "truncated" : "trailing data");
     return 0;
 }
 
 static int read_header(const char* path, FILE** f, int h[256], long* file_bytes, char* err, size_t errlen) {
     *f = fopen(path, "rb");
-    if (!*f) return fail(err, errlen, "%s: cannot open model file: %s", path, strerror(errno));
+    if (!*f) return td_error(err, errlen, "%s: cannot open model file: %s", path, strerror(errno));
     struct stat st;
     *file_bytes = fstat(fileno(*f), &st) == 0 ? (long)st.st_size : -1;
     if (fread(h, sizeof(int), 256, *f) != 256) {
         fclose(*f);
-        return fail(err, errlen, "%s: truncated model file (shorter than its 1024-byte header)", path);
+        return td_error(err, errlen, "%s: truncated model file (shorter than its 1024-byte header)", path);
     }
     return 0;
 }
@@ -91,7 +83,7 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
     fclose(f);
     if (got != n) {
         free(p);
-        return fail(err, errlen, "%s: truncated model file (%zu of %zu parameters)", path, got, n);
+        return td_error(err, errlen, "%s: truncated model file (%zu of %zu parameters)", path, got, n);
     }
     *params = p;
     return 0;
@@ -101,7 +93,7 @@ int model_file_save(const char* path, const GPT2Config* cfg, const float* params
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
-    if (!f) return fail(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+    if (!f) return td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
     int h[256] = {0};
     h[0] = MODEL_FILE_MAGIC;
     h[1] = MODEL_FILE_VERSION_FP32;
@@ -120,7 +112,7 @@ int model_file_save(const char* path, const GPT2Config* cfg, const float* params
     if (!ok || rename(tmp, path) != 0) {
         if (ok) saved_errno = errno;
         unlink(tmp);
-        return fail(err, errlen, "%s: writing the model file failed: %s", path, strerror(saved_errno));
+        return td_error(err, errlen, "%s: writing the model file failed: %s", path, strerror(saved_errno));
     }
     return 0;
 }

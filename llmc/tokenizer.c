@@ -295,18 +295,10 @@ static void pair_insert(Tokenizer* tok, int left, int right, int merged) {
 // ---------------------------------------------------------------------------------------------
 // Loading encoder.json and vocab.bpe
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static uint8_t* read_whole_file(const char* path, size_t* len, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        td_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 20, n = 0;
@@ -326,7 +318,7 @@ static uint8_t* read_whole_file(const char* path, size_t* len, char* err, size_t
     fclose(f);
     if (bad) {
         free(buf);
-        fail(err, errlen, "%s: read failed", path);
+        td_error(err, errlen, "%s: read failed", path);
         return NULL;
     }
     *len = n;
@@ -374,7 +366,7 @@ static int push_gpt2_char(Bytes* out, const int16_t u2b[324], uint32_t cp) {
 static int json_token_string(const uint8_t* s, size_t n, size_t* i, const int16_t u2b[324], Bytes* out,
                              const char* path, char* err, size_t errlen) {
     size_t k = *i;
-    if (k >= n || s[k] != '"') return fail(err, errlen, "%s: malformed JSON at byte %zu: expected a string", path, k);
+    if (k >= n || s[k] != '"') return td_error(err, errlen, "%s: malformed JSON at byte %zu: expected a string", path, k);
     k++;
     while (k < n && s[k] != '"') {
         uint32_t cp;
@@ -391,33 +383,33 @@ static int json_token_string(const uint8_t* s, size_t n, size_t* i, const int16_
                 int nunits = 1;
                 for (int u = 0; u < nunits; u++) {
                     if (u == 1 && !(k + 1 < n && s[k] == '\\' && s[k + 1] == 'u'))
-                        return fail(err, errlen, "%s: malformed JSON at byte %zu: unpaired surrogate", path, at);
+                        return td_error(err, errlen, "%s: malformed JSON at byte %zu: unpaired surrogate", path, at);
                     if (u == 1) k += 2;
                     if (k + 4 > n)
-                        return fail(err, errlen, "%s: malformed JSON at byte %zu: truncated \\u escape", path, at);
+                        return td_error(err, errlen, "%s: malformed JSON at byte %zu: truncated \\u escape", path, at);
                     for (int d = 0; d < 4; d++, k++) {
                         int c = s[k], v = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
-                        if (v < 0) return fail(err, errlen, "%s: malformed JSON at byte %zu: bad \\u escape", path, at);
+                        if (v < 0) return td_error(err, errlen, "%s: malformed JSON at byte %zu: bad \\u escape", path, at);
                         units[u] = units[u] << 4 | (uint32_t)v;
                     }
                     if (u == 0 && units[0] >= 0xD800 && units[0] <= 0xDBFF) nunits = 2;
                 }
                 if (nunits == 2 && !(units[1] >= 0xDC00 && units[1] <= 0xDFFF))
-                    return fail(err, errlen, "%s: malformed JSON at byte %zu: unpaired surrogate", path, at);
+                    return td_error(err, errlen, "%s: malformed JSON at byte %zu: unpaired surrogate", path, at);
                 cp = nunits == 2 ? 0x10000 + ((units[0] - 0xD800) << 10) + (units[1] - 0xDC00) : units[0];
             } else {
-                return fail(err, errlen, "%s: malformed JSON at byte %zu: unknown escape", path, at);
+                return td_error(err, errlen, "%s: malformed JSON at byte %zu: unknown escape", path, at);
             }
         } else if (s[k] < 0x20) {
-            return fail(err, errlen, "%s: malformed JSON at byte %zu: control character in a string", path, at);
+            return td_error(err, errlen, "%s: malformed JSON at byte %zu: control character in a string", path, at);
         } else {
             k += (size_t)utf8_decode(s + k, n - k, &cp);
-            if (cp == UINT32_MAX) return fail(err, errlen, "%s: byte %zu is not valid UTF-8", path, at);
+            if (cp == UINT32_MAX) return td_error(err, errlen, "%s: byte %zu is not valid UTF-8", path, at);
         }
         if (push_gpt2_char(out, u2b, cp) != 0)
-            return fail(err, errlen, "%s: byte %zu: character U+%04X is outside GPT-2's byte alphabet", path, at, cp);
+            return td_error(err, errlen, "%s: byte %zu: character U+%04X is outside GPT-2's byte alphabet", path, at, cp);
     }
-    if (k >= n) return fail(err, errlen, "%s: malformed JSON: unterminated string at byte %zu", path, *i);
+    if (k >= n) return td_error(err, errlen, "%s: malformed JSON: unterminated string at byte %zu", path, *i);
     *i = k + 1;
     return 0;
 }
@@ -439,7 +431,7 @@ static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324]
     int rc = -1, count = 0, max_id = -1;
     size_t i = skip_ws(s, n, 0);
     if (i >= n || s[i] != '{') {
-        fail(err, errlen, "%s: malformed JSON at byte %zu: expected '{'", path, i);
+        td_error(err, errlen, "%s: malformed JSON at byte %zu: expected '{'", path, i);
         goto done;
     }
     i = skip_ws(s, n, i + 1);
@@ -448,7 +440,7 @@ static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324]
         if (json_token_string(s, n, &i, u2b, &keys, path, err, errlen) != 0) goto done;
         i = skip_ws(s, n, i);
         if (i >= n || s[i] != ':') {
-            fail(err, errlen, "%s: malformed JSON at byte %zu: expected ':'", path, i);
+            td_error(err, errlen, "%s: malformed JSON at byte %zu: expected ':'", path, i);
             goto done;
         }
         i = skip_ws(s, n, i + 1);
@@ -456,7 +448,7 @@ static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324]
         size_t digits = 0;
         while (i < n && s[i] >= '0' && s[i] <= '9' && id < (1LL << 30)) id = id * 10 + (s[i++] - '0'), digits++;
         if (digits == 0 || id >= 65536 || (i < n && s[i] >= '0' && s[i] <= '9')) {
-            fail(err, errlen, "%s: byte %zu: expected a token id in [0, 65535]", path, i);
+            td_error(err, errlen, "%s: byte %zu: expected a token id in [0, 65535]", path, i);
             goto done;
         }
         uint32_t rec[2] = {(uint32_t)id, start};
@@ -467,20 +459,20 @@ static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324]
         if (i < n && s[i] == ',') {
             i = skip_ws(s, n, i + 1);
             if (i < n && s[i] == '}') {
-                fail(err, errlen, "%s: malformed JSON at byte %zu: a comma before '}'", path, i);
+                td_error(err, errlen, "%s: malformed JSON at byte %zu: a comma before '}'", path, i);
                 goto done;
             }
         } else if (i >= n || s[i] != '}') {
-            fail(err, errlen, "%s: malformed JSON at byte %zu: expected ',' or '}'", path, i);
+            td_error(err, errlen, "%s: malformed JSON at byte %zu: expected ',' or '}'", path, i);
             goto done;
         }
     }
     if (i >= n || s[i] != '}' || skip_ws(s, n, i + 1) != n) {
-        fail(err, errlen, "%s: malformed JSON at byte %zu: expected the object to end there", path, i);
+        td_error(err, errlen, "%s: malformed JSON at byte %zu: expected the object to end there", path, i);
         goto done;
     }
     if (count < 256 || max_id != count - 1) {
-        fail(err, errlen, "%s: %d tokens with ids up to %d: ids must be 0..N-1 with N >= 256", path, count, max_id);
+        td_error(err, errlen, "%s: %d tokens with ids up to %d: ids must be 0..N-1 with N >= 256", path, count, max_id);
         goto done;
     }
     // lay the tokens out by id
@@ -495,7 +487,7 @@ static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324]
         memcpy(rec, entries.p + 8 * (size_t)e, sizeof rec);
         if (e + 1 < count) memcpy(next, entries.p + 8 * (size_t)(e + 1), sizeof next);
         if (len_of[rec[0]] >= 0) {
-            fail(err, errlen, "%s: id %u is given to two tokens", path, rec[0]);
+            td_error(err, errlen, "%s: id %u is given to two tokens", path, rec[0]);
             free(start_of);
             free(len_of);
             goto done;
@@ -531,15 +523,15 @@ static int build_piece_table(Tokenizer* tok, const char* path, char* err, size_t
             tok->eot = t; // special: never produced by merges or by ordinary text
             continue;
         }
-        if (n == 0) return fail(err, errlen, "%s: token %d is the empty string", path, t);
-        if (piece_lookup(tok, p, n) >= 0) return fail(err, errlen, "%s: token %d repeats an earlier token", path, t);
+        if (n == 0) return td_error(err, errlen, "%s: token %d is the empty string", path, t);
+        if (piece_lookup(tok, p, n) >= 0) return td_error(err, errlen, "%s: token %d repeats an earlier token", path, t);
         uint64_t h = hash_bytes(p, n) & tok->piece_mask;
         while (tok->piece_slots[h] >= 0) h = (h + 1) & tok->piece_mask;
         tok->piece_slots[h] = t;
         if (n == 1) tok->byte_token[p[0]] = t;
     }
     for (int b = 0; b < 256; b++)
-        if (tok->byte_token[b] < 0) return fail(err, errlen, "%s: no token for the single byte 0x%02X", path, b);
+        if (tok->byte_token[b] < 0) return td_error(err, errlen, "%s: no token for the single byte 0x%02X", path, b);
     return 0;
 }
 
@@ -570,19 +562,19 @@ static int load_merges(Tokenizer* tok, const char* path, const int16_t u2b[324],
                     spaces++;
                     split = word.n;
                 } else if (cp == UINT32_MAX || push_gpt2_char(&word, u2b, cp) != 0) {
-                    fail(err, errlen, "%s: line %d, byte %zu: a character outside GPT-2's byte alphabet", path, line + 1,
+                    td_error(err, errlen, "%s: line %d, byte %zu: a character outside GPT-2's byte alphabet", path, line + 1,
                          at);
                     goto done;
                 }
             }
             if (spaces != 1 || split == 0 || split == word.n) {
-                fail(err, errlen, "%s: line %d: expected two tokens separated by one space", path, line + 1);
+                td_error(err, errlen, "%s: line %d: expected two tokens separated by one space", path, line + 1);
                 goto done;
             }
             int left = piece_lookup(tok, word.p, split), right = piece_lookup(tok, word.p + split, word.n - split);
             int merged = piece_lookup(tok, word.p, word.n);
             if (left < 0 || right < 0 || merged < 0) {
-                fail(err, errlen, "%s: line %d: the merge of tokens not in the encoder (or making one not in it)", path,
+                td_error(err, errlen, "%s: line %d: the merge of tokens not in the encoder (or making one not in it)", path,
                      line + 1);
                 goto done;
             }

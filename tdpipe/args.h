@@ -42,6 +42,8 @@ typedef struct {
     char aew[16];             // --aew W|auto  TD-Pipe's asynchronous execution window
     int grad_cache;           // --grad-cache  gradient-cache slots; 0 = what the schedule needs
     char partition[256];      // --partition auto|uniform|4,4,3,1
+    char rank_speed[256];     // --rank-speed 1,1,0.5,1  relative speed of each stage's rank (partition)
+    char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
     int consistency_every;    // --consistency-every K  TD-Pipe flushes (and checks) every K steps
     int print_schedule;       // --print-schedule  print each stage's op list and exit
     char trace_path[1024];    // --trace FILE  Chrome trace of every op

@@ -17,16 +17,6 @@ static void check_bytes(size_t bytes, const char* what) {
         td_fatal("%s of %zu bytes exceeds the %d-byte per-message limit of this version", what, bytes, INT_MAX);
 }
 
-static int grid_error(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static int env_int(const char* name, int fallback) {
     const char* s = getenv(name);
     return (s && *s) ? atoi(s) : fallback;
@@ -160,9 +150,9 @@ void comm_init(Comm* c, int* argc, char*** argv) {
 }
 
 int comm_grid(Comm* c, int P, char* err, size_t errlen) {
-    if (P < 1) return grid_error(err, errlen, "--stages %d: a pipeline needs at least 1 stage", P);
+    if (P < 1) return td_error(err, errlen, "--stages %d: a pipeline needs at least 1 stage", P);
     if (c->world_size % P != 0)
-        return grid_error(err, errlen, "--stages %d does not divide the %d rank%s: the rank count must be P x D%s", P,
+        return td_error(err, errlen, "--stages %d does not divide the %d rank%s: the rank count must be P x D%s", P,
                           c->world_size, c->world_size == 1 ? "" : "s",
                           c->mpi ? "" : " (launch with mpirun -np P*D)");
     c->P = P;

@@ -7,16 +7,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static void format_bytes(double bytes, char* buf, size_t buflen) {
     if (bytes >= 1024.0 * 1024 * 1024) snprintf(buf, buflen, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     else if (bytes >= 1024.0 * 1024) snprintf(buf, buflen, "%.1f MiB", bytes / (1024.0 * 1024));
@@ -41,9 +31,9 @@ void partition_free(Partition* part) {
 }
 
 static int check_shape(int L, int P, char* err, size_t errlen) {
-    if (L < 1) return fail(err, errlen, "the model has %d layers: it needs at least one", L);
-    if (P < 1) return fail(err, errlen, "--stages must be at least 1 (got %d)", P);
-    if (P > L) return fail(err, errlen, "--stages %d exceeds the model's %d layers (every stage needs at least one)", P, L);
+    if (L < 1) return td_error(err, errlen, "the model has %d layers: it needs at least one", L);
+    if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
+    if (P > L) return td_error(err, errlen, "--stages %d exceeds the model's %d layers (every stage needs at least one)", P, L);
     return 0;
 }
 
@@ -130,13 +120,13 @@ static double solve_dp(Partition* part, const PartitionCost* c, int by_memory) {
 int partition_solve(Partition* part, const PartitionCost* c, char* err, size_t errlen) {
     memset(part, 0, sizeof(*part));
     if (check_shape(c->L, c->P, err, errlen)) return -1;
-    if (!c->layer_time) return fail(err, errlen, "the partition cost model has no layer times");
+    if (!c->layer_time) return td_error(err, errlen, "the partition cost model has no layer times");
     for (int l = 0; l < c->L; l++)
-        if (!(c->layer_time[l] >= 0)) return fail(err, errlen, "layer %d has time %g: times must be >= 0", l, c->layer_time[l]);
+        if (!(c->layer_time[l] >= 0)) return td_error(err, errlen, "layer %d has time %g: times must be >= 0", l, c->layer_time[l]);
     for (int s = 0; s < c->P; s++) {
-        if (c->speed && !(c->speed[s] > 0)) return fail(err, errlen, "rank %d has speed %g: speeds must be > 0", s, c->speed[s]);
+        if (c->speed && !(c->speed[s] > 0)) return td_error(err, errlen, "rank %d has speed %g: speeds must be > 0", s, c->speed[s]);
         if (c->mem_limit && !(c->mem_limit[s] >= 0))
-            return fail(err, errlen, "rank %d has memory limit %g: limits must be >= 0 bytes (0 = unlimited)", s, c->mem_limit[s]);
+            return td_error(err, errlen, "rank %d has memory limit %g: limits must be >= 0 bytes (0 = unlimited)", s, c->mem_limit[s]);
     }
     partition_alloc(part, c->L, c->P);
     if (isinf(solve_dp(part, c, 0))) {
@@ -156,7 +146,7 @@ int partition_solve(Partition* part, const PartitionCost* c, char* err, size_t e
             snprintf(counts + n, sizeof(counts) - n, "%s%d", s ? "," : "", part->first[s + 1] - part->first[s]);
         }
         partition_free(part);
-        return fail(err, errlen, "no split of %d layers over %d stages fits the memory limits: in the closest (%s), stage %d needs %s, rank %d has %s",
+        return td_error(err, errlen, "no split of %d layers over %d stages fits the memory limits: in the closest (%s), stage %d needs %s, rank %d has %s",
                     c->L, c->P, counts, worst, need, worst, have);
     }
     partition_evaluate(part, c);
@@ -183,7 +173,7 @@ int partition_uniform(Partition* part, int L, int P, char* err, size_t errlen) {
 
 int partition_parse(Partition* part, const char* spec, int L, int P, char* err, size_t errlen) {
     memset(part, 0, sizeof(*part));
-    if (!spec) return fail(err, errlen, "--partition is missing");
+    if (!spec) return td_error(err, errlen, "--partition is missing");
     if (strcmp(spec, "uniform") == 0) return partition_uniform(part, L, P, err, errlen);
     if (check_shape(L, P, err, errlen)) return -1;
     partition_alloc(part, L, P);
@@ -197,15 +187,15 @@ int partition_parse(Partition* part, const char* spec, int L, int P, char* err, 
         while (isspace((unsigned char)*q)) q++;
         if (endp == p || (*q != ',' && *q != '\0')) {
             partition_free(part);
-            return fail(err, errlen, "--partition '%s': entry %d is not a layer count (want 'uniform' or counts like 4,4,3,1)", spec, n + 1);
+            return td_error(err, errlen, "--partition '%s': entry %d is not a layer count (want 'uniform' or counts like 4,4,3,1)", spec, n + 1);
         }
         if (v < 1) {
             partition_free(part);
-            return fail(err, errlen, "--partition '%s': entry %d is %ld, every stage needs at least one layer", spec, n + 1, v);
+            return td_error(err, errlen, "--partition '%s': entry %d is %ld, every stage needs at least one layer", spec, n + 1, v);
         }
         if (v > L) {
             partition_free(part);
-            return fail(err, errlen, "--partition '%s': entry %d is %ld, more than the model's %d layers", spec, n + 1, v, L);
+            return td_error(err, errlen, "--partition '%s': entry %d is %ld, more than the model's %d layers", spec, n + 1, v, L);
         }
         if (n < P) part->first[n + 1] = part->first[n] + (int)v;
         n++;
@@ -215,11 +205,11 @@ int partition_parse(Partition* part, const char* spec, int L, int P, char* err, 
     }
     if (n != P) {
         partition_free(part);
-        return fail(err, errlen, "--partition '%s' has %d entries, but --stages is %d", spec, n, P);
+        return td_error(err, errlen, "--partition '%s' has %d entries, but --stages is %d", spec, n, P);
     }
     if (sum != L) {
         partition_free(part);
-        return fail(err, errlen, "--partition '%s' adds up to %d layers, but the model has %d", spec, sum, L);
+        return td_error(err, errlen, "--partition '%s' adds up to %d layers, but the model has %d", spec, sum, L);
     }
     return 0;
 }

@@ -6,16 +6,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 // appends to a message already in buf, silently truncating at buflen
 static void append(char* buf, size_t buflen, const char* fmt, ...) {
     if (!buf || !buflen) return;
@@ -182,7 +172,7 @@ static int build_des(Schedule* sch, char* err, size_t errlen) {
         }
         if (complete) break;
         if (next < 0) { // cannot happen for a correct policy; reported rather than looped on
-            rc = fail(err, errlen, "internal error: the tdpipe builder got stuck at time %g", T);
+            rc = td_error(err, errlen, "internal error: the tdpipe builder got stuck at time %g", T);
             break;
         }
         T = next;
@@ -200,15 +190,15 @@ static int build_des(Schedule* sch, char* err, size_t errlen) {
 int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen) {
     memset(sch, 0, sizeof(*sch));
     const char* name = schedule_kind_name(kind);
-    if (kind < SCHED_GPIPE || kind > SCHED_TDPIPE) return fail(err, errlen, "unknown schedule kind %d", (int)kind);
-    if (P < 1) return fail(err, errlen, "--stages must be at least 1 (got %d)", P);
-    if (M < 1) return fail(err, errlen, "--micro-batches must be at least 1 (got %d)", M);
-    if (W < 0) return fail(err, errlen, "--aew must be at least 0 (got %d)", W);
+    if (kind < SCHED_GPIPE || kind > SCHED_TDPIPE) return td_error(err, errlen, "unknown schedule kind %d", (int)kind);
+    if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
+    if (M < 1) return td_error(err, errlen, "--micro-batches must be at least 1 (got %d)", M);
+    if (W < 0) return td_error(err, errlen, "--aew must be at least 0 (got %d)", W);
     if (W > 0 && kind != SCHED_TDPIPE)
-        return fail(err, errlen, "--aew %d needs the tdpipe schedule: %s is synchronous (use --aew 0)", W, name);
+        return td_error(err, errlen, "--aew %d needs the tdpipe schedule: %s is synchronous (use --aew 0)", W, name);
     if (M < P && kind != SCHED_GPIPE)
-        return fail(err, errlen, "--micro-batches %d is less than --stages %d: the %s schedule needs at least one micro-batch per stage", M, P, name);
-    if (n_steps < 1) return fail(err, errlen, "a schedule needs at least one step (got %d)", n_steps);
+        return td_error(err, errlen, "--micro-batches %d is less than --stages %d: the %s schedule needs at least one micro-batch per stage", M, P, name);
+    if (n_steps < 1) return td_error(err, errlen, "a schedule needs at least one step (got %d)", n_steps);
     sch->kind = kind;
     sch->P = P;
     sch->M = M;
@@ -452,7 +442,7 @@ int schedule_replay(const Schedule* sch, const double* const* dur, double latenc
     int rc = 0;
     for (int s = 0; s < P; s++) {
         if (next[s] >= sch->n_ops[s]) continue;
-        if (rc == 0) rc = fail(err, errlen, "%s schedule deadlocks:", schedule_kind_name(sch->kind));
+        if (rc == 0) rc = td_error(err, errlen, "%s schedule deadlocks:", schedule_kind_name(sch->kind));
         char name[48], why[160];
         schedule_op_name(&sch->ops[s][next[s]], name, sizeof(name));
         schedule_progress_ready(&prog, s, &sch->ops[s][next[s]], latency, NULL, why, sizeof(why));
@@ -475,50 +465,50 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
     for (int i = 0; i < sch->n_ops[s]; i++) {
         const Op* op = &sch->ops[s][i];
         schedule_op_name(op, on, sizeof(on));
-        if (op->kind < OP_F || op->kind > OP_U) return fail(err, errlen, "stage %d op %d has unknown kind %d", s, i, (int)op->kind);
+        if (op->kind < OP_F || op->kind > OP_U) return td_error(err, errlen, "stage %d op %d has unknown kind %d", s, i, (int)op->kind);
         if (op->step < 0 || op->step >= sch->n_steps)
-            return fail(err, errlen, "stage %d op %d (%s): step out of range [0,%d)", s, i, on, sch->n_steps);
+            return td_error(err, errlen, "stage %d op %d (%s): step out of range [0,%d)", s, i, on, sch->n_steps);
         if (op->kind == OP_U) {
             if (op->step != updates || op->version != updates + 1)
-                return fail(err, errlen, "stage %d op %d (%s): expected U%d (producing version %d)", s, i, on, updates, updates + 1);
+                return td_error(err, errlen, "stage %d op %d (%s): expected U%d (producing version %d)", s, i, on, updates, updates + 1);
             updates++;
             continue;
         }
-        if (op->mb < 0 || op->mb >= M) return fail(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
+        if (op->mb < 0 || op->mb >= M) return td_error(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
         int g = op->step * M + op->mb;
         if (op->kind == OP_F) {
             if (op->version != updates)
-                return fail(err, errlen, "stage %d op %d (%s): version %d, but %d updates precede it", s, i, on, op->version, updates);
+                return td_error(err, errlen, "stage %d op %d (%s): version %d, but %d updates precede it", s, i, on, op->version, updates);
             if (sch->kind != SCHED_TDPIPE && op->version != op->step)
-                return fail(err, errlen, "stage %d op %d (%s): %s is synchronous, its forwards must use version = step", s, i, on, name);
+                return td_error(err, errlen, "stage %d op %d (%s): %s is synchronous, its forwards must use version = step", s, i, on, name);
             int st = op->step - op->version;
             if (st < 0 || st > ceil_wm)
-                return fail(err, errlen, "stage %d op %d (%s): staleness %d outside [0, ceil(W/M) = %d]", s, i, on, st, ceil_wm);
+                return td_error(err, errlen, "stage %d op %d (%s): staleness %d outside [0, ceil(W/M) = %d]", s, i, on, st, ceil_wm);
             fver[g] = op->version;
         } else {
-            if (cnt[g] == 0) return fail(err, errlen, "stage %d op %d (%s) comes before its forward", s, i, on);
+            if (cnt[g] == 0) return td_error(err, errlen, "stage %d op %d (%s) comes before its forward", s, i, on);
             if (op->version != fver[g])
-                return fail(err, errlen, "stage %d op %d (%s): version %d, its forward used %d", s, i, on, op->version, fver[g]);
+                return td_error(err, errlen, "stage %d op %d (%s): version %d, its forward used %d", s, i, on, op->version, fver[g]);
             if (op->kind == OP_BW && cnt[(size_t)2 * nM + g] == 0)
-                return fail(err, errlen, "stage %d op %d (%s) comes before its BI", s, i, on);
+                return td_error(err, errlen, "stage %d op %d (%s) comes before its BI", s, i, on);
         }
         cnt[(size_t)op->kind * nM + g]++;
     }
     for (int g = 0; g < nM; g++) {
         int f = cnt[g], b = cnt[nM + g], bi = cnt[2 * nM + g], bw = cnt[3 * nM + g];
         int t = g / M, m = g % M;
-        if (f != 1) return fail(err, errlen, "stage %d has %d forwards of step %d micro-batch %d (want 1)", s, f, t, m);
+        if (f != 1) return td_error(err, errlen, "stage %d has %d forwards of step %d micro-batch %d (want 1)", s, f, t, m);
         if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1)))
-            return fail(err, errlen, "stage %d has %d B, %d BI, %d BW of step %d micro-batch %d (want one B, or one BI and one BW)",
+            return td_error(err, errlen, "stage %d has %d B, %d BI, %d BW of step %d micro-batch %d (want one B, or one BI and one BW)",
                         s, b, bi, bw, t, m);
     }
-    if (updates != sch->n_steps) return fail(err, errlen, "stage %d has %d updates for %d steps", s, updates, sch->n_steps);
+    if (updates != sch->n_steps) return td_error(err, errlen, "stage %d has %d updates for %d steps", s, updates, sch->n_steps);
     return 0;
 }
 
 int schedule_validate(const Schedule* sch, char* err, size_t errlen) {
     if (sch->P < 1 || sch->M < 1 || sch->n_steps < 1 || !sch->ops || !sch->n_ops)
-        return fail(err, errlen, "empty schedule (stages %d, micro-batches %d, steps %d)", sch->P, sch->M, sch->n_steps);
+        return td_error(err, errlen, "empty schedule (stages %d, micro-batches %d, steps %d)", sch->P, sch->M, sch->n_steps);
     int nM = sch->n_steps * sch->M;
     int* fver = (int*)calloc_check(nM, sizeof(int));         // (nM) version of each forward
     int* cnt = (int*)calloc_check((size_t)4 * nM, sizeof(int)); // (4, nM)

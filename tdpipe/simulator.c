@@ -36,16 +36,6 @@ double simulator_jitter(uint64_t seed, int s, const Op* op, double cv) {
     return gamma_draw(k, &r) / k;
 }
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 // the cost model's time for op kind k on stage s, or -1 when the model lacks it
 static double base_time(const SimCost* c, int s, OpKind k) {
     switch (k) {
@@ -75,7 +65,7 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
     static const char* const kinds[] = {"F", "B", "BI", "BW", "U"};
     int P = sch->P;
     memset(res, 0, sizeof(*res));
-    if (cost->jitter_cv < 0) return fail(err, errlen, "jitter coefficient of variation must be >= 0 (got %g)", cost->jitter_cv);
+    if (cost->jitter_cv < 0) return td_error(err, errlen, "jitter coefficient of variation must be >= 0 (got %g)", cost->jitter_cv);
     res->P = P;
     res->busy = (double*)calloc_check(P, sizeof(double));
     res->bubble = (double*)calloc_check(P, sizeof(double));
@@ -93,7 +83,7 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
         for (int i = 0; i < n && rc == 0; i++) {
             const Op* op = &sch->ops[s][i];
             double t = base_time(cost, s, op->kind);
-            if (t < 0) rc = fail(err, errlen, "the cost model has no %s time for stage %d", kinds[op->kind], s);
+            if (t < 0) rc = td_error(err, errlen, "the cost model has no %s time for stage %d", kinds[op->kind], s);
             dur[s][i] = t * simulator_jitter(cost->seed, s, op, cost->jitter_cv);
             res->busy[s] += dur[s][i];
         }

@@ -80,6 +80,12 @@ check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedu
 $MPI -np 2 $BIN --print-schedule --stages 2 --schedule zbh1 --micro-batches 2 -e d4 > "$TMP/sched.txt" 2>&1
 check "--print-schedule under mpirun: rank 0 prints both stages' lists once" test "$(grep -c '^stage [01]' "$TMP/sched.txt")" -eq 2
 
+# --- the partition: per-rank speed and memory steer the dynamic program
+$MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed 1,1,0.5,1 > "$TMP/part.txt" 2>&1
+check "--rank-speed 1,1,0.5,1: the half-speed rank gets the fewest layers" grep -Eq "^2 +\[[0-9]+,[0-9]+\) +1 " "$TMP/part.txt"
+refuse "--rank-mem too small for any split" "no split of 8 layers over 2 stages fits the memory limits" $MPI -np 2 $BIN --print-schedule -e d8 --stages 2 --micro-batches 2 --rank-mem 0.001,1
+refuse "--rank-speed with the wrong count" "--rank-speed 1,2: expected 4 positive numbers" $MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed 1,2
+
 # --- bad pipeline shapes: one message from rank 0, non-zero exit, no hang (timeout)
 once() { [ "$(grep -c "$1" "$TMP/err")" -eq 1 ]; }
 refuse "P larger than the number of layers" "--stages 5 exceeds the model's 4 layers" $MPI -np 5 $BIN -e d4 --stages 5 --micro-batches 8
