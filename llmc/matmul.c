@@ -58,6 +58,34 @@ static void micro_kernel(int kc, const float* restrict a, const float* restrict 
     }
 }
 
+typedef float v8f __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+
+// dst[j*ldd + i] = src[i*lds + j] for an 8 x 8 block: three rounds of shuffles (unpack pairs,
+// then quads, then 128-bit halves), the classic in-register transpose
+static inline void transpose8(float* restrict dst, int ldd, const float* restrict src, int lds) {
+    v8f r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = *(const v8f_u*)(src + (size_t)i * lds);
+    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
+    }
+    for (int j = 0; j < 4; j++) {
+        *(v8f_u*)(dst + (size_t)j * ldd) = __builtin_shuffle(u[j], u[j + 4], lo4);
+        *(v8f_u*)(dst + (size_t)(j + 4) * ldd) = __builtin_shuffle(u[j], u[j + 4], hi4);
+    }
+}
+
 // Packing copies a block of an operand into micro-panels the micro-kernel reads contiguously:
 // rows [r0, r0+rows) x depth [k0, k0+kc) of X, where X(r, k) = trans ? X[k*ld + r] : X[r*ld + k],
 // into dst (ceil(rows/W), kc, W) zero-padded; W = MR for A (rows of C), NR for B (columns of C).
@@ -68,10 +96,13 @@ static void pack_panels(float* restrict dst, const float* X, int ld, int trans, 
         if (w < W) memset(d, 0, sizeof(float) * (size_t)kc * W);
         if (trans) { // X(r, k) = X[k*ld + r]: W consecutive floats per k
             for (int k = 0; k < kc; k++) memcpy(d + (size_t)k * W, X + (size_t)(k0 + k) * ld + r0 + rp, sizeof(float) * w);
-        } else { // X(r, k) = X[r*ld + k]: read each row contiguously, write with stride W (in L1)
+        } else { // X(r, k) = X[r*ld + k]: a transpose; whole 8 x 8 blocks in registers, the rest one by one
+            int r8 = w / 8 * 8, k8 = kc / 8 * 8;
+            for (int r = 0; r < r8; r += 8)
+                for (int k = 0; k < k8; k += 8) transpose8(d + (size_t)k * W + r, W, X + (size_t)(r0 + rp + r) * ld + k0 + k, ld);
             for (int r = 0; r < w; r++) {
                 const float* src = X + (size_t)(r0 + rp + r) * ld + k0;
-                for (int k = 0; k < kc; k++) d[(size_t)k * W + r] = src[k];
+                for (int k = r < r8 ? k8 : 0; k < kc; k++) d[(size_t)k * W + r] = src[k];
             }
         }
     }
