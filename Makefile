@@ -50,7 +50,7 @@ $(LIB): $(LIB_OBJ)
 
 ifneq ($(NVCC),)
 train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h)
-	$(NVCC) $(NVCC_FLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lgomp
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lgomp
 else
 train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)

@@ -241,6 +241,8 @@ typedef struct {
     int P;
     float last_loss;
     int last_step;
+    double flops_per_step; // model FLOPs of one step (6 N per token + attention), for MFU
+    double peak_flops;     // the GPU's bf16 peak; 0 on the CPU
 } Reporter;
 
 static void on_step(void* ctx, const StepReport* r) {
@@ -255,6 +257,7 @@ static void on_step(void* ctx, const StepReport* r) {
     format_seconds(rep->seconds_n ? rep->seconds_sum / rep->seconds_n * (a->steps - r->step) : 0.0, eta, sizeof(eta));
     printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", r->step, a->steps, r->loss, r->norm, r->lr,
            r->seconds * 1e3, tok_s);
+    if (rep->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * rep->flops_per_step / r->seconds / rep->peak_flops);
     if (rep->P > 1) printf(" | bubble %.1f%% | stale %d", 100.0 * r->bubble_all, r->staleness_max);
     printf(" | eta %s\n", eta);
     fprintf(rep->log, "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, \"bubble\": %.4f, "
@@ -271,13 +274,14 @@ static void on_step(void* ctx, const StepReport* r) {
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, int W, size_t params_total) {
+                          const char* sched, int W, size_t params_total, int st_is_cuda) {
     printf("+----------------------+--------------------------------------------------------------\n");
     printf("| %-20s | %s\n", "model", a->init);
     printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
            cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len);
     printf("| %-20s | %zu\n", "parameters", params_total);
-    printf("| %-20s | cpu (fp32), %d OpenMP thread(s) per rank\n", "device", omp_get_max_threads());
+    if (st_is_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s; samples off on the GPU for now\n", "device", a->matmul);
+    else printf("| %-20s | cpu (fp32), %d OpenMP thread(s) per rank\n", "device", omp_get_max_threads());
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, sched);
     if (!strcmp(sched, "tdpipe")) printf(", AEW W = %s", a->aew);
     printf("\n");
@@ -409,12 +413,106 @@ static int checkpoint_resume(const TrainArgs* a, Stage* s, Data* d, int D, size_
     gpt2_slice_params(&s->cfg, &s->range, (const float*)section_exact(&c, path, "adam_m", n_full * 4), s->adam_m);
     gpt2_slice_params(&s->cfg, &s->range, (const float*)section_exact(&c, path, "adam_v", n_full * 4), s->adam_v);
     s->version = step;
+    stage_from_host(s);
     ckpt_free(&c);
     if (g_rank == 0) printf("resumed from %s at step %d\n", path, step);
     return step;
 }
 
 // ----------------------------------------------------------------------------------------------
+
+// ----------------------------------------------------------------------------------------------
+// the CUDA backend (nvcc builds only): the stage's model on the GPU behind StageBackend
+
+#ifdef TD_CUDA
+#include "llmc/gpt2_cuda.cuh"
+
+typedef struct {
+    GPT2Cuda m;
+    GPT2CudaActs* acts;   // (slots) one per activation slot
+    GPT2CudaGradActs* ga; // (gacts)
+    int n_acts, n_ga;
+} CudaStage;
+
+static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
+
+// the device buffers follow the host slots the executor reserved
+static void cuda_grow(Stage* s) {
+    CudaStage* c = cuda_of(s);
+    if (s->n_slots > c->n_acts) {
+        c->acts = (GPT2CudaActs*)realloc(c->acts, s->n_slots * sizeof(GPT2CudaActs));
+        for (int i = c->n_acts; i < s->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, s->B, s->T);
+        c->n_acts = s->n_slots;
+    }
+    if (s->n_gacts > c->n_ga) {
+        c->ga = (GPT2CudaGradActs*)realloc(c->ga, s->n_gacts * sizeof(GPT2CudaGradActs));
+        for (int i = c->n_ga; i < s->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, s->B, s->T);
+        c->n_ga = s->n_gacts;
+    }
+}
+
+static float cuda_forward(Stage* s, int slot, int targets_valid) {
+    cuda_grow(s);
+    GPT2Acts* a = &s->acts[slot];
+    return gpt2_cuda_forward(&cuda_of(s)->m, &cuda_of(s)->acts[slot], a->inputs, targets_valid ? a->targets : NULL, NULL);
+}
+static void cuda_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
+    if (version != s->version) td_fatal("--device cuda: weight stashing (tdpipe with W > 0) is not supported on the GPU yet");
+    cuda_grow(s);
+    gpt2_cuda_backward_input(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts], dx_out, dloss);
+}
+static void cuda_backward_weight(Stage* s, int slot, int gacts) {
+    gpt2_cuda_backward_weight(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts]);
+}
+static void cuda_tie(Stage* s) { gpt2_cuda_tie_wte_grads(&cuda_of(s)->m); }
+static void cuda_sumsq(const Stage* s, double* out) { gpt2_cuda_grad_unit_sumsq(&cuda_of(s)->m, out); }
+static void cuda_update(Stage* s, const AdamWConfig* o, float lr, int t, float scale) {
+    gpt2_cuda_update(&cuda_of(s)->m, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
+}
+static void cuda_zero(Stage* s) { gpt2_cuda_zero_grads(&cuda_of(s)->m); }
+static void cuda_to_host(Stage* s) {
+    gpt2_cuda_get_params(&cuda_of(s)->m, s->params);
+    gpt2_cuda_get_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
+}
+static void cuda_from_host(const Stage* s) {
+    gpt2_cuda_set_params(&cuda_of(s)->m, s->params);
+    gpt2_cuda_set_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
+}
+
+static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
+                                          cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host};
+
+// 1 when a CUDA device can be used; else 0 with the runtime's reason in why
+static int cuda_available_why(char* why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) snprintf(why, cap, "%s", cudaGetErrorString(e));
+    else if (n == 0) snprintf(why, cap, "no CUDA device");
+    return e == cudaSuccess && n > 0;
+}
+
+static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+    CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
+    float* mine = (float*)malloc_check(gpt2_param_sizes(cfg, r, st->sizes) * sizeof(float));
+    gpt2_slice_params(cfg, r, full, mine);
+    gpt2_cuda_init(&c->m, cfg, r, mine);
+    free(mine);
+    stage_init_backend(st, cfg, r, B, T, 1, &CUDA_BACKEND, c);
+    stage_load_params(st, full);
+    cuda_grow(st);
+}
+
+static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
+#else
+static int cuda_available_why(char* why, size_t cap) {
+    snprintf(why, cap, "this build has no CUDA backend (build where nvcc is installed)");
+    return 0;
+}
+static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+    td_fatal("--device cuda: this build has no CUDA backend (build where nvcc is installed)");
+}
+static double cuda_peak(void) { return 0.0; }
+#endif
 
 // W for --aew: a number, or auto (measured later)
 static int parse_aew(const char* s, int* W) {
@@ -440,7 +538,11 @@ int main(int argc, char** argv) {
     char err[1024];
     if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         fatal_all("--device %s: expected auto, cpu or cuda", a.device);
-    if (!strcmp(a.device, "cuda")) fatal_all("--device cuda: the CUDA backend is not wired into train_tdpipe yet; use --device cpu");
+    // the GPU runs one process with a synchronous schedule for now (pipelines on GPUs need NCCL)
+    char why[256];
+    int have_cuda = cuda_available_why(why, sizeof(why));
+    if (!strcmp(a.device, "cuda") && !have_cuda) fatal_all("--device cuda: no usable GPU: %s", why);
+    int use_cuda = strcmp(a.device, "cpu") != 0 && have_cuda;
     SchedKind kind;
     if (schedule_parse_kind(a.schedule, &kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a.schedule);
     int W;
@@ -448,6 +550,15 @@ int main(int argc, char** argv) {
     if (W != 0 && kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a.aew);
     if (comm_grid(&comm, a.stages, err, sizeof(err))) fatal_all("%s", err);
     int P = comm.P, D = comm.D, s = comm.stage;
+    if (use_cuda && (comm.world_size > 1 || W != 0 || a.synthetic)) {
+        if (!strcmp(a.device, "cuda"))
+            fatal_all("--device cuda: the GPU backend runs one process with a synchronous schedule for now (no mpirun, --aew 0, no --synthetic-compute)");
+        use_cuda = 0; // auto: the CPU does what the GPU backend cannot yet
+    }
+#ifdef TD_CUDA
+    if (use_cuda && !matmul_backend_parse(a.matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a.matmul);
+#endif
+    if (!use_cuda && strcmp(a.matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a.matmul);
     // ranks sharing this host share its cores
     if (comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) {
         int threads = omp_get_num_procs() / comm.local_ranks;
@@ -496,8 +607,11 @@ int main(int argc, char** argv) {
     GPT2Acts sample_acts;
     if (!a.synthetic) {
         float* full = model_init(&a, &cfg);
-        stage_init(&stage, &cfg, &range, a.B, a.T, 1);
-        stage_load_params(&stage, full);
+        if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full);
+        else {
+            stage_init(&stage, &cfg, &range, a.B, a.T, 1);
+            stage_load_params(&stage, full);
+        }
         free(full);
         gpt2_acts_alloc(&sample_acts, &cfg, &range, 1, a.T);
         st = &stage;
@@ -516,7 +630,7 @@ int main(int argc, char** argv) {
     }
     if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, W, n_full);
+    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, W, n_full, use_cuda);
     Decoder dec;
     if (g_rank == 0) decoder_init(&dec, &d, &a);
 
@@ -535,6 +649,9 @@ int main(int argc, char** argv) {
     rep.log = log;
     rep.tokens_per_step = a.B * a.T * a.grad_accum * D;
     rep.P = P;
+    // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
+    rep.flops_per_step = (6.0 * n_full + 6.0 * cfg.num_layers * a.T * cfg.channels) * rep.tokens_per_step;
+    rep.peak_flops = use_cuda ? cuda_peak() : 0.0;
     Trace trace;
     trace_init(&trace, a.trace_path[0] != 0);
     Executor ex;
@@ -620,7 +737,7 @@ int main(int argc, char** argv) {
                 fflush(log);
             }
         }
-        if (is_boundary(step, a.sample_every) || (last && a.sample_every > 0)) {
+        if (!use_cuda && (is_boundary(step, a.sample_every) || (last && a.sample_every > 0))) {
             int* ids = (int*)calloc_check(a.gen_tokens, sizeof(int));
             int n = a.gen_tokens < a.T ? a.gen_tokens : a.T;
             pipeline_sample(&pl, &sample_acts, d.first_token, n, 1.0f, (uint64_t)a.seed ^ (uint64_t)step, ids);
@@ -630,6 +747,7 @@ int main(int argc, char** argv) {
             free(ids);
         }
         if (last || stopping || is_boundary(step, a.ckpt_every)) {
+            stage_to_host(st);
             char msg[256];
             if (!pipeline_check_consistency(&pl, msg, sizeof(msg))) fatal_all("%s", msg);
             if (g_rank == 0 && (P > 1 || D > 1)) printf("%s\n", msg);
@@ -696,6 +814,7 @@ int main(int argc, char** argv) {
     }
     if (st) {
         float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+        stage_to_host(st);
         pipeline_gather(&pl, 0, full);
         if (g_rank == 0) {
             char model_path[1200];

@@ -12,6 +12,7 @@ static const char* PARAM_NAMES[GPT2_NUM_PARAM_TENSORS] = {"wte", "wpe", "ln1w", 
                                                           "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
 const char* gpt2_param_name(int i) { return PARAM_NAMES[i]; }
 int gpt2_param_is_layer(int i) { return i >= 2 && i <= 13; }
+int gpt2_param_decays(int i) { return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12; }
 
 // per-layer sizes of tensors 2..13 (floats)
 static void layer_sizes(int C, size_t s[GPT2_NUM_PARAM_TENSORS]) {

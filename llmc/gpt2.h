@@ -100,6 +100,9 @@ void gpt2_point_params(ParameterTensors* p, float* memory, const size_t sizes[GP
 // name of tensor i ("wte", "wpe", ..., "lnfb") and whether it is per-layer
 const char* gpt2_param_name(int i);
 int gpt2_param_is_layer(int i);
+// whether AdamW decays tensor i: the 2-D matrices (wte, wpe, qkvw, attprojw, fcw, fcprojw), not
+// biases or LayerNorm, as GPT-2 and llm.c's CUDA trainer do
+int gpt2_param_decays(int i);
 
 // GPT-2's initialisation (std 0.02, residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0) of the FULL model into `full` (laid out for range [0, L) with embed and head), from `seed`.

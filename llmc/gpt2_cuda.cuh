@@ -131,7 +131,6 @@ static inline void gpt2_cuda_point_x(ParameterTensorsX* p, floatX* memory, const
 }
 
 // weight decay applies to the 2-D matrices only (wte, wpe, qkvw, attprojw, fcw, fcprojw), as llm.c's CUDA trainer
-static inline int gpt2_cuda_param_decays(int i) { return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12; }
 
 #ifdef __cplusplus
 extern "C" {
@@ -256,7 +255,7 @@ void gpt2_cuda_update(GPT2Cuda* m, float lr, float beta1, float beta2, float eps
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         size_t n = m->sizes[i];
         adamw_update_cuda(m->master + off, m->params_memory + off, m->grads_memory + off, m->adam_m + off, m->adam_v + off, n, lr,
-                          beta1, beta2, eps, gpt2_cuda_param_decays(i) ? weight_decay : 0.0f, t, grad_scale);
+                          beta1, beta2, eps, gpt2_param_decays(i) ? weight_decay : 0.0f, t, grad_scale);
         off += n;
     }
 }

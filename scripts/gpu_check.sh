@@ -36,14 +36,19 @@ if run build 300 make -j"$(nproc)" cuda; then
     run bench_matmul 120 ./build/dev/cuda/matmul
     run bench_attention 60 ./build/dev/cuda/attention
     run bench_layernorm 60 ./build/dev/cuda/layernorm
-    # ---- GPT-2 124M training run, 30 steps: the lead adds its line here, e.g.
-    # run train_gpt2_124m 120 ./train_tdpipe <flags for GPT-2 124M, --device cuda, 30 steps>
+    # ---- GPT-2 124M (d12, V 50257 from Tiny Shakespeare's GPT-2 shards) for 30 steps with each matmul
+    if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards && run data 120 bash dev/data/prepare_tinyshakespeare.sh; then
+        for mm in tdpipe cublaslt; do
+            run "train_gpt2_124m_$mm" 240 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
+                -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
+        done
+    fi
     # ---- end of the training run
 fi
 
 {
     echo "=== summary"
-    grep -E "^(test_gpt2cu|matmul tdpipe:)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step" "$LOG" | grep -v "^=== "
+    grep -E "^(test_gpt2cu|matmul tdpipe:)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"

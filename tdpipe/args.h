@@ -50,6 +50,7 @@ typedef struct {
     float jitter;             // --jitter beta  extra op time with coefficient of variation beta
     int synthetic;            // --synthetic-compute  timed waits from a cost model instead of the model
     char device[16];          // --device auto|cpu|cuda
+    char matmul[16];          // --matmul tdpipe|tdpipe-mma|cublaslt (CUDA)
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);

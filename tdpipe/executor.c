@@ -137,7 +137,7 @@ static void op_forward(Run* r, const Op* op, int step0) {
     if (st) {
         if (r->v0 + op->version != st->version)
             td_fatal("stage %d: forward of step %d uses version %d but the weights are at %d", r->s, op->step, r->v0 + op->version, st->version);
-        float loss = gpt2_forward(&st->cfg, &st->range, &st->p, a, r->last);
+        float loss = stage_forward(st, slot, r->last);
         if (r->last) ss->loss_sum += loss;
     }
     finish_compute(r, op, t0, step0);
@@ -159,11 +159,10 @@ static void op_backward_input(Run* r, const Op* op, int slot, int step0, double*
     double t0 = now_seconds();
     *t0_out = t0;
     if (st) {
-        GPT2GradActs* ga = &st->gacts[r->split ? slot : 0];
+        int ga = r->split ? slot : 0;
         float dloss = 1.0f / ((float)ex->B * ex->T * r->sch->M);
-        gpt2_backward_input(&st->cfg, &st->range, stage_weights(st, r->slot_version[slot]), &st->acts[slot], ga,
-                            r->last ? NULL : r->dx_recv, dloss);
-        if (!r->first) memcpy(r->dx_send[slot], ga->dx_in, r->btc * sizeof(float));
+        stage_backward_input(st, slot, ga, r->slot_version[slot], r->last ? NULL : r->dx_recv, dloss);
+        if (!r->first) memcpy(r->dx_send[slot], st->gacts[ga].dx_in, r->btc * sizeof(float));
     }
     weights_done(r, slot);
 }
@@ -187,7 +186,7 @@ static void op_backward(Run* r, const Op* op, int step0) {
             Stage* st = r->ex->stage;
             if (st) {
                 stage_use_grad_slot(st, op->step % st->n_grad_slots);
-                gpt2_backward_weight(&st->cfg, &st->range, &st->acts[slot], &st->gacts[0], &st->g, st->dwte_head);
+                stage_backward_weight(st, slot, 0);
             }
         }
         finish_compute(r, op, t0, step0);
@@ -203,7 +202,7 @@ static void op_backward(Run* r, const Op* op, int step0) {
         Stage* st = r->ex->stage;
         if (st) {
             stage_use_grad_slot(st, op->step % st->n_grad_slots);
-            gpt2_backward_weight(&st->cfg, &st->range, &st->acts[slot], &st->gacts[slot], &st->g, st->dwte_head);
+            stage_backward_weight(st, slot, slot);
         }
         finish_compute(r, op, t0, step0);
         r->ex->count_b++;

@@ -15,15 +15,16 @@ static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int 
     comm_wait(c, &r);
 }
 
-// one forward of the stage's acts a (inputs already loaded on the first stage), passing
-// activations along; returns the last stage's mean loss
+// one forward of acts a (the stage's slot 0 when a is NULL; inputs already loaded on the first
+// stage), passing activations along; returns the last stage's mean loss
 static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
     Stage* st = pl->stage;
     int s = pl->comm->stage;
-    size_t bytes = (size_t)a->B * a->T * st->cfg.channels * sizeof(float);
-    if (s > 0) comm_recv(pl->comm, a->x_in, bytes, s - 1, TAG_EVAL_ACT);
-    float loss = gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid);
-    if (s < pl->P - 1) send_blocking(pl->comm, gpt2_stage_output(&st->cfg, &st->range, a), bytes, s + 1, TAG_EVAL_ACT);
+    GPT2Acts* x = a ? a : &st->acts[0];
+    size_t bytes = (size_t)x->B * x->T * st->cfg.channels * sizeof(float);
+    if (s > 0) comm_recv(pl->comm, x->x_in, bytes, s - 1, TAG_EVAL_ACT);
+    float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, targets_valid);
+    if (s < pl->P - 1) send_blocking(pl->comm, gpt2_stage_output(&st->cfg, &st->range, x), bytes, s + 1, TAG_EVAL_ACT);
     return loss;
 }
 
@@ -35,7 +36,7 @@ float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
         if (val && dataloader_next(val, a->inputs, a->targets)) td_fatal("validation data: %s", val->err);
-        total += forward_through(pl, a, last);
+        total += forward_through(pl, NULL, last);
     }
     double mean = total / batches;
     if (pl->P > 1) {

@@ -6,12 +6,18 @@
 #include "llmc/global_norm.h"
 
 void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots) {
+    stage_init_backend(s, cfg, r, B, T, n_slots, NULL, NULL);
+}
+
+void stage_init_backend(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots, const StageBackend* be, void* dev) {
     memset(s, 0, sizeof(*s));
     s->cfg = *cfg;
     s->range = *r;
     s->B = B;
     s->T = T;
     s->num_params = gpt2_param_sizes(cfg, r, s->sizes);
+    s->be = be;
+    s->dev = dev;
     s->params = (float*)calloc_check(s->num_params, sizeof(float));
     s->adam_m = (float*)calloc_check(s->num_params, sizeof(float));
     s->adam_v = (float*)calloc_check(s->num_params, sizeof(float));
@@ -23,13 +29,26 @@ void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_s
     if (n_slots > s->n_slots) {
         s->acts = (GPT2Acts*)realloc(s->acts, n_slots * sizeof(GPT2Acts));
         if (!s->acts) td_fatal("out of memory for %d activation slots", n_slots);
-        for (int i = s->n_slots; i < n_slots; i++) gpt2_acts_alloc(&s->acts[i], &s->cfg, &s->range, s->B, s->T);
+        for (int i = s->n_slots; i < n_slots; i++) {
+            if (!s->be) {
+                gpt2_acts_alloc(&s->acts[i], &s->cfg, &s->range, s->B, s->T);
+                continue;
+            }
+            memset(&s->acts[i], 0, sizeof(GPT2Acts)); // on a device: only the token ids stay here
+            s->acts[i].B = s->B;
+            s->acts[i].T = s->T;
+            s->acts[i].inputs = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
+            s->acts[i].targets = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
+        }
         s->n_slots = n_slots;
     }
     if (n_gacts > s->n_gacts) {
         s->gacts = (GPT2GradActs*)realloc(s->gacts, n_gacts * sizeof(GPT2GradActs));
         if (!s->gacts) td_fatal("out of memory for %d activation-gradient buffers", n_gacts);
-        for (int i = s->n_gacts; i < n_gacts; i++) gpt2_grad_acts_alloc(&s->gacts[i], &s->cfg, &s->range, s->B, s->T);
+        for (int i = s->n_gacts; i < n_gacts; i++) {
+            if (s->be) memset(&s->gacts[i], 0, sizeof(GPT2GradActs));
+            else gpt2_grad_acts_alloc(&s->gacts[i], &s->cfg, &s->range, s->B, s->T);
+        }
         s->n_gacts = n_gacts;
     }
     if (n_grad_slots > s->n_grad_slots) {
@@ -86,7 +105,7 @@ void stage_release_stash(Stage* s, int version) {
 }
 
 void stage_free(Stage* s) {
-    for (int i = 0; i < s->n_slots; i++) gpt2_acts_free(&s->acts[i]);
+    for (int i = 0; i < s->n_slots; i++) gpt2_acts_free(&s->acts[i]); // frees NULL arrays too
     for (int i = 0; i < s->n_gacts; i++) gpt2_grad_acts_free(&s->gacts[i]);
     for (int i = 0; i < s->n_grad_slots; i++) {
         free(s->grad_slots[i]);
@@ -109,20 +128,49 @@ void stage_free(Stage* s) {
 void stage_load_params(Stage* s, const float* full) { gpt2_slice_params(&s->cfg, &s->range, full, s->params); }
 void stage_store_params(const Stage* s, float* full) { gpt2_unslice_params(&s->cfg, &s->range, s->params, full); }
 
-float stage_forward(Stage* s, int slot) { return gpt2_forward(&s->cfg, &s->range, &s->p, &s->acts[slot], 1); }
+float stage_forward(Stage* s, int slot, int targets_valid) {
+    if (s->be) return s->be->forward(s, slot, targets_valid);
+    return gpt2_forward(&s->cfg, &s->range, &s->p, &s->acts[slot], targets_valid);
+}
+
+void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
+    if (s->be) s->be->backward_input(s, slot, gacts, version, dx_out, dloss);
+    else gpt2_backward_input(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], &s->gacts[gacts], dx_out, dloss);
+}
+
+void stage_backward_weight(Stage* s, int slot, int gacts) {
+    if (s->be) s->be->backward_weight(s, slot, gacts);
+    else gpt2_backward_weight(&s->cfg, &s->range, &s->acts[slot], &s->gacts[gacts], &s->g, s->dwte_head);
+}
 
 void stage_backward(Stage* s, int slot, const float* dx_out, float dloss) {
-    gpt2_backward_input(&s->cfg, &s->range, &s->p, &s->acts[slot], &s->gacts[0], dx_out, dloss);
-    gpt2_backward_weight(&s->cfg, &s->range, &s->acts[slot], &s->gacts[0], &s->g, s->dwte_head);
+    stage_backward_input(s, slot, 0, s->version, dx_out, dloss);
+    stage_backward_weight(s, slot, 0);
+}
+
+void stage_to_host(Stage* s) {
+    if (s->be) s->be->to_host(s);
+}
+
+void stage_from_host(Stage* s) {
+    if (s->be) s->be->from_host(s);
 }
 
 void stage_tie_embedding_local(Stage* s) {
+    if (s->be) {
+        s->be->tie_embedding_local(s);
+        return;
+    }
     float* g = s->g.wte;
     const float* h = s->dwte_head;
     for (size_t i = 0; i < s->sizes[0]; i++) g[i] += h[i];
 }
 
 void stage_grad_unit_sumsq(const Stage* s, double* out) {
+    if (s->be) {
+        s->be->grad_unit_sumsq(s, out);
+        return;
+    }
     const GPT2Range* r = &s->range;
     int C = s->cfg.channels, Ls = r->l1 - r->l0;
     if (r->has_embed) out[0] = sumsq(s->g.wte, s->sizes[0]) + sumsq(s->g.wpe, s->sizes[1]);
@@ -146,19 +194,26 @@ float grad_norm_from_units(const double* units, int n_units) {
 }
 
 void stage_update(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale) {
+    if (s->be) {
+        s->be->update(s, opt, lr, t, grad_scale);
+        s->version++;
+        return;
+    }
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        // decay the 2-D matrices (embeddings and linear weights) only, not biases or LayerNorm
-        int is_matrix = i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
         if (s->sizes[i])
             adamw_update(s->params + off, s->grads + off, s->adam_m + off, s->adam_v + off, s->sizes[i], lr, opt->beta1, opt->beta2,
-                         opt->eps, is_matrix ? opt->weight_decay : 0.0f, t, grad_scale);
+                         opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
         off += s->sizes[i];
     }
     s->version++;
 }
 
 void stage_zero_grad(Stage* s) {
+    if (s->be) {
+        s->be->zero_grad(s);
+        return;
+    }
     memset(s->grads, 0, s->num_params * sizeof(float));
     if (s->dwte_head) memset(s->dwte_head, 0, s->sizes[0] * sizeof(float));
 }

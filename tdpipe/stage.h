@@ -8,10 +8,31 @@
 extern "C" {
 #endif
 
+typedef struct Stage Stage;
+
+// A device backend for a stage's compute. A stage without one computes on the CPU (the reference).
+// The CUDA backend (train_tdpipe.cu, the one file nvcc builds) fills one in; its model lives on the
+// device, the Stage keeps the host side: token ids, the fp32 weights and AdamW moments between
+// stage_to_host / stage_from_host, and the gradient for host-side exchanges.
 typedef struct {
+    const char* name;
+    float (*forward)(Stage* s, int slot, int targets_valid);
+    void (*backward_input)(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss);
+    void (*backward_weight)(Stage* s, int slot, int gacts);
+    void (*tie_embedding_local)(Stage* s);
+    void (*grad_unit_sumsq)(const Stage* s, double* out);
+    void (*update)(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale);
+    void (*zero_grad)(Stage* s);
+    void (*to_host)(Stage* s);         // weights and AdamW moments -> params, adam_m, adam_v
+    void (*from_host)(const Stage* s); // the reverse (after a resume)
+} StageBackend;
+
+struct Stage {
     GPT2Config cfg;
     GPT2Range range;
     int B, T;
+    const StageBackend* be; // NULL: the CPU
+    void* dev;              // the backend's state
     size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
     size_t num_params;
     float* params;       // (num_params) fp32 master weights
@@ -35,11 +56,14 @@ typedef struct {
     float** stash;           // (n_stash)[num_params]
     int* stash_version;      // (n_stash) version held, -1 when free
     ParameterTensors* stash_views; // (n_stash)
-} Stage;
+};
 
 // one activation slot, one gradient slot, no stash: what a single process running its
 // micro-batches one after another needs; stage_reserve adds the pipeline's extra buffers
 void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots);
+// the same for a stage whose compute runs on a device backend: host activation slots hold only
+// the token ids (the activations live on the device)
+void stage_init_backend(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots, const StageBackend* be, void* dev);
 // grows to n_slots activation slots, n_gacts activation-gradient buffers, n_grad_slots gradient
 // slots and n_stash weight stashes (never shrinks)
 void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash);
@@ -57,8 +81,16 @@ void stage_load_params(Stage* s, const float* full);
 // writes this stage's parameters into their place in a full-model buffer (the inverse)
 void stage_store_params(const Stage* s, float* full);
 
-// forward of the micro-batch in slot; returns its mean loss on the last stage (0 elsewhere)
-float stage_forward(Stage* s, int slot);
+// forward of the micro-batch in slot with the current weights; returns its mean loss on the last
+// stage when targets_valid (0 elsewhere)
+float stage_forward(Stage* s, int slot, int targets_valid);
+// the input-gradient half of backward of slot with the weights of `version`, into activation-
+// gradient buffer gacts; the weight-gradient half into the active gradient slot
+void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss);
+void stage_backward_weight(Stage* s, int slot, int gacts);
+// weights and AdamW moments into params / adam_m / adam_v (a device backend keeps them on the device)
+void stage_to_host(Stage* s);
+void stage_from_host(Stage* s);
 // both halves of backward of the micro-batch in slot; dx_out is the gradient of the stage output
 // (NULL on the last stage); dloss the weight of each token's loss
 void stage_backward(Stage* s, int slot, const float* dx_out, float dloss);

@@ -1,7 +1,8 @@
 # Helpers for the shell tests: each check prints "ok"/"FAIL" and counts; finish prints the tally.
 # Usage: source tests/lib.sh; check "name" cmd...; refuse "name" "regex in stderr" cmd...; finish
 PASSED=0; FAILED=0
-BIN=${BIN:-./train_tdpipe}
+# the CPU is the reference: pinned, so a GPU on the machine does not change what is tested
+BIN=${BIN:-./train_tdpipe --device cpu}
 TMP=$(mktemp -d /tmp/tdpipe_test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
