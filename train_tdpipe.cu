@@ -121,12 +121,13 @@ static int fresh_config(const char* init, int vocab_size, GPT2Config* cfg) {
     return 1;
 }
 
-// the whole model's parameters (range [0, L) with embed and head), from -e
-static float* model_init(const TrainArgs* a, const GPT2Config* cfg) {
+// the whole model's parameters (range [0, L) with embed and head): GPT-2's initialisation for a
+// fresh dN (cfg already filled), else the -e model file's
+static float* model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh) {
     char err[1024];
-    GPT2Range all = {0, cfg->num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS];
-    if (fresh_config(a->init, cfg->vocab_size, (GPT2Config*)cfg)) {
+    if (fresh) {
+        GPT2Range all = {0, cfg->num_layers, 1, 1};
+        size_t sizes[GPT2_NUM_PARAM_TENSORS];
         float* full = (float*)malloc_check(gpt2_param_sizes(cfg, &all, sizes) * sizeof(float));
         gpt2_init_full(cfg, full, (unsigned long long)a->seed);
         return full;
@@ -274,7 +275,7 @@ static void on_step(void* ctx, const StepReport* r) {
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, int W, size_t params_total, int st_is_cuda) {
+                          const char* sched, size_t params_total, int st_is_cuda) {
     printf("+----------------------+--------------------------------------------------------------\n");
     printf("| %-20s | %s\n", "model", a->init);
     printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
@@ -299,7 +300,6 @@ static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm*
     printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
     partition_print(stdout, part);
     fflush(stdout);
-    (void)W;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -606,7 +606,7 @@ int main(int argc, char** argv) {
     Stage stage, *st = NULL;
     GPT2Acts sample_acts;
     if (!a.synthetic) {
-        float* full = model_init(&a, &cfg);
+        float* full = model_init(&a, &cfg, !from_file);
         if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full);
         else {
             stage_init(&stage, &cfg, &range, a.B, a.T, 1);
@@ -630,7 +630,7 @@ int main(int argc, char** argv) {
     }
     if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, W, n_full, use_cuda);
+    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda);
     Decoder dec;
     if (g_rank == 0) decoder_init(&dec, &d, &a);
 

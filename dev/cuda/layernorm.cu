@@ -6,21 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dev/cuda/compare.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/ops.h"
 
 static int g_ok = 1;
 
 static void compare(const char* name, const float* gpu, const float* cpu, size_t n, double tol) {
-    double max_abs = 0.0, max_ref = 0.0;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(gpu[i])) finite = 0;
-        double d = fabs((double)gpu[i] - cpu[i]);
-        if (d > max_abs) max_abs = d;
-        if (fabs((double)cpu[i]) > max_ref) max_ref = fabs((double)cpu[i]);
-    }
-    double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    double max_abs;
+    int finite;
+    double rel = compare_rel(gpu, cpu, n, &max_abs, &finite);
     int ok = finite && rel <= tol;
     if (!ok) g_ok = 0;
     printf("  check %-16s vs CPU: max abs diff %.3e, rel %.3e, tol %.0e: %s\n", name, max_abs, rel, tol, ok ? "OK" : "NOT OK");

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "dev/cuda/compare.h"
 #include "llmc/matmul.cuh"
 #include "llmc/matmul.h"
 
@@ -22,15 +23,9 @@ static void download_block(float* dst, const floatX* src, int ld, int rows, int 
 
 // max|gpu - cpu| / max|cpu| <= tol
 static const char* verdict(const float* gpu, const float* cpu, size_t n, double tol, double* rel_out) {
-    double max_abs = 0.0, max_ref = 0.0;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(gpu[i])) finite = 0;
-        double d = fabs((double)gpu[i] - cpu[i]);
-        if (d > max_abs) max_abs = d;
-        if (fabs((double)cpu[i]) > max_ref) max_ref = fabs((double)cpu[i]);
-    }
-    *rel_out = max_ref > 0 ? max_abs / max_ref : max_abs;
+    double max_abs;
+    int finite;
+    *rel_out = compare_rel(gpu, cpu, n, &max_abs, &finite);
     int ok = finite && *rel_out <= tol;
     if (!ok) g_ok = 0;
     return ok ? "OK" : "NOT OK";
