@@ -617,7 +617,7 @@ static void test_steps(const ModelCase* mc, int steps) {
         for (size_t i = 0; i < sizes[0]; i++) gt.wte[i] += dwte_head[i];
         size_t off = 0;
         for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-            adamw_update(p + off, grads + off, mm + off, vv + off, sizes[i], lr, b1, b2, eps, gpt2_cuda_param_decays(i) ? wd : 0.0f, t, 1.0f);
+            adamw_update(p + off, grads + off, mm + off, vv + off, sizes[i], lr, b1, b2, eps, gpt2_param_decays(i) ? wd : 0.0f, t, 1.0f);
             off += sizes[i];
         }
         gpt2_cuda_zero_grads(&m);
