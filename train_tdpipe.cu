@@ -479,8 +479,17 @@ static void cuda_from_host(const Stage* s) {
     gpt2_cuda_set_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
 }
 
+static void cuda_output(Stage* s, int slot, float* host) { gpt2_cuda_stage_output(&cuda_of(s)->m, &cuda_of(s)->acts[slot], host); }
+static void cuda_dx_in(Stage* s, int gacts, float* host) { gpt2_cuda_dx_in(&cuda_of(s)->m, &cuda_of(s)->ga[gacts], s->B, s->T, host); }
+static void cuda_grads_to_host(Stage* s) {
+    gpt2_cuda_get_grads(&cuda_of(s)->m, s->grads);
+    if (s->range.has_head) gpt2_cuda_get_dwte_head(&cuda_of(s)->m, s->dwte_head);
+}
+static void cuda_grads_from_host(const Stage* s) { gpt2_cuda_set_grads(&cuda_of(s)->m, s->grads); }
+
 static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
-                                          cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host};
+                                          cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
+                                          cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {
@@ -491,7 +500,13 @@ static int cuda_available_why(char* why, size_t cap) {
     return e == cudaSuccess && n > 0;
 }
 
+// ranks on one host take its GPUs round-robin by local rank; ranks sharing a GPU exchange
+// activations and gradients through host memory over MPI (host staging)
 static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+    int n = 1;
+    cudaCheck(cudaGetDeviceCount(&n));
+    const char* lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cuda_device_init((lr ? atoi(lr) : 0) % n);
     CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
     float* mine = (float*)malloc_check(gpt2_param_sizes(cfg, r, st->sizes) * sizeof(float));
     gpt2_slice_params(cfg, r, full, mine);
@@ -538,7 +553,7 @@ int main(int argc, char** argv) {
     char err[1024];
     if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         fatal_all("--device %s: expected auto, cpu or cuda", a.device);
-    // the GPU runs one process with a synchronous schedule for now (pipelines on GPUs need NCCL)
+    // the GPU runs synchronous schedules, messages staged through host memory (no NCCL yet)
     char why[256];
     int have_cuda = cuda_available_why(why, sizeof(why));
     if (!strcmp(a.device, "cuda") && !have_cuda) fatal_all("--device cuda: no usable GPU: %s", why);
@@ -550,9 +565,9 @@ int main(int argc, char** argv) {
     if (W != 0 && kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a.aew);
     if (comm_grid(&comm, a.stages, err, sizeof(err))) fatal_all("%s", err);
     int P = comm.P, D = comm.D, s = comm.stage;
-    if (use_cuda && (comm.world_size > 1 || W != 0 || a.synthetic)) {
+    if (use_cuda && (W != 0 || a.synthetic)) {
         if (!strcmp(a.device, "cuda"))
-            fatal_all("--device cuda: the GPU backend runs one process with a synchronous schedule for now (no mpirun, --aew 0, no --synthetic-compute)");
+            fatal_all("--device cuda: the GPU backend runs the synchronous schedules (tdpipe with --aew 0) for now: no weight stashes on the device; and not with --synthetic-compute");
         use_cuda = 0; // auto: the CPU does what the GPU backend cannot yet
     }
 #ifdef TD_CUDA
@@ -651,7 +666,7 @@ int main(int argc, char** argv) {
     rep.P = P;
     // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
     rep.flops_per_step = (6.0 * n_full + 6.0 * cfg.num_layers * a.T * cfg.channels) * rep.tokens_per_step;
-    rep.peak_flops = use_cuda ? cuda_peak() : 0.0;
+    rep.peak_flops = use_cuda ? cuda_peak() * comm.world_size : 0.0; // one GPU per rank
     Trace trace;
     trace_init(&trace, a.trace_path[0] != 0);
     Executor ex;

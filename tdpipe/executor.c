@@ -142,7 +142,7 @@ static void op_forward(Run* r, const Op* op, int step0) {
     }
     finish_compute(r, op, t0, step0);
     if (!r->last) {
-        const void* out = st ? (const void*)gpt2_stage_output(&st->cfg, &st->range, a) : (const void*)r->syn_buf;
+        const void* out = st ? (const void*)stage_output(st, slot) : (const void*)r->syn_buf;
         comm_isend(ex->comm, out, st ? r->btc * sizeof(float) : SYN_FLOATS * sizeof(float), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
     }
     ex->count_f++;
@@ -162,7 +162,7 @@ static void op_backward_input(Run* r, const Op* op, int slot, int step0, double*
         int ga = r->split ? slot : 0;
         float dloss = 1.0f / ((float)ex->B * ex->T * r->sch->M);
         stage_backward_input(st, slot, ga, r->slot_version[slot], r->last ? NULL : r->dx_recv, dloss);
-        if (!r->first) memcpy(r->dx_send[slot], st->gacts[ga].dx_in, r->btc * sizeof(float));
+        if (!r->first) stage_dx_in(st, ga, r->dx_send[slot]);
     }
     weights_done(r, slot);
 }
@@ -224,13 +224,17 @@ static void post_step(Run* r, int t) {
         int k = t % st->n_grad_slots;
         stage_use_grad_slot(st, k);
         size_t vc = st->sizes[0];
+        // a device backend's gradient goes through host memory for the exchanges over MPI
+        int staged = st->be && (r->D > 1 || r->P > 1);
+        if (staged) stage_grads_to_host(st);
         if (r->D > 1) {
             comm_dp_average(ex->comm, st->grads, st->num_params);
             if (st->dwte_head) comm_dp_average(ex->comm, st->dwte_head, vc);
         }
         // the tied embedding: both ends end up with encoder share + head share (a + b == b + a, bitwise)
         if (r->P == 1) {
-            stage_tie_embedding_local(st);
+            if (staged) stage_tie_embedding_host(st);
+            else stage_tie_embedding_local(st);
         } else if (r->first) {
             memcpy(r->tied_send[k], st->g.wte, vc * sizeof(float));
             comm_isend(ex->comm, r->tied_send[k], vc * sizeof(float), r->P - 1, TAG_TIED, &r->tied_sreq[k]);
@@ -240,6 +244,7 @@ static void post_step(Run* r, int t) {
             comm_isend(ex->comm, st->dwte_head, vc * sizeof(float), 0, TAG_TIED, &r->tied_sreq[k]);
             comm_irecv(ex->comm, r->tied_buf[k], vc * sizeof(float), 0, TAG_TIED, &r->tied_rreq[k]);
         }
+        if (staged) stage_grads_from_host(st);
         stage_grad_unit_sumsq(st, ss->units_in);
         if (r->last) ss->units_in[ex->L + 2] = ss->loss_sum / r->sch->M;
     }
@@ -268,6 +273,7 @@ static void op_update(Run* r, const Op* op, int step0) {
             comm_wait(ex->comm, &r->tied_rreq[k]);
             comm_wait(ex->comm, &r->tied_sreq[k]);
             for (size_t i = 0; i < st->sizes[0]; i++) st->g.wte[i] = r->tied_buf[k][i] + st->dwte_head[i];
+            stage_grads_from_host(st);
         }
         if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
         // micro-batches whose backward is still to come on these weights: keep a copy (weight stashing)

@@ -28,17 +28,23 @@ void stage_init_backend(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int
 void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash) {
     if (n_slots > s->n_slots) {
         s->acts = (GPT2Acts*)realloc(s->acts, n_slots * sizeof(GPT2Acts));
-        if (!s->acts) td_fatal("out of memory for %d activation slots", n_slots);
+        s->out_host = (float**)realloc(s->out_host, n_slots * sizeof(float*));
+        if (!s->acts || !s->out_host) td_fatal("out of memory for %d activation slots", n_slots);
         for (int i = s->n_slots; i < n_slots; i++) {
+            s->out_host[i] = NULL;
             if (!s->be) {
                 gpt2_acts_alloc(&s->acts[i], &s->cfg, &s->range, s->B, s->T);
                 continue;
             }
-            memset(&s->acts[i], 0, sizeof(GPT2Acts)); // on a device: only the token ids stay here
+            // on a device: the token ids, and the messages to and from the neighbouring stages, stay here
+            size_t btc = (size_t)s->B * s->T * s->cfg.channels;
+            memset(&s->acts[i], 0, sizeof(GPT2Acts));
             s->acts[i].B = s->B;
             s->acts[i].T = s->T;
             s->acts[i].inputs = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
             s->acts[i].targets = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
+            s->acts[i].x_in = s->range.has_embed ? NULL : (float*)calloc_check(btc, sizeof(float));
+            s->out_host[i] = s->range.has_head ? NULL : (float*)calloc_check(btc, sizeof(float));
         }
         s->n_slots = n_slots;
     }
@@ -105,7 +111,12 @@ void stage_release_stash(Stage* s, int version) {
 }
 
 void stage_free(Stage* s) {
-    for (int i = 0; i < s->n_slots; i++) gpt2_acts_free(&s->acts[i]); // frees NULL arrays too
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->be) free(s->acts[i].x_in); // a backend's slots own x_in outside the (absent) memory block
+        gpt2_acts_free(&s->acts[i]);
+        free(s->out_host[i]);
+    }
+    free(s->out_host);
     for (int i = 0; i < s->n_gacts; i++) gpt2_grad_acts_free(&s->gacts[i]);
     for (int i = 0; i < s->n_grad_slots; i++) {
         free(s->grad_slots[i]);
@@ -156,11 +167,31 @@ void stage_from_host(Stage* s) {
     if (s->be) s->be->from_host(s);
 }
 
+const float* stage_output(Stage* s, int slot) {
+    if (!s->be) return gpt2_stage_output(&s->cfg, &s->range, &s->acts[slot]);
+    s->be->output(s, slot, s->out_host[slot]);
+    return s->out_host[slot];
+}
+
+void stage_dx_in(Stage* s, int gacts, float* dst) {
+    if (s->be) s->be->dx_in(s, gacts, dst);
+    else memcpy(dst, s->gacts[gacts].dx_in, (size_t)s->B * s->T * s->cfg.channels * sizeof(float));
+}
+
+void stage_grads_to_host(Stage* s) {
+    if (s->be) s->be->grads_to_host(s);
+}
+
+void stage_grads_from_host(Stage* s) {
+    if (s->be) s->be->grads_from_host(s);
+}
+
 void stage_tie_embedding_local(Stage* s) {
-    if (s->be) {
-        s->be->tie_embedding_local(s);
-        return;
-    }
+    if (s->be) s->be->tie_embedding_local(s);
+    else stage_tie_embedding_host(s);
+}
+
+void stage_tie_embedding_host(Stage* s) {
     float* g = s->g.wte;
     const float* h = s->dwte_head;
     for (size_t i = 0; i < s->sizes[0]; i++) g[i] += h[i];

@@ -25,6 +25,10 @@ typedef struct {
     void (*zero_grad)(Stage* s);
     void (*to_host)(Stage* s);         // weights and AdamW moments -> params, adam_m, adam_v
     void (*from_host)(const Stage* s); // the reverse (after a resume)
+    void (*output)(Stage* s, int slot, float* host);  // (B, T, C) the stage output of slot
+    void (*dx_in)(Stage* s, int gacts, float* host);  // (B, T, C) the gradient of the stage input
+    void (*grads_to_host)(Stage* s);         // the active gradient (and dwte_head) -> grads, dwte_head
+    void (*grads_from_host)(const Stage* s); // grads -> the device (after host-side exchanges)
 } StageBackend;
 
 struct Stage {
@@ -33,6 +37,7 @@ struct Stage {
     int B, T;
     const StageBackend* be; // NULL: the CPU
     void* dev;              // the backend's state
+    float** out_host;       // (n_slots)[B*T*C] with a backend: host copies of stage outputs being sent
     size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
     size_t num_params;
     float* params;       // (num_params) fp32 master weights
@@ -91,6 +96,15 @@ void stage_backward_weight(Stage* s, int slot, int gacts);
 // weights and AdamW moments into params / adam_m / adam_v (a device backend keeps them on the device)
 void stage_to_host(Stage* s);
 void stage_from_host(Stage* s);
+// (B, T, C) the stage output of slot, in host memory that stays valid until the slot is reused
+const float* stage_output(Stage* s, int slot);
+// dst (B, T, C) <- the gradient of the stage input from activation-gradient buffer gacts
+void stage_dx_in(Stage* s, int gacts, float* dst);
+// host staging of the gradient around exchanges over MPI (no-ops on the CPU)
+void stage_grads_to_host(Stage* s);
+void stage_grads_from_host(Stage* s);
+// the tied embedding on host memory: grads->wte += dwte_head
+void stage_tie_embedding_host(Stage* s);
 // both halves of backward of the micro-batch in slot; dx_out is the gradient of the stage output
 // (NULL on the last stage); dloss the weight of each token's loss
 void stage_backward(Stage* s, int slot, const float* dx_out, float dloss);
