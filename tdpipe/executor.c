@@ -176,40 +176,38 @@ static void send_input_grad(Run* r, int slot) {
 
 static void post_step(Run* r, int t);
 
+// the weight-gradient half into the gradient-cache slot of the op's step
+static void accumulate_weight_grad(Run* r, const Op* op, int slot, int ga) {
+    Stage* st = r->ex->stage;
+    if (!st) return;
+    stage_use_grad_slot(st, op->step % st->n_grad_slots);
+    stage_backward_weight(st, slot, ga);
+}
+
+// the micro-batch is done on this stage: free its slot; the step's last one posts the step
+static void grad_done(Run* r, const Op* op, int slot) {
+    r->ex->count_b++;
+    r->slot_of[op->step * r->sch->M + op->mb] = -1;
+    release_slot(r, slot);
+    if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
+}
+
 static void op_backward(Run* r, const Op* op, int step0) {
     int slot = r->slot_of[op->step * r->sch->M + op->mb];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
     double t0;
-    if (op->kind == OP_B || op->kind == OP_BI) {
-        op_backward_input(r, op, slot, step0, &t0);
-        if (op->kind == OP_B) {
-            Stage* st = r->ex->stage;
-            if (st) {
-                stage_use_grad_slot(st, op->step % st->n_grad_slots);
-                stage_backward_weight(st, slot, 0);
-            }
-        }
-        finish_compute(r, op, t0, step0);
-        send_input_grad(r, slot);
-        if (op->kind == OP_B) {
-            r->ex->count_b++;
-            r->slot_of[op->step * r->sch->M + op->mb] = -1;
-            release_slot(r, slot);
-            if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
-        }
-    } else { // OP_BW
+    if (op->kind == OP_BW) { // zero-bubble's deferred half: its activation gradients wait in gacts[slot]
         t0 = now_seconds();
-        Stage* st = r->ex->stage;
-        if (st) {
-            stage_use_grad_slot(st, op->step % st->n_grad_slots);
-            stage_backward_weight(st, slot, slot);
-        }
+        accumulate_weight_grad(r, op, slot, slot);
         finish_compute(r, op, t0, step0);
-        r->ex->count_b++;
-        r->slot_of[op->step * r->sch->M + op->mb] = -1;
-        release_slot(r, slot);
-        if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
+        grad_done(r, op, slot);
+        return;
     }
+    op_backward_input(r, op, slot, step0, &t0);
+    if (op->kind == OP_B) accumulate_weight_grad(r, op, slot, 0);
+    finish_compute(r, op, t0, step0);
+    send_input_grad(r, slot);
+    if (op->kind == OP_B) grad_done(r, op, slot);
 }
 
 // the stage's gradient of step t is complete: average over replicas, exchange the tied
