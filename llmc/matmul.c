@@ -95,7 +95,14 @@ static void pack_panels(float* restrict dst, const float* X, int ld, int trans, 
         int w = rows - rp < W ? rows - rp : W;
         if (w < W) memset(d, 0, sizeof(float) * (size_t)kc * W);
         if (trans) { // X(r, k) = X[k*ld + r]: W consecutive floats per k
-            for (int k = 0; k < kc; k++) memcpy(d + (size_t)k * W, X + (size_t)(k0 + k) * ld + r0 + rp, sizeof(float) * w);
+            for (int k = 0; k < kc; k++) { // a short copy per k: vector moves, not a memcpy call
+                const float* src = X + (size_t)(k0 + k) * ld + r0 + rp;
+                float* dst = d + (size_t)k * W;
+                if (w == W && W % VL == 0)
+                    for (int j = 0; j < W; j += VL) *(vfloat_u*)(dst + j) = *(const vfloat_u*)(src + j);
+                else
+                    memcpy(dst, src, sizeof(float) * w);
+            }
         } else { // X(r, k) = X[r*ld + k]: a transpose; whole 8 x 8 blocks in registers, the rest one by one
             int r8 = w / 8 * 8, k8 = kc / 8 * 8;
             for (int r = 0; r < r8; r += 8)
