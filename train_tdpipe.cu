@@ -275,12 +275,17 @@ static void on_step(void* ctx, const StepReport* r) {
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, size_t params_total, int st_is_cuda) {
+                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st) {
     printf("+----------------------+--------------------------------------------------------------\n");
     printf("| %-20s | %s\n", "model", a->init);
     printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
            cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len);
     printf("| %-20s | %zu\n", "parameters", params_total);
+    if (st && !st_is_cuda) { // rank 0's stage; the pipeline's extra slots, stashes and gradient ring are reported at the end
+        double mib = 1.0 / (1024.0 * 1024.0);
+        printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight\n", "memory (stage 0)",
+               16.0 * st->num_params * mib, 4.0 * (st->acts[0].num_floats + st->gacts[0].num_floats) * mib);
+    }
     if (st_is_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s; samples off on the GPU for now\n", "device", a->matmul);
     else printf("| %-20s | cpu (fp32), %d OpenMP thread(s) per rank\n", "device", omp_get_max_threads());
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, sched);
@@ -648,7 +653,7 @@ int main(int argc, char** argv) {
     }
     if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda);
+    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st);
     Decoder dec;
     if (g_rank == 0) decoder_init(&dec, &d, &a);
 
