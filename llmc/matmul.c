@@ -153,7 +153,9 @@ static void sgemm(int M, int N, int K, const float* A, int lda, int transA, cons
     if (tile > cap) tile = cap;
     // a long depth streams the whole packed operand once per tile: then one tile per thread
     if (nkb > 8) tile = CEIL_DIV(CEIL_DIV(split_size, nthreads), unit) * unit;
-    if (tile > TILE_MAX) tile = TILE_MAX;
+    if (tile > TILE_MAX) tile = TILE_MAX / unit * unit; // whole micro-panels (MR = 12 does not divide 512)
+    if (CEIL_DIV(tile, unit) * unit > TILE_MAX) // a tile packs whole micro-panels into a TILE_MAX-row buffer
+        td_fatal("matmul: a tile of %d rows packs %d rows, more than the %d-row buffer", tile, CEIL_DIV(tile, unit) * unit, TILE_MAX);
     int ntiles = CEIL_DIV(split_size, tile);
 #pragma omp parallel
     {
