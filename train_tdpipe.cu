@@ -234,14 +234,11 @@ static void format_seconds(double s, char* buf, size_t cap) {
 
 typedef struct {
     const TrainArgs* a;
-    const Data* d;
     FILE* log;
     int tokens_per_step;  // B * T * M * D
     double seconds_sum;   // over reported steps after the first
     int seconds_n;
     int P;
-    float last_loss;
-    int last_step;
     double flops_per_step; // model FLOPs of one step (6 N per token + attention), for MFU
     double peak_flops;     // the GPU's bf16 peak; 0 on the CPU
 } Reporter;
@@ -270,8 +267,6 @@ static void on_step(void* ctx, const StepReport* r) {
     fprintf(rep->log, "]}\n");
     fflush(rep->log);
     fflush(stdout);
-    rep->last_loss = r->loss;
-    rep->last_step = r->step;
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
@@ -668,7 +663,6 @@ int main(int argc, char** argv) {
     Reporter rep;
     memset(&rep, 0, sizeof(rep));
     rep.a = &a;
-    rep.d = &d;
     rep.log = log;
     rep.tokens_per_step = a.B * a.T * a.grad_accum * D;
     rep.P = P;
@@ -685,7 +679,6 @@ int main(int argc, char** argv) {
     ex.B = a.B;
     ex.T = a.T;
     ex.C = cfg.channels;
-    ex.M = a.grad_accum;
     ex.L = cfg.num_layers;
     ex.opt.lr = a.lr;
     ex.opt.beta1 = 0.9f;

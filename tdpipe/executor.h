@@ -33,7 +33,6 @@ typedef struct {
     Stage* stage;          // NULL with synthetic compute
     DataLoader* data;      // the training data on the first and last stage, else NULL
     int B, T, C;           // micro-batch shape (activations exchanged are (B, T, C) floats)
-    int M;                 // micro-batches per step per replica
     int L;                 // layers of the whole model (units of the global norm: L + 2)
     AdamWConfig opt;
     int total_steps, warmup;
