@@ -11,14 +11,7 @@
 #include "llmc/rng.h"
 #include "tdpipe/stage.h"
 
-#if defined(__AVX512F__)
-#define VL 16
-#elif defined(__AVX__)
-#define VL 8
-#else
-#define VL 4
-#endif
-typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
+#include "llmc/simd.h"
 #define CHAINS 16 // independent FMA chains per thread: enough to cover FMA latency x ports
 
 // fp32 FMA peak: every thread runs CHAINS independent vector FMA chains

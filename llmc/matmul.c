@@ -8,14 +8,7 @@
 #include <string.h>
 #include "common.h"
 
-#if defined(__AVX512F__)
-#define VL 16
-#elif defined(__AVX__)
-#define VL 8
-#else
-#define VL 4
-#endif
-typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
+#include "simd.h"
 
 #define MR 12        // rows of C per micro-kernel
 #define NR (2 * VL) // columns of C per micro-kernel: two vectors
@@ -24,7 +17,6 @@ typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 #define KC 256      // depth of one packed block
 #define TILE_MAX 512 // widest tile of the split dimension (long depths use wide tiles)
 
-typedef float vfloat_u __attribute__((vector_size(VL * sizeof(float)), aligned(4))); // unaligned access
 
 // C (MR, NR) (+)= a (kc, MR) packed · b (kc, NR) packed; m x n of it valid
 static void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc,
