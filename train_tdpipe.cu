@@ -23,6 +23,7 @@
 #include "tdpipe/pipeline.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/stage_staged.h"
 #include "tdpipe/trace.h"
 
 #define BUILTIN_TRAIN_TOKENS 2000000
@@ -554,13 +555,14 @@ int main(int argc, char** argv) {
     args_defaults(&a);
     args_parse(&a, argc, argv);
     char err[1024];
-    if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
+    if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda") && strcmp(a.device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a.device);
+    int staged = !strcmp(a.device, "cpu-staged"); // the CPU behind the device-backend interface (tests)
     // the GPU runs synchronous schedules, messages staged through host memory (no NCCL yet)
     char why[256];
     int have_cuda = cuda_available_why(why, sizeof(why));
     if (!strcmp(a.device, "cuda") && !have_cuda) fatal_all("--device cuda: no usable GPU: %s", why);
-    int use_cuda = strcmp(a.device, "cpu") != 0 && have_cuda;
+    int use_cuda = strcmp(a.device, "cpu") != 0 && !staged && have_cuda;
     SchedKind kind;
     if (schedule_parse_kind(a.schedule, &kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a.schedule);
     int W;
@@ -568,6 +570,7 @@ int main(int argc, char** argv) {
     if (W != 0 && kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a.aew);
     if (comm_grid(&comm, a.stages, err, sizeof(err))) fatal_all("%s", err);
     int P = comm.P, D = comm.D, s = comm.stage;
+    if (staged && W != 0) fatal_all("--device cpu-staged: weight stashes (--aew > 0) live on the CPU side only");
     if (use_cuda && (W != 0 || a.synthetic)) {
         if (!strcmp(a.device, "cuda"))
             fatal_all("--device cuda: the GPU backend runs the synchronous schedules (tdpipe with --aew 0) for now: no weight stashes on the device; and not with --synthetic-compute");
@@ -626,6 +629,7 @@ int main(int argc, char** argv) {
     if (!a.synthetic) {
         float* full = model_init(&a, &cfg, !from_file);
         if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full);
+        else if (staged) stage_init_staged(&stage, &cfg, &range, a.B, a.T, full);
         else {
             stage_init(&stage, &cfg, &range, a.B, a.T, 1);
             stage_load_params(&stage, full);
@@ -753,7 +757,7 @@ int main(int argc, char** argv) {
                 fflush(log);
             }
         }
-        if (!use_cuda && (is_boundary(step, a.sample_every) || (last && a.sample_every > 0))) {
+        if (!st->be && (is_boundary(step, a.sample_every) || (last && a.sample_every > 0))) {
             int* ids = (int*)calloc_check(a.gen_tokens, sizeof(int));
             int n = a.gen_tokens < a.T ? a.gen_tokens : a.T;
             pipeline_sample(&pl, &sample_acts, d.first_token, n, 1.0f, (uint64_t)a.seed ^ (uint64_t)step, ids);
@@ -840,7 +844,8 @@ int main(int argc, char** argv) {
         }
         free(full);
         gpt2_acts_free(&sample_acts);
-        stage_free(st);
+        if (staged) stage_free_staged(st);
+        else stage_free(st);
     }
     if (log) fclose(log);
     trace_free(&trace);

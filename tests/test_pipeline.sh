@@ -36,6 +36,22 @@ check "across D = 1 and 2: losses equal within 1e-5 relative (different summatio
 check "the step line reports bubble and staleness" grep -q "bubble .*stale " "$TMP/p4d1tdpipe.txt"
 check "log.jsonl holds per-stage bubble and staleness" grep -q '"bubble_per_stage": \[[0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*\], "staleness_per_stage"' "$TMP/p4d1tdpipe/log.jsonl"
 
+# --- the device-backend path (what GPU stages do: messages and gradients staged through host
+# memory) with the CPU behind it: bitwise the same as the CPU, validation and checkpoints included
+STG="-e d4 -b 2 -t 16 -x 20 -v 10 -s 0 --micro-batches 4"
+check "--device cpu-staged, P = 1" $BIN $STG --device cpu-staged -o "$TMP/st1"
+check "--device cpu, P = 1" $BIN $STG -o "$TMP/sc1"
+for PD in "2 2" "4 1"; do
+    set -- $PD
+    check "--device cpu-staged, P = $1, D = $2" $MPI -np $(($1 * $2)) $BIN $STG --device cpu-staged --stages $1 -o "$TMP/st$1$2"
+done
+staged_same() { diff <(losses "$1") <(losses "$TMP/sc1") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && cmp -s "$1/model.bin" "$2/model.bin"; }
+check "  P = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st1" "$TMP/sc1"
+check "  P = 4, D = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
+d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && diff <(losses "$TMP/st22") <(losses "$TMP/sc2") >/dev/null && cmp -s "$TMP/st22/model.bin" "$TMP/sc2/model.bin"; }
+check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" d2_ref
+refuse "--device cpu-staged with --aew > 0" "weight stashes" $BIN --device cpu-staged --schedule tdpipe --aew 1 -x 1
+
 # --- checkpoints are laid out independently of P and D: a one-process checkpoint resumes as a pipeline
 steps_from() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | awk -v k="$2" '{ s = $2; sub(",", "", s); if (s + 0 > k + 0) print $4 }'; }
 check "one process, checkpoint at step 10" $BIN $SMALL --shuffle 1 -n 10 -o "$TMP/c1"

@@ -1,0 +1,83 @@
+// The "staged" backend: the CPU model behind the StageBackend interface, with its weights,
+// gradients and activations in a second, private Stage (the "device"). It runs exactly the code
+// path a GPU stage takes through the executor (host staging of messages and gradients), so the
+// tests can check that path bitwise on a machine without a GPU (--device cpu-staged).
+#include "stage_staged.h"
+#include <string.h>
+#include "llmc/common.h"
+
+static Stage* inner(const Stage* s) { return (Stage*)s->dev; }
+
+// the private stage follows the slots and buffers the executor reserved on the outer one
+static void grow(Stage* s) { stage_reserve(inner(s), s->n_slots, s->n_gacts, 1, 0); }
+
+static size_t btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
+
+static float staged_forward(Stage* s, int slot, int targets_valid) {
+    grow(s);
+    GPT2Acts* out = &s->acts[slot];
+    GPT2Acts* in = &inner(s)->acts[slot];
+    memcpy(in->inputs, out->inputs, sizeof(int) * s->B * s->T); // "upload"
+    memcpy(in->targets, out->targets, sizeof(int) * s->B * s->T);
+    if (out->x_in && !s->range.has_embed) memcpy(in->x_in, out->x_in, btc(s) * sizeof(float));
+    return stage_forward(inner(s), slot, targets_valid);
+}
+
+static void staged_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
+    if (version != s->version) td_fatal("--device cpu-staged: weight stashing is not supported behind a device backend");
+    grow(s);
+    stage_backward_input(inner(s), slot, gacts, inner(s)->version, dx_out, dloss);
+}
+
+static void staged_backward_weight(Stage* s, int slot, int gacts) { stage_backward_weight(inner(s), slot, gacts); }
+static void staged_tie(Stage* s) { stage_tie_embedding_local(inner(s)); }
+static void staged_sumsq(const Stage* s, double* out) { stage_grad_unit_sumsq(inner(s), out); }
+static void staged_update(Stage* s, const AdamWConfig* opt, float lr, int t, float scale) { stage_update(inner(s), opt, lr, t, scale); }
+static void staged_zero(Stage* s) { stage_zero_grad(inner(s)); }
+
+static void staged_to_host(Stage* s) {
+    size_t bytes = s->num_params * sizeof(float);
+    memcpy(s->params, inner(s)->params, bytes);
+    memcpy(s->adam_m, inner(s)->adam_m, bytes);
+    memcpy(s->adam_v, inner(s)->adam_v, bytes);
+}
+
+static void staged_from_host(const Stage* s) {
+    size_t bytes = s->num_params * sizeof(float);
+    memcpy(inner(s)->params, s->params, bytes);
+    memcpy(inner(s)->adam_m, s->adam_m, bytes);
+    memcpy(inner(s)->adam_v, s->adam_v, bytes);
+    inner(s)->version = s->version;
+}
+
+static void staged_output(Stage* s, int slot, float* host) {
+    memcpy(host, gpt2_stage_output(&s->cfg, &s->range, &inner(s)->acts[slot]), btc(s) * sizeof(float));
+}
+
+static void staged_dx_in(Stage* s, int gacts, float* host) { memcpy(host, inner(s)->gacts[gacts].dx_in, btc(s) * sizeof(float)); }
+
+static void staged_grads_to_host(Stage* s) {
+    memcpy(s->grads, inner(s)->grads, s->num_params * sizeof(float));
+    if (s->dwte_head) memcpy(s->dwte_head, inner(s)->dwte_head, s->sizes[0] * sizeof(float));
+}
+
+static void staged_grads_from_host(const Stage* s) { memcpy(inner(s)->grads, s->grads, s->num_params * sizeof(float)); }
+
+static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backward_input, staged_backward_weight, staged_tie,
+                                    staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
+                                    staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host};
+
+void stage_init_staged(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+    Stage* dev = (Stage*)calloc_check(1, sizeof(Stage));
+    stage_init(dev, cfg, r, B, T, 1);
+    stage_load_params(dev, full);
+    stage_init_backend(s, cfg, r, B, T, 1, &STAGED, dev);
+    stage_load_params(s, full);
+}
+
+void stage_free_staged(Stage* s) {
+    Stage* dev = inner(s);
+    stage_free(s);
+    stage_free(dev);
+    free(dev);
+}
