@@ -1,5 +1,5 @@
 // Checkpoint benchmark: save and load MB/s and compression ratio of the checkpoint container,
-// plain zlib against shuffle + zlib at zlib levels 1 and 6, on a trained checkpoint or on a
+// plain zlib against shuffle + zlib at zlib levels 1 and 6 and Huffman-only coding, on a trained checkpoint or on a
 // synthetic 124M-shaped one (--synthetic). Prints an nccl-tests-like table.
 #define _GNU_SOURCE
 #include "llmc/checkpoint.h"
@@ -200,9 +200,10 @@ int main(int argc, char** argv) {
     fflush(stdout);
 
     const char* modes[2] = {"plain", "shuffle"};
-    const int levels[2] = {1, 6};
+    const int levels[3] = {1, 6, CKPT_LEVEL_HUFFMAN};
+    const char* level_names[3] = {"1", "6", "huff"};
     for (int mi = 0; mi < 2; mi++)
-        for (int li = 0; li < 2; li++) {
+        for (int li = 0; li < 3; li++) {
             double ts[3], tl[3];
             char path[4096];
             struct stat st;
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
                 ckpt_free(&c);
             }
             unlink(path);
-            printf("%8s %6d %10.2f %10.2f %8.3f %10.1f %10.1f\n", modes[mi], levels[li], raw / 1e6, st.st_size / 1e6,
+            printf("%8s %6s %10.2f %10.2f %8.3f %10.1f %10.1f\n", modes[mi], level_names[li], raw / 1e6, st.st_size / 1e6,
                    (double)raw / (double)st.st_size, raw / 1e6 / median3(ts), raw / 1e6 / median3(tl));
             fflush(stdout);
         }

@@ -161,8 +161,8 @@ static int pwrite_all(CkptWriter* w, const unsigned char* buf, size_t n, uint64_
 }
 
 CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shuffle, char* err, size_t errlen) {
-    if (zlib_level < 0 || zlib_level > 9) {
-        td_error(err, errlen, "%s: zlib level %d out of range 0..9", dir, zlib_level);
+    if (zlib_level < 0 || zlib_level > CKPT_LEVEL_HUFFMAN) {
+        td_error(err, errlen, "%s: zlib level %d out of range 0..9 (or %d, Huffman only)", dir, zlib_level, CKPT_LEVEL_HUFFMAN);
         return NULL;
     }
     if (step < 0) {
@@ -181,7 +181,8 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
         free(w);
         return NULL;
     }
-    if (deflateInit(&w->zs, zlib_level) != Z_OK) {
+    int huffman = zlib_level == CKPT_LEVEL_HUFFMAN;
+    if (deflateInit2(&w->zs, huffman ? 1 : zlib_level, Z_DEFLATED, 15, 8, huffman ? Z_HUFFMAN_ONLY : Z_DEFAULT_STRATEGY) != Z_OK) {
         td_error(err, errlen, "%s: zlib deflateInit failed", dir);
         free(w);
         return NULL;
@@ -377,7 +378,7 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
     uint32_t nsec = get_u32(hdr + 8);
     uint64_t step = get_u64(hdr + 20), file_bytes = get_u64(hdr + 28);
     if (nsec > CKPT_MAX_SECTIONS || get_u32(hdr + 12) != CKPT_DESC_BYTES || get_u32(hdr + 16) != CKPT_SHUFFLE_BLOCK ||
-        step > (uint64_t)0x7fffffffffffffffull || get_u32(hdr + 36) > 9) {
+        step > (uint64_t)0x7fffffffffffffffull || get_u32(hdr + 36) > CKPT_LEVEL_HUFFMAN) {
         td_error(err, errlen, "%s: header fields invalid (sections %u, descriptor %u bytes, shuffle block %u, level %u)", path, nsec,
                 get_u32(hdr + 12), get_u32(hdr + 16), get_u32(hdr + 36));
         return -1;

@@ -29,6 +29,10 @@ extern "C" {
 #define CKPT_NAME_CAP 32 // names are 1..31 printable characters
 #define CKPT_SHUFFLE_BLOCK (1 << 20)
 #define CKPT_MAX_SECTIONS 4096
+// "level" 10: deflate's entropy coding alone (Z_HUFFMAN_ONLY), no LZ77 matching. Byte-shuffled
+// floats have almost no repeats for LZ77 to find, so this is faster than level 1 and as small as
+// level 6 on model weights (README, make bench-checkpoint).
+#define CKPT_LEVEL_HUFFMAN 10
 
 typedef struct {
     char name[CKPT_NAME_CAP];
@@ -56,7 +60,7 @@ uint32_t ckpt_crc32(uint32_t crc, const void* data, size_t bytes);
 int ckpt_path(char* out, size_t cap, const char* dir, long step);
 
 // Starts a checkpoint for `step` in `dir`, written to "<dir>/.ckpt_<step>.tdck.tmp".
-// zlib_level 0..9; shuffle != 0 shuffles sections whose elem_size > 1. NULL + err on failure.
+// zlib_level 0..9 or CKPT_LEVEL_HUFFMAN; shuffle != 0 shuffles sections whose elem_size > 1. NULL + err on failure.
 // While a writer is open, SIGXFSZ is ignored so a file-size limit gives EFBIG, not death.
 CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shuffle, char* err, size_t errlen);
 // Appends one section, streaming it through deflate with bounded buffers. elem_size is 1, 2, 4
