@@ -12,12 +12,7 @@
 static int g_ok = 1;
 
 static void compare(const char* name, const float* gpu, const float* cpu, size_t n, double tol) {
-    double max_abs;
-    int finite;
-    double rel = compare_rel(gpu, cpu, n, &max_abs, &finite);
-    int ok = finite && rel <= tol;
-    if (!ok) g_ok = 0;
-    printf("  check %-12s vs CPU (batch row 0): max abs diff %.3e, rel %.3e, tol %.0e: %s\n", name, max_abs, rel, tol, ok ? "OK" : "NOT OK");
+    compare_report(name, " (batch row 0)", gpu, cpu, n, tol, &g_ok);
 }
 
 int main(int argc, char** argv) {
