@@ -848,6 +848,7 @@ int main(int argc, char** argv) {
         else stage_free(st);
     }
     if (log) fclose(log);
+    executor_free(&ex);
     trace_free(&trace);
     partition_free(&part);
     free(ranges);

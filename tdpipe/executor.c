@@ -58,6 +58,7 @@ typedef struct {
     StepState* steps;       // (n_steps)
     int next_report;
     double busy, last_u;    // compute seconds since the last update; when it ended
+    int cap_slots, cap_ng, cap_steps, cap_nmb; // what the buffers above hold (they outlive a run)
 } Run;
 
 static void sleep_seconds(double s) {
@@ -329,9 +330,70 @@ static void report_ready(Run* r, int step0, int wait_all) {
     }
 }
 
+// grows the run's buffers to what this schedule needs; they are kept across runs, so a training
+// step allocates nothing once the first run of each shape has been seen
+static void run_reserve(Run* r, int n_slots, int ng, int n_steps, int nmb) {
+    Executor* ex = r->ex;
+    Stage* st = ex->stage;
+    int L3 = ex->L + 3, P = ex->comm->P;
+    if (nmb > r->cap_nmb) {
+        r->slot_of = (int*)realloc(r->slot_of, nmb * sizeof(int));
+        if (!r->slot_of) td_fatal("out of memory for %d micro-batch slots", nmb);
+        r->cap_nmb = nmb;
+    }
+    if (n_slots > r->cap_slots) {
+        r->slot_version = (int*)realloc(r->slot_version, n_slots * sizeof(int));
+        r->slot_needs_w = (int*)realloc(r->slot_needs_w, n_slots * sizeof(int));
+        r->slot_free = (int*)realloc(r->slot_free, n_slots * sizeof(int));
+        r->fwd_req = (CommRequest*)realloc(r->fwd_req, n_slots * sizeof(CommRequest));
+        r->bwd_req = (CommRequest*)realloc(r->bwd_req, n_slots * sizeof(CommRequest));
+        r->dx_send = (float**)realloc(r->dx_send, n_slots * sizeof(float*));
+        if (!r->slot_version || !r->slot_needs_w || !r->slot_free || !r->fwd_req || !r->bwd_req || !r->dx_send)
+            td_fatal("out of memory for %d activation slots", n_slots);
+        for (int i = r->cap_slots; i < n_slots; i++) {
+            memset(&r->fwd_req[i], 0, sizeof(CommRequest));
+            memset(&r->bwd_req[i], 0, sizeof(CommRequest));
+            r->dx_send[i] = st && !r->first ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
+        }
+        r->cap_slots = n_slots;
+    }
+    if (!r->syn_buf) {
+        r->syn_buf = (float*)calloc_check(2 * SYN_FLOATS, sizeof(float));
+        r->dx_recv = st && !r->last ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
+    }
+    if (ng > r->cap_ng) {
+        r->tied_buf = (float**)realloc(r->tied_buf, ng * sizeof(float*));
+        r->tied_send = (float**)realloc(r->tied_send, ng * sizeof(float*));
+        r->tied_sreq = (CommRequest*)realloc(r->tied_sreq, ng * sizeof(CommRequest));
+        r->tied_rreq = (CommRequest*)realloc(r->tied_rreq, ng * sizeof(CommRequest));
+        if (!r->tied_buf || !r->tied_send || !r->tied_sreq || !r->tied_rreq) td_fatal("out of memory for %d gradient slots", ng);
+        for (int k = r->cap_ng; k < ng; k++) {
+            int tied = st && P > 1 && (r->first || r->last);
+            r->tied_buf[k] = tied ? (float*)malloc_check(st->sizes[0] * sizeof(float)) : NULL;
+            r->tied_send[k] = tied && r->first ? (float*)malloc_check(st->sizes[0] * sizeof(float)) : NULL;
+            memset(&r->tied_sreq[k], 0, sizeof(CommRequest));
+            memset(&r->tied_rreq[k], 0, sizeof(CommRequest));
+        }
+        r->cap_ng = ng;
+    }
+    if (n_steps > r->cap_steps) {
+        r->steps = (StepState*)realloc(r->steps, n_steps * sizeof(StepState));
+        if (!r->steps) td_fatal("out of memory for %d steps", n_steps);
+        for (int t = r->cap_steps; t < n_steps; t++) {
+            StepState* ss = &r->steps[t];
+            memset(ss, 0, sizeof(*ss));
+            ss->units_in = (double*)calloc_check(L3, sizeof(double));
+            ss->units_out = (double*)calloc_check(L3, sizeof(double));
+            ss->peer_stats = (double*)calloc_check(3 * P, sizeof(double));
+            ss->stats_req = (CommRequest*)calloc_check(P, sizeof(CommRequest));
+        }
+        r->cap_steps = n_steps;
+    }
+}
+
 void executor_run(Executor* ex, const Schedule* sch, int step0) {
-    Run run, *r = &run;
-    memset(r, 0, sizeof(run));
+    if (!ex->run) ex->run = calloc_check(1, sizeof(Run));
+    Run* r = (Run*)ex->run;
     Comm* c = ex->comm;
     Stage* st = ex->stage;
     r->ex = ex;
@@ -350,42 +412,26 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     int grad_slots = schedule_stage_grad_slots(sch, r->s);
     if (st) stage_reserve(st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, max_versions - 1);
     int nmb = sch->n_steps * sch->M;
-    r->slot_of = (int*)malloc_check(nmb * sizeof(int));
+    run_reserve(r, r->n_slots, st ? st->n_grad_slots : 1, sch->n_steps, nmb);
+    // every request of the previous run completed before it returned: only the bookkeeping resets
     for (int i = 0; i < nmb; i++) r->slot_of[i] = -1;
-    r->slot_version = (int*)calloc_check(r->n_slots, sizeof(int));
-    r->slot_needs_w = (int*)calloc_check(r->n_slots, sizeof(int));
-    r->slot_free = (int*)malloc_check(r->n_slots * sizeof(int));
-    for (int i = 0; i < r->n_slots; i++) r->slot_free[i] = r->n_slots - 1 - i;
+    for (int i = 0; i < r->n_slots; i++) {
+        r->slot_version[i] = 0;
+        r->slot_needs_w[i] = 0;
+        r->slot_free[i] = r->n_slots - 1 - i;
+    }
     r->n_free = r->n_slots;
-    r->fwd_req = (CommRequest*)calloc_check(r->n_slots, sizeof(CommRequest));
-    r->bwd_req = (CommRequest*)calloc_check(r->n_slots, sizeof(CommRequest));
-    r->dx_send = (float**)calloc_check(r->n_slots, sizeof(float*));
-    if (st && !r->first)
-        for (int i = 0; i < r->n_slots; i++) r->dx_send[i] = (float*)malloc_check(r->btc * sizeof(float));
-    r->dx_recv = st && !r->last ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
-    r->syn_buf = (float*)calloc_check(2 * SYN_FLOATS, sizeof(float));
-    int ng = st ? st->n_grad_slots : 1;
-    r->tied_buf = (float**)calloc_check(ng, sizeof(float*));
-    r->tied_send = (float**)calloc_check(ng, sizeof(float*));
-    r->tied_sreq = (CommRequest*)calloc_check(ng, sizeof(CommRequest));
-    r->tied_rreq = (CommRequest*)calloc_check(ng, sizeof(CommRequest));
-    if (st && r->P > 1 && (r->first || r->last))
-        for (int k = 0; k < ng; k++) {
-            r->tied_buf[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
-            if (r->first) r->tied_send[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
-        }
-    r->steps = (StepState*)calloc_check(sch->n_steps, sizeof(StepState));
+    r->next_report = 0;
+    r->busy = 0.0;
     for (int t = 0; t < sch->n_steps; t++) {
         StepState* ss = &r->steps[t];
-        ss->units_in = (double*)calloc_check(ex->L + 3, sizeof(double));
-        ss->units_out = (double*)calloc_check(ex->L + 3, sizeof(double));
         ss->grad_ops_left = sch->M;
-        if (r->report) {
-            ss->peer_stats = (double*)calloc_check(3 * r->P, sizeof(double));
-            ss->stats_req = (CommRequest*)calloc_check(r->P, sizeof(CommRequest));
+        ss->posted = ss->updated = 0;
+        ss->loss_sum = 0.0;
+        ss->max_stale = 0;
+        if (r->report)
             for (int s = 1; s < r->P; s++)
                 comm_irecv(c, ss->peer_stats + 3 * s, 3 * sizeof(double), s, TAG_STATS, &ss->stats_req[s]);
-        }
     }
     if (st) stage_use_grad_slot(st, 0);
     r->v0 = st ? st->version : 0;
@@ -412,21 +458,27 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     }
     for (int t = 0; t < sch->n_steps; t++) comm_wait(c, &r->steps[t].stats_sreq);
     if (r->n_free != r->n_slots) td_fatal("stage %d: %d micro-batches still in flight at the end of the schedule", r->s, r->n_slots - r->n_free);
+}
 
-    for (int t = 0; t < sch->n_steps; t++) {
+void executor_free(Executor* ex) {
+    Run* r = (Run*)ex->run;
+    if (!r) return;
+    for (int t = 0; t < r->cap_steps; t++) {
         free(r->steps[t].units_in);
         free(r->steps[t].units_out);
         free(r->steps[t].peer_stats);
         free(r->steps[t].stats_req);
     }
-    for (int k = 0; k < ng; k++) {
+    for (int k = 0; k < r->cap_ng; k++) {
         free(r->tied_buf[k]);
         free(r->tied_send[k]);
     }
-    for (int i = 0; i < r->n_slots; i++) free(r->dx_send[i]);
+    for (int i = 0; i < r->cap_slots; i++) free(r->dx_send[i]);
     free(r->steps); free(r->tied_buf); free(r->tied_send); free(r->tied_sreq); free(r->tied_rreq);
     free(r->dx_send); free(r->dx_recv); free(r->syn_buf); free(r->fwd_req); free(r->bwd_req);
     free(r->slot_of); free(r->slot_version); free(r->slot_needs_w); free(r->slot_free);
+    free(r);
+    ex->run = NULL;
 }
 
 static double cv(double sum, double sum2, long n) {

@@ -48,11 +48,15 @@ typedef struct {
     double busy_f2, busy_b2; // sums of squared op times (for their coefficient of variation)
     long n_f, n_b;           // forward / backward ops run (BI and BW count as one backward)
     long count_f, count_b;   // micro-batches forwarded / whose weight gradient is done (checked at the end)
+    void* run;               // buffers kept from one run to the next (executor.c)
 } Executor;
 
 // Runs every op of this rank's stage in sch (steps step0+1 .. step0+sch->n_steps), then waits for
 // all its messages: the pipeline is flushed when it returns (a consistency point).
 void executor_run(Executor* ex, const Schedule* sch, int step0);
+
+// frees the buffers the runs kept
+void executor_free(Executor* ex);
 
 // measured coefficient of variation of this stage's op times (0 when nothing measured)
 double executor_stage_cv(const Executor* ex);
