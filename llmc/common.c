@@ -9,12 +9,19 @@ int g_rank = 0;
 
 void td_fatal_at(const char* file, int line, const char* fmt, ...) {
     fflush(stdout);
-    fprintf(stderr, "[rank %d] %s:%d: ", g_rank, file, line);
+    // one write of the whole line: ranks failing at once then cannot interleave mid-line
+    char msg[4096];
+    int n = snprintf(msg, sizeof(msg), "[rank %d] %s:%d: ", g_rank, file, line);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (n >= 0 && n < (int)sizeof(msg)) vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    size_t len = strlen(msg);
+    if (len + 1 >= sizeof(msg)) len = sizeof(msg) - 2;
+    msg[len] = '\n';
+    msg[len + 1] = '\0';
+    fputs(msg, stderr);
+    fflush(stderr);
     exit(1);
 }
 
