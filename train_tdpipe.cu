@@ -719,8 +719,10 @@ int main(int argc, char** argv) {
         if (step + chunk > a.steps) chunk = a.steps - step;
         Schedule sch;
         if (schedule_build(&sch, kind, P, a.grad_accum, W_now, chunk, err, sizeof(err))) fatal_all("%s", err);
-        if (a.grad_cache > 0 && schedule_stage_grad_slots(&sch, s) > a.grad_cache)
-            fatal_all("--grad-cache %d: the schedule needs %d gradient-cache slots on stage %d", a.grad_cache, schedule_stage_grad_slots(&sch, s), s);
+        int need;
+        schedule_stage_limits(&sch, s, NULL, NULL, &need);
+        if (a.grad_cache > 0 && need > a.grad_cache)
+            fatal_all("--grad-cache %d: the schedule needs %d gradient-cache slots on stage %d", a.grad_cache, need, s);
         executor_run(&ex, &sch, step);
         schedule_free(&sch);
         step += chunk;

@@ -99,7 +99,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     double* t = (double*)calloc_check(steps + 1, sizeof(double));
     for (int step = 0; step <= steps; step++) { // step 0 warms up and is left out
         double t0 = now_seconds();
-        stage_forward(&s, 0, 1);
+        stage_forward(&s, 0, s.version, 1);
         stage_backward(&s, 0, NULL, 1.0f / (B * T));
         stage_tie_embedding_local(&s);
         stage_grad_unit_sumsq(&s, units);

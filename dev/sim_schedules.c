@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     double* t_h = (double*)malloc_check(P * sizeof(double)); // (P) BI and BW: half of B each
     for (int s = 0; s < P; s++) t_f[s] = 1.0, t_b[s] = 2.0, t_h[s] = 1.0;
     Row rows[] = {{SCHED_1F1B, 0}, {SCHED_GPIPE, 0}, {SCHED_ZBH1, 0}, {SCHED_TDPIPE, 0},
-                  {SCHED_TDPIPE, 1}, {SCHED_TDPIPE, 2}, {SCHED_TDPIPE, 4}, {SCHED_TDPIPE, 8}};
+                  {SCHED_TDPIPE, 1}, {SCHED_TDPIPE, 2}, {SCHED_TDPIPE, 4}, {SCHED_TDPIPE, 8}, {SCHED_TDPIPE, 16}, {SCHED_TDPIPE, 24}, {SCHED_TDPIPE, 32}};
     double betas[] = {0.0, 0.1, 0.3};
     printf("P=%d M=%d steps=%d; F=1 B=2 (zbh1: BI=BW=1) U=0, latency 0; Gamma jitter, mean of %d seeds when beta > 0\n",
            P, M, n_steps, seeds);
@@ -44,13 +44,14 @@ int main(int argc, char** argv) {
                 printf("%-8s %4d  %s\n", schedule_kind_name(rows[r].kind), rows[r].W, err);
                 continue;
             }
-            double makespan = 0.0, util = 0.0;
+            double makespan = 0.0, util = 0.0, steady = 0.0;
             for (int seed = 1; seed <= n_seeds; seed++) {
                 SimCost cost = {t_f, t_b, t_h, t_h, NULL, 0.0, beta, (uint64_t)seed};
                 SimResult res;
                 if (simulator_run(&res, &sch, &cost, err, sizeof(err))) td_fatal("%s", err);
                 makespan += res.makespan / n_seeds;
                 util += res.utilisation / n_seeds;
+                steady += res.steady_utilisation / n_seeds;
                 simulator_free(&res);
             }
             if (rows[r].kind == SCHED_1F1B) base = makespan;
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
             }
             char vs[16] = "-";
             if (base > 0) snprintf(vs, sizeof(vs), "%.3fx", base / makespan);
-            printf("%-8s %4d %10.2f %8.2f %8.2f %9s %6d %6d %6d\n", schedule_kind_name(rows[r].kind), rows[r].W, makespan,
-                   100.0 * util, 100.0 * (1.0 - util), vs, schedule_max_staleness(&sch), acts0, stash);
+            printf("%-8s %4d %10.2f %8.2f %8.2f %8.2f %9s %6d %6d %6d\n", schedule_kind_name(rows[r].kind), rows[r].W, makespan,
+                   100.0 * util, 100.0 * (1.0 - util), 100.0 * steady, vs, schedule_max_staleness(&sch), acts0, stash);
             schedule_free(&sch);
         }
     }

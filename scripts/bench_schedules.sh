@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measured utilisation of the pipeline schedules with --synthetic-compute (timed waits from a cost
 # model instead of the model, so P = 8 fits on two cores): P = 8, M = 16, beta in {0, 0.1, 0.3},
-# gpipe / 1f1b / zbh1 and tdpipe at W in {0, 1, 2, 4, 8, 16, auto}, beside each synchronous schedule's
+# gpipe / 1f1b / zbh1 and tdpipe at W in {0, 1, 2, 4, 8, 16, 32, auto}, beside each synchronous schedule's
 # theoretical bubble. Prints a table that people and awk both read. Not a test.
 # usage: scripts/bench_schedules.sh [steps (default 12)] [binary (default ./train_tdpipe)]
 set -u
@@ -21,7 +21,7 @@ echo "# (step 1 fills the pipeline and step $STEPS drains it; tdpipe's asynchron
 echo "# theory: synchronous bubble (P-1)/(M+P-1) = $(awk -v p=$P -v m=$M 'BEGIN{printf "%.1f", 100*(p-1)/(m+p-1)}')% for gpipe and 1f1b (with B = 2F), (P-1)/(3M+P-1) for zbh1"
 printf "%-8s %5s %5s %9s %9s %6s %6s %9s\n" "#sched" "W" "beta" "util_%" "theory_%" "stale" "W_used" "step_ms"
 for beta in 0 0.1 0.3; do
-    for run in "gpipe 0" "1f1b 0" "zbh1 0" "tdpipe 0" "tdpipe 1" "tdpipe 2" "tdpipe 4" "tdpipe 8" "tdpipe 16" "tdpipe auto"; do
+    for run in "gpipe 0" "1f1b 0" "zbh1 0" "tdpipe 0" "tdpipe 1" "tdpipe 2" "tdpipe 4" "tdpipe 8" "tdpipe 16" "tdpipe 32" "tdpipe auto"; do
         set -- $run; sched=$1; W=$2
         $MPI "$BIN" -e d8 --stages $P --schedule $sched --aew $W --synthetic-compute --jitter $beta --micro-batches $M \
             -x "$STEPS" -o "$TMP/out" > "$TMP/log.txt" 2>&1 || { echo "bench_schedules: $sched W=$W beta=$beta failed:" >&2; tail -3 "$TMP/log.txt" >&2; continue; }

@@ -22,18 +22,6 @@ static int env_int(const char* name, int fallback) {
     return (s && *s) ? atoi(s) : fallback;
 }
 
-// the replica-ordered average every rank computes identically: out[i] = (x_0[i] + ... + x_{D-1}[i]) / D,
-// where x_q = in + q * stride; summed in exactly that order (no reassociation, no reciprocal)
-#define ORDERED_AVERAGE(T, out, in, stride, count, D)                      \
-    do {                                                                   \
-        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] = (in)[i_]; \
-        for (int q_ = 1; q_ < (D); q_++) {                                 \
-            const T* x_ = (in) + (size_t)q_ * (size_t)(stride);            \
-            for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] += x_[i_]; \
-        }                                                                  \
-        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] /= (T)(D); \
-    } while (0)
-
 #ifdef TD_MPI
 // an MPI call that fails ends the process with the rank, file, line, the call and MPI's explanation
 #define MPI_CHECK(call)                                                    \
@@ -250,6 +238,32 @@ void comm_wait(Comm* c, CommRequest* r) {
     r->active = 0;
 }
 
+int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
+    (void)c;
+    int idx[8], k = 0; // (k) which of reqs the MPI requests below are
+    for (int i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->active) {
+            if (k == 8) td_fatal("comm_wait_any: more than 8 active requests");
+            idx[k++] = i;
+        }
+    if (k == 0) td_fatal("comm_wait_any: none of the %d requests is active: nothing to wait for", n);
+#ifdef TD_MPI
+    MPI_Request req[8];
+    for (int j = 0; j < k; j++) memcpy(&req[j], &reqs[idx[j]]->handle[0], sizeof req[j]);
+    int j = -1;
+    MPI_Status st;
+    MPI_CHECK(MPI_Waitany(k, req, &j, &st));
+    if (j == MPI_UNDEFINED) td_fatal("comm_wait_any: MPI_Waitany found no active request");
+    CommRequest* done = reqs[idx[j]];
+    if (done->handle[1] >= 0) check_received(&st, (size_t)done->handle[1]);
+    done->active = 0;
+    return idx[j];
+#else
+    reqs[idx[0]]->active = 0; // without MPI nothing is ever in flight
+    return idx[0];
+#endif
+}
+
 int comm_test(Comm* c, CommRequest* r) {
     (void)c;
     if (!r->active) return 1;
@@ -300,10 +314,11 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
     int *offs = sizes + D, *rsizes = sizes + 2 * D, *roffs = sizes + 3 * D;
     for (size_t off = 0; off < n; off += DP_PIECE) {
         size_t m = n - off < DP_PIECE ? n - off : DP_PIECE;
-        int base = (int)(m / (size_t)D), extra = (int)(m % (size_t)D);
         for (int r = 0; r < D; r++) {
-            sizes[r] = base + (r < extra);
-            offs[r] = r * base + (r < extra ? r : extra);
+            size_t sz, off_r;
+            comm_dp_chunk(m, D, r, &sz, &off_r);
+            sizes[r] = (int)sz;
+            offs[r] = (int)off_r;
         }
         int mine = sizes[me];
         for (int q = 0; q < D; q++) {
@@ -318,7 +333,7 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
         }
         MPI_CHECK(MPI_Alltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp));
         float* own = buf + off + offs[me]; // (mine) this replica's chunk, averaged in place
-        ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
+        COMM_ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
         MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp));
     }
     free(sizes);
@@ -334,7 +349,7 @@ void comm_dp_average_double(Comm* c, double* buf, int n) {
 #ifdef TD_MPI
     double* all = (double*)malloc_check((size_t)c->D * (size_t)n * sizeof(double)); // (D, n)
     MPI_CHECK(MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double")));
-    ORDERED_AVERAGE(double, buf, all, n, n, c->D);
+    COMM_ORDERED_AVERAGE(double, buf, all, n, n, c->D);
     free(all);
 #else
     (void)buf;

@@ -43,6 +43,9 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag);
 void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request
 // 1 when r has completed (then it is inactive), 0 while it is still in flight; 1 for inactive
 int comm_test(Comm* c, CommRequest* r);
+// blocks until one of the active requests among reqs (n <= 8; NULL or inactive entries are
+// skipped) completes; returns its index, now inactive. Fatal when none is active.
+int comm_wait_any(Comm* c, CommRequest* const* reqs, int n);
 // sum of n doubles over this replica's stages, nonblocking; start, then wait on r
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 
@@ -52,6 +55,25 @@ void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequ
 void comm_dp_average(Comm* c, float* buf, size_t n);
 // the same for a few doubles (losses, statistics)
 void comm_dp_average_double(Comm* c, double* buf, int n);
+
+// What every implementation of the average shares (MPI here, NCCL in comm_nccl.cuh), so that they
+// agree bitwise. Chunk r of m floats split over D replicas: sizes base + (r < extra), contiguous.
+static inline void comm_dp_chunk(size_t m, int D, int r, size_t* size, size_t* off) {
+    size_t base = m / (size_t)D, extra = m % (size_t)D, rr = (size_t)r;
+    *size = base + (rr < extra);
+    *off = rr * base + (rr < extra ? rr : extra);
+}
+// out[i] = (x_0[i] + x_1[i] + ... + x_{D-1}[i]) / D with x_q = in + q * stride: summed in exactly
+// that order (no reassociation), then a true division (no reciprocal)
+#define COMM_ORDERED_AVERAGE(T, out, in, stride, count, D)                 \
+    do {                                                                   \
+        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] = (in)[i_]; \
+        for (int q_ = 1; q_ < (D); q_++) {                                 \
+            const T* x_ = (in) + (size_t)q_ * (size_t)(stride);            \
+            for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] += x_[i_]; \
+        }                                                                  \
+        for (size_t i_ = 0; i_ < (size_t)(count); i_++) (out)[i_] /= (T)(D); \
+    } while (0)
 
 // --- everyone ------------------------------------------------------------------------------------
 // gathers `bytes` from every rank to world rank 0 (out: world_size * bytes, only on rank 0)

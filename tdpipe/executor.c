@@ -9,7 +9,14 @@
 //   at U(t): wait for that sum (it needs every stage's post of step t, which the schedule puts
 //     before every U(t)), clip, apply AdamW, recycle the slot.
 // So a stage blocked in U(t) waits only for other stages' *backward* of step t, never for their
-// U(t): TD-Pipe's stages may sit at different steps without deadlock.
+// U(t): TD-Pipe's stages may sit at different steps without deadlock. The only collectives among
+// replicas are in post, which every replica reaches in step order whatever order its ops ran in.
+//
+// Synchronous schedules (and tdpipe with W = 0, which is 1f1b) run their lists in order with
+// blocking receives. tdpipe with W > 0 runs event-driven (run_event_driven): receives for the next
+// forward and backward are posted ahead, and the stage runs whichever op is ready, by the policy
+// schedule.h defines. Numerics do not depend on that order: forwards and backwards each run in
+// micro-batch order, and a forward's weight version is fixed by schedule_forward_version.
 #include "executor.h"
 #include <math.h>
 #include <string.h>
@@ -19,6 +26,7 @@
 
 enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_TIED = 3, TAG_STATS = 4 };
 #define SYN_FLOATS 16 // payload of a synthetic-compute message: dependencies, not data
+enum { SYN_ACT_IN, SYN_ACT_OUT, SYN_GRAD_IN, SYN_GRAD_OUT, SYN_BUFS }; // regions of syn_buf
 
 typedef struct {
     double* units_in;   // (L + 3): per-unit sums of squares, then the step's mean loss (last stage)
@@ -50,12 +58,13 @@ typedef struct {
     CommRequest* fwd_req;   // (n_slots)
     CommRequest* bwd_req;   // (n_slots)
     float* dx_recv;         // (btc) output gradient received from downstream
-    float* syn_buf;         // (2, SYN_FLOATS) synthetic payloads
+    float* syn_buf;         // (SYN_BUFS, SYN_FLOATS) synthetic payloads
     float** tied_buf;       // (grad slots)[Vp*C] the other end's share of wte's gradient
     float** tied_send;      // (grad slots)[Vp*C] first stage: its share, kept until sent
     CommRequest* tied_sreq; // (grad slots)
     CommRequest* tied_rreq; // (grad slots)
     StepState* steps;       // (n_steps)
+    int next_f;             // micro-batches forwarded in this run (the next forward's g)
     int next_report;
     double busy, last_u;    // compute seconds since the last update; when it ended
     int cap_slots, cap_ng, cap_steps, cap_nmb; // what the buffers above hold (they outlive a run)
@@ -105,23 +114,45 @@ static int alloc_slot(Run* r) {
 
 static void release_slot(Run* r, int slot) { r->slot_free[r->n_free++] = slot; }
 
+// 1 while a forward still to come on this stage will use weight version v (relative to v0)
+static int future_forward_uses(const Run* r, int v) {
+    int M = r->sch->M, W = r->sch->W, nM = r->sch->n_steps * M;
+    return r->next_f < nM && schedule_forward_version(r->sch->kind, r->next_f, M, W) <= v &&
+           v <= schedule_forward_version(r->sch->kind, nM - 1, M, W);
+}
+
 // the backward of `slot` no longer needs its weights: drop a stash nobody needs any more
 static void weights_done(Run* r, int slot) {
     Stage* st = r->ex->stage;
     int v = r->slot_version[slot];
     r->slot_needs_w[slot] = 0;
-    if (!st || v == st->version) return;
+    if (!st || v == st->version || future_forward_uses(r, v - r->v0)) return;
     for (int i = 0; i < r->n_slots; i++)
         if (r->slot_needs_w[i] && r->slot_version[i] == v) return;
     stage_release_stash(st, v);
 }
 
-static void op_forward(Run* r, const Op* op, int step0) {
+static float* syn(Run* r, int region) { return r->syn_buf + region * SYN_FLOATS; }
+
+// bytes of one activation or gradient message, and where micro-batch slot's input lands
+static size_t msg_bytes(const Run* r) { return (r->ex->stage ? r->btc : SYN_FLOATS) * sizeof(float); }
+static void* input_buf(Run* r, int slot) { return r->ex->stage ? (void*)r->ex->stage->acts[slot].x_in : (void*)syn(r, SYN_ACT_IN); }
+static void* grad_in_buf(Run* r) { return r->ex->stage ? (void*)r->dx_recv : (void*)syn(r, SYN_GRAD_IN); }
+
+// the activation slot of micro-batch g's forward, taken when its input is first awaited
+static int forward_slot(Run* r, int g) {
+    if (r->slot_of[g] < 0) r->slot_of[g] = alloc_slot(r);
+    return r->slot_of[g];
+}
+
+// have_input: the input activation was already received (event-driven runs post it ahead)
+static void op_forward(Run* r, const Op* op, int step0, int have_input) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
     int g = op->step * r->sch->M + op->mb;
-    int slot = alloc_slot(r);
-    r->slot_of[g] = slot;
+    if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
+    int slot = forward_slot(r, g);
+    r->next_f++;
     r->slot_version[slot] = r->v0 + op->version;
     r->slot_needs_w[slot] = 1;
     StepState* ss = &r->steps[op->step];
@@ -130,33 +161,25 @@ static void op_forward(Run* r, const Op* op, int step0) {
     GPT2Acts* a = st ? &st->acts[slot] : NULL;
     if (st && (r->first || r->last) && dataloader_next(ex->data, a->inputs, a->targets))
         td_fatal("training data: %s", ex->data->err);
-    if (!r->first) {
-        if (st) comm_recv(ex->comm, a->x_in, r->btc * sizeof(float), r->s - 1, TAG_ACT);
-        else comm_recv(ex->comm, r->syn_buf, SYN_FLOATS * sizeof(float), r->s - 1, TAG_ACT);
-    }
+    if (!r->first && !have_input) comm_recv(ex->comm, input_buf(r, slot), msg_bytes(r), r->s - 1, TAG_ACT);
     double t0 = now_seconds();
     if (st) {
-        if (r->v0 + op->version != st->version)
-            td_fatal("stage %d: forward of step %d uses version %d but the weights are at %d", r->s, op->step, r->v0 + op->version, st->version);
-        float loss = stage_forward(st, slot, r->last);
+        float loss = stage_forward(st, slot, r->v0 + op->version, r->last);
         if (r->last) ss->loss_sum += loss;
     }
     finish_compute(r, op, t0, step0);
     if (!r->last) {
-        const void* out = st ? (const void*)stage_output(st, slot) : (const void*)r->syn_buf;
-        comm_isend(ex->comm, out, st ? r->btc * sizeof(float) : SYN_FLOATS * sizeof(float), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
+        const void* out = st ? (const void*)stage_output(st, slot) : (const void*)syn(r, SYN_ACT_OUT);
+        comm_isend(ex->comm, out, msg_bytes(r), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
     }
     ex->count_f++;
 }
 
 // the input-gradient half (B or BI): receive dL/d(output), compute, send dL/d(input) upstream
-static void op_backward_input(Run* r, const Op* op, int slot, int step0, double* t0_out) {
+static void op_backward_input(Run* r, const Op* op, int slot, int have_input, double* t0_out) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
-    if (!r->last) {
-        if (st) comm_recv(ex->comm, r->dx_recv, r->btc * sizeof(float), r->s + 1, TAG_GRAD);
-        else comm_recv(ex->comm, r->syn_buf + SYN_FLOATS, SYN_FLOATS * sizeof(float), r->s + 1, TAG_GRAD);
-    }
+    if (!r->last && !have_input) comm_recv(ex->comm, grad_in_buf(r), msg_bytes(r), r->s + 1, TAG_GRAD);
     double t0 = now_seconds();
     *t0_out = t0;
     if (st) {
@@ -170,9 +193,8 @@ static void op_backward_input(Run* r, const Op* op, int slot, int step0, double*
 
 static void send_input_grad(Run* r, int slot) {
     if (r->first) return;
-    const void* buf = r->ex->stage ? (const void*)r->dx_send[slot] : (const void*)(r->syn_buf + SYN_FLOATS);
-    size_t bytes = r->ex->stage ? r->btc * sizeof(float) : SYN_FLOATS * sizeof(float);
-    comm_isend(r->ex->comm, buf, bytes, r->s - 1, TAG_GRAD, &r->bwd_req[slot]);
+    const void* buf = r->ex->stage ? (const void*)r->dx_send[slot] : (const void*)syn(r, SYN_GRAD_OUT);
+    comm_isend(r->ex->comm, buf, msg_bytes(r), r->s - 1, TAG_GRAD, &r->bwd_req[slot]);
 }
 
 static void post_step(Run* r, int t);
@@ -193,7 +215,7 @@ static void grad_done(Run* r, const Op* op, int slot) {
     if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
 }
 
-static void op_backward(Run* r, const Op* op, int step0) {
+static void op_backward(Run* r, const Op* op, int step0, int have_input) {
     int slot = r->slot_of[op->step * r->sch->M + op->mb];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
     double t0;
@@ -204,7 +226,7 @@ static void op_backward(Run* r, const Op* op, int step0) {
         grad_done(r, op, slot);
         return;
     }
-    op_backward_input(r, op, slot, step0, &t0);
+    op_backward_input(r, op, slot, have_input, &t0);
     if (op->kind == OP_B) accumulate_weight_grad(r, op, slot, 0);
     finish_compute(r, op, t0, step0);
     send_input_grad(r, slot);
@@ -245,7 +267,11 @@ static void post_step(Run* r, int t) {
         }
         if (staged) stage_grads_from_host(st);
         stage_grad_unit_sumsq(st, ss->units_in);
-        if (r->last) ss->units_in[ex->L + 2] = ss->loss_sum / r->sch->M;
+    }
+    if (r->last) { // the step's loss, averaged over the replicas here: U(t) has no collective among replicas
+        double loss = ss->loss_sum / r->sch->M;
+        if (r->D > 1) comm_dp_average_double(ex->comm, &loss, 1);
+        ss->units_in[ex->L + 2] = loss;
     }
     comm_pipe_sum_start(ex->comm, ss->units_in, ss->units_out, nu, &ss->pipe_req);
     ss->posted = 1;
@@ -260,9 +286,7 @@ static void op_update(Run* r, const Op* op, int step0) {
     comm_wait(ex->comm, &ss->pipe_req); // waiting here is bubble, not compute
     double sq = 0.0;
     for (int i = 0; i < ex->L + 2; i++) sq += ss->units_out[i];
-    double loss = ss->units_out[ex->L + 2];
-    if (r->D > 1) comm_dp_average_double(ex->comm, &loss, 1);
-    ss->loss = (float)loss;
+    ss->loss = (float)ss->units_out[ex->L + 2];
     ss->norm = (float)sqrt(sq);
     ss->lr = lr_schedule(step0 + t, ex->total_steps, ex->warmup, ex->opt.lr, ex->final_lr_frac);
     if (st) {
@@ -275,12 +299,10 @@ static void op_update(Run* r, const Op* op, int step0) {
             stage_grads_from_host(st);
         }
         if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
-        // micro-batches whose backward is still to come on these weights: keep a copy (weight stashing)
-        for (int i = 0; i < r->n_slots; i++)
-            if (r->slot_needs_w[i] && r->slot_version[i] == st->version) {
-                stage_stash_current(st);
-                break;
-            }
+        // micro-batches whose backward, or forwards still to come, use these weights: keep a copy
+        int keep = future_forward_uses(r, st->version - r->v0);
+        for (int i = 0; i < r->n_slots && !keep; i++) keep = r->slot_needs_w[i] && r->slot_version[i] == st->version;
+        if (keep) stage_stash_current(st);
         float scale = (ex->clip > 0 && ss->norm > ex->clip) ? ex->clip / ss->norm : 1.0f;
         stage_update(st, &ex->opt, ss->lr, step0 + t + 1, scale);
         stage_zero_grad(st);
@@ -330,6 +352,70 @@ static void report_ready(Run* r, int step0, int wait_all) {
     }
 }
 
+// one op, traced; world rank 0 then reports the steps that are complete
+static void run_op(Run* r, const Op* op, int step0, int have_input) {
+    double t0 = now_seconds();
+    if (op->kind == OP_F) op_forward(r, op, step0, have_input);
+    else if (op->kind == OP_U) op_update(r, op, step0);
+    else op_backward(r, op, step0, have_input);
+    Trace* tr = r->ex->trace;
+    if (tr && tr->enabled) {
+        char name[32];
+        schedule_op_name(op, name, sizeof(name));
+        trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds());
+    }
+    if (r->report) report_ready(r, step0, 0);
+}
+
+// tdpipe with W > 0: the policy of schedule.h, live. The receives of the next forward's input and
+// the next backward's gradient are posted as soon as the window has room for them; the stage runs
+// U when the step's pipeline sum has arrived, else the ready one of F and B (both ready: 1F1B's
+// rhythm), else it sleeps in MPI until one of those messages lands.
+static void run_event_driven(Run* r, int step0) {
+    const Schedule* sch = r->sch;
+    Comm* c = r->ex->comm;
+    int P = r->P, s = r->s, M = sch->M, W = sch->W, nM = sch->n_steps * M;
+    int nb = 0, v = 0;           // micro-batches backwarded, updates applied (this run)
+    int act_for = -1, grad_for = -1; // the micro-batch whose input / output gradient is being received
+    CommRequest act, grad;
+    memset(&act, 0, sizeof(act));
+    memset(&grad, 0, sizeof(grad));
+    OpKind last = OP_F;
+    while (v < sch->n_steps) {
+        int nf = r->next_f;
+        if (!r->first && nf < nM && nf - nb < (P - s) + W && act_for != nf) {
+            comm_irecv(c, input_buf(r, forward_slot(r, nf)), msg_bytes(r), s - 1, TAG_ACT, &act);
+            act_for = nf;
+        }
+        if (!r->last && nb < nf && grad_for != nb) {
+            comm_irecv(c, grad_in_buf(r), msg_bytes(r), s + 1, TAG_GRAD, &grad);
+            grad_for = nb;
+        }
+        StepState* ss = &r->steps[v];
+        int may_f = nf < nM && schedule_forward_allowed(P, s, M, W, nf, nb, v);
+        int u_ready = ss->posted && comm_test(c, &ss->pipe_req);
+        int b_ready = nb < nf && (r->last || comm_test(c, &grad));
+        int f_ready = may_f && (r->first || comm_test(c, &act));
+        Op op;
+        if (u_ready) {
+            op = (Op){OP_U, v, -1, v + 1};
+            v++;
+        } else if (b_ready && !(f_ready && schedule_prefers_forward(last))) {
+            op = (Op){OP_B, nb / M, nb % M, schedule_forward_version(sch->kind, nb, M, W)};
+            nb++;
+            last = OP_B;
+        } else if (f_ready) {
+            op = (Op){OP_F, nf / M, nf % M, schedule_forward_version(sch->kind, nf, M, W)};
+            last = OP_F;
+        } else { // nothing ready: sleep until a message that can make something ready lands
+            CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, nb < nf ? &grad : NULL, may_f ? &act : NULL};
+            comm_wait_any(c, wait, 3);
+            continue;
+        }
+        run_op(r, &op, step0, 1);
+    }
+}
+
 // grows the run's buffers to what this schedule needs; they are kept across runs, so a training
 // step allocates nothing once the first run of each shape has been seen
 static void run_reserve(Run* r, int n_slots, int ng, int n_steps, int nmb) {
@@ -358,7 +444,7 @@ static void run_reserve(Run* r, int n_slots, int ng, int n_steps, int nmb) {
         r->cap_slots = n_slots;
     }
     if (!r->syn_buf) {
-        r->syn_buf = (float*)calloc_check(2 * SYN_FLOATS, sizeof(float));
+        r->syn_buf = (float*)calloc_check(SYN_BUFS * SYN_FLOATS, sizeof(float));
         r->dx_recv = st && !r->last ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
     }
     if (ng > r->cap_ng) {
@@ -406,11 +492,9 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     r->report = c->world_rank == 0;
     r->split = sch->kind == SCHED_ZBH1;
     r->btc = (size_t)ex->B * ex->T * ex->C;
-    int max_inflight, max_versions;
-    schedule_stage_stats(sch, r->s, &max_inflight, &max_versions);
-    r->n_slots = max_inflight;
-    int grad_slots = schedule_stage_grad_slots(sch, r->s);
-    if (st) stage_reserve(st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, max_versions - 1);
+    int stashes, grad_slots;
+    schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
+    if (st) stage_reserve(st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     int nmb = sch->n_steps * sch->M;
     run_reserve(r, r->n_slots, st ? st->n_grad_slots : 1, sch->n_steps, nmb);
     // every request of the previous run completed before it returned: only the bookkeeping resets
@@ -421,6 +505,7 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
         r->slot_free[i] = r->n_slots - 1 - i;
     }
     r->n_free = r->n_slots;
+    r->next_f = 0;
     r->next_report = 0;
     r->busy = 0.0;
     for (int t = 0; t < sch->n_steps; t++) {
@@ -437,19 +522,9 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     r->v0 = st ? st->version : 0;
     r->last_u = now_seconds();
 
-    char name[32];
-    for (int i = 0; i < sch->n_ops[r->s]; i++) {
-        const Op* op = &sch->ops[r->s][i];
-        double t0 = now_seconds();
-        if (op->kind == OP_F) op_forward(r, op, step0);
-        else if (op->kind == OP_U) op_update(r, op, step0);
-        else op_backward(r, op, step0);
-        if (ex->trace && ex->trace->enabled) {
-            schedule_op_name(op, name, sizeof(name));
-            trace_add(ex->trace, r->s, c->replica, name, t0, now_seconds());
-        }
-        if (r->report) report_ready(r, step0, 0);
-    }
+    if (schedule_event_driven(sch)) run_event_driven(r, step0);
+    else
+        for (int i = 0; i < sch->n_ops[r->s]; i++) run_op(r, &sch->ops[r->s][i], step0, 0);
     if (r->report) report_ready(r, step0, 1);
     // flush: every message of this chunk has left
     for (int i = 0; i < r->n_slots; i++) {

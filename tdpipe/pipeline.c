@@ -23,7 +23,7 @@ static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
     GPT2Acts* x = a ? a : &st->acts[0];
     size_t bytes = (size_t)x->B * x->T * st->cfg.channels * sizeof(float);
     if (s > 0) comm_recv(pl->comm, x->x_in, bytes, s - 1, TAG_EVAL_ACT);
-    float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, targets_valid);
+    float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, st->version, targets_valid);
     if (s < pl->P - 1) send_blocking(pl->comm, a ? gpt2_stage_output(&st->cfg, &st->range, a) : stage_output(st, 0), bytes, s + 1, TAG_EVAL_ACT);
     return loss;
 }

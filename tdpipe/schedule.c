@@ -3,6 +3,7 @@
 // dependency tracking and an in-order replay shared with the simulator and the executor.
 #include "tdpipe/schedule.h"
 #include "llmc/common.h"
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -87,57 +88,66 @@ static void build_zbh1(Schedule* sch) {
         }
 }
 
-// ---- discrete-event builder for tdpipe -------------------------------------------------------
-// Each free stage picks its next op by a fixed policy from what is done at the current time, with
-// fixed op times F = 1, B = 2, U = 0, so the order is deterministic; and because it came from a
-// dependency-respecting execution, it runs without deadlock under any op times.
+// ---- tdpipe: the event-driven policy as a discrete-event run -------------------------------
+int schedule_forward_version(SchedKind kind, int g, int M, int W) {
+    if (kind != SCHED_TDPIPE) return g / M;
+    return g < W ? 0 : (g - W) / M;
+}
+
+int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v) {
+    return nf - nb < (P - s) + W && schedule_forward_version(SCHED_TDPIPE, nf, M, W) <= v;
+}
+
 typedef struct {
     Schedule* sch;
     ScheduleProgress prog;
-    int* next_f;  // (P) next global micro-batch g = t*M + m to forward
-    int* next_b;  // (P) next g to backward
-    int* version; // (P, n_steps*M) weight version each forward used
-} Builder;
+    int* next_f; // (P) next global micro-batch g = t*M + m to forward
+    int* next_b; // (P) next g to backward
+    OpKind* last_kind; // (P) kind of the stage's last F or B
+} Des;
 
-static int builder_ready(const Builder* d, int s, const Op* op) {
-    return schedule_progress_ready(&d->prog, s, op, 0.0, NULL, NULL, 0);
-}
-
-// the op stage s starts now, if any: U if ready, else B if ready, else F if the window allows
-static int builder_pick(const Builder* d, int s, Op* op) {
+// the op stage s starts at time T by the policy (U; then B and F in the order
+// schedule_prefers_forward gives), if any; otherwise *wake is lowered to when a dependency that is
+// done but still in transit (latency) lands
+static int des_pick(const Des* d, int s, double T, double latency, Op* op, double* wake) {
     const Schedule* sch = d->sch;
-    int P = sch->P, M = sch->M, nM = sch->n_steps * M;
-    int v = d->prog.updates[s];
-    Op u = {OP_U, v, -1, v + 1};
-    if (v < sch->n_steps && builder_ready(d, s, &u)) { *op = u; return 1; }
+    int M = sch->M, nM = sch->n_steps * M, v = d->prog.updates[s];
     int gb = d->next_b[s], gf = d->next_f[s];
-    if (gb < gf) {
-        Op b = {OP_B, gb / M, gb % M, d->version[(size_t)s * nM + gb]};
-        if (builder_ready(d, s, &b)) { *op = b; return 1; }
-    }
-    // in flight = gf - gb: every op this stage started is done, since it is free. The window:
-    // (P - s) + W in flight, and at most W micro-batches beyond step v on version v.
-    if (gf < nM && gf - gb < (P - s) + sch->W && gf < (v + 1) * M + sch->W) {
-        Op f = {OP_F, gf / M, gf % M, v};
-        if (builder_ready(d, s, &f)) { *op = f; return 1; }
+    Op cand[3];
+    int n = 0, fwd_first = schedule_prefers_forward(d->last_kind[s]);
+    Op b = {OP_B, gb / M, gb % M, schedule_forward_version(SCHED_TDPIPE, gb, M, sch->W)};
+    Op f = {OP_F, gf / M, gf % M, schedule_forward_version(SCHED_TDPIPE, gf, M, sch->W)};
+    int has_b = gb < gf, has_f = gf < nM && schedule_forward_allowed(sch->P, s, M, sch->W, gf, gb, v);
+    if (v < sch->n_steps) cand[n++] = (Op){OP_U, v, -1, v + 1};
+    if (has_f && fwd_first) cand[n++] = f;
+    if (has_b) cand[n++] = b;
+    if (has_f && !fwd_first) cand[n++] = f;
+    for (int i = 0; i < n; i++) {
+        double tr = 0.0;
+        if (!schedule_progress_ready(&d->prog, s, &cand[i], latency, &tr, NULL, 0)) continue;
+        if (tr <= T) {
+            *op = cand[i];
+            return 1;
+        }
+        if (tr < *wake) *wake = tr;
     }
     return 0;
 }
 
-static double builder_duration(OpKind k) { return k == OP_U ? 0.0 : k == OP_B ? 2.0 : 1.0; }
-
-static int build_des(Schedule* sch, char* err, size_t errlen) {
-    int P = sch->P, M = sch->M, nM = sch->n_steps * M;
-    int per_stage = sch->n_steps * (2 * M + 1);
-    Builder d;
+int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, double* const* start,
+                        double* const* end, char* err, size_t errlen) {
+    int P = sch->P, per_stage = sch->n_steps * (2 * sch->M + 1);
+    Des d;
     d.sch = sch;
-    schedule_progress_init(&d.prog, P, M, sch->n_steps);
+    schedule_progress_init(&d.prog, P, sch->M, sch->n_steps);
     d.next_f = (int*)calloc_check(P, sizeof(int));
     d.next_b = (int*)calloc_check(P, sizeof(int));
-    d.version = (int*)calloc_check((size_t)P * nM, sizeof(int));
-    int* running = (int*)calloc_check(P, sizeof(int));
-    Op* run_op = (Op*)calloc_check(P, sizeof(Op));
-    double* busy_until = (double*)calloc_check(P, sizeof(double));
+    d.last_kind = (OpKind*)malloc_check(P * sizeof(OpKind));
+    for (int s = 0; s < P; s++) d.last_kind[s] = OP_F;
+    int* running = (int*)calloc_check(P, sizeof(int));     // (P) 1 while the stage computes run_op
+    Op* run_op = (Op*)calloc_check(P, sizeof(Op));          // (P)
+    double* busy_until = (double*)calloc_check(P, sizeof(double)); // (P)
+    for (int s = 0; s < P; s++) sch->n_ops[s] = 0;
     int rc = 0;
     for (double T = 0.0;;) {
         for (int s = 0; s < P; s++)
@@ -145,34 +155,35 @@ static int build_des(Schedule* sch, char* err, size_t errlen) {
                 schedule_progress_done(&d.prog, s, &run_op[s], busy_until[s]);
                 running[s] = 0;
             }
+        double next = INFINITY;
         for (int s = 0; s < P; s++) {
             Op op;
-            while (!running[s] && builder_pick(&d, s, &op)) {
-                push(sch, s, op.kind, op.step, op.mb, op.version);
-                if (op.kind == OP_F) {
-                    d.version[(size_t)s * nM + op.step * M + op.mb] = op.version;
-                    d.next_f[s]++;
-                }
+            while (!running[s] && des_pick(&d, s, T, latency, &op, &next)) {
+                int i = sch->n_ops[s]++;
+                sch->ops[s][i] = op;
+                if (op.kind == OP_F) d.next_f[s]++;
                 if (op.kind == OP_B) d.next_b[s]++;
-                double dur = builder_duration(op.kind);
-                if (dur == 0.0) {
+                if (op.kind != OP_U) d.last_kind[s] = op.kind;
+                double t = dur(ctx, s, &op);
+                if (start) start[s][i] = T;
+                if (end) end[s][i] = T + t;
+                if (t <= 0.0) {
                     schedule_progress_done(&d.prog, s, &op, T);
                 } else {
                     running[s] = 1;
                     run_op[s] = op;
-                    busy_until[s] = T + dur;
+                    busy_until[s] = T + t;
                 }
             }
         }
         int complete = 1;
-        double next = -1.0;
         for (int s = 0; s < P; s++) {
             if (running[s] || sch->n_ops[s] < per_stage) complete = 0;
-            if (running[s] && (next < 0 || busy_until[s] < next)) next = busy_until[s];
+            if (running[s] && busy_until[s] < next) next = busy_until[s];
         }
         if (complete) break;
-        if (next < 0) { // cannot happen for a correct policy; reported rather than looped on
-            rc = td_error(err, errlen, "internal error: the tdpipe builder got stuck at time %g", T);
+        if (next == INFINITY) { // cannot happen for a correct policy; reported rather than looped on
+            rc = td_error(err, errlen, "internal error: the tdpipe policy got stuck at time %g", T);
             break;
         }
         T = next;
@@ -182,9 +193,15 @@ static int build_des(Schedule* sch, char* err, size_t errlen) {
     free(busy_until);
     free(d.next_f);
     free(d.next_b);
-    free(d.version);
+    free(d.last_kind);
     schedule_progress_free(&d.prog);
     return rc;
+}
+
+// the nominal op times the printed tdpipe list is built with
+static double nominal_time(void* ctx, int s, const Op* op) {
+    (void)ctx, (void)s;
+    return op->kind == OP_U ? 0.0 : op->kind == OP_B ? 2.0 : 1.0;
 }
 
 int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen) {
@@ -211,7 +228,7 @@ int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_ste
     if (kind == SCHED_GPIPE) build_gpipe(sch);
     else if (kind == SCHED_1F1B) build_1f1b(sch);
     else if (kind == SCHED_ZBH1) build_zbh1(sch);
-    else rc = build_des(sch, err, errlen);
+    else rc = schedule_run_tdpipe(sch, nominal_time, NULL, 0.0, NULL, NULL, err, errlen);
     if (rc) schedule_free(sch);
     return rc;
 }
@@ -269,27 +286,49 @@ int schedule_max_staleness(const Schedule* sch) {
 }
 
 void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* max_versions) {
-    int* refs = (int*)calloc_check(sch->n_steps + 1, sizeof(int)); // (n_steps+1) in-flight mbs per version
-    int version = 0, inflight = 0, distinct = 0, mx_in = 0, mx_ver = 1;
-    for (int i = 0; i < sch->n_ops[s]; i++) {
+    int n = sch->n_ops[s], nv = sch->n_steps + 1;
+    int* refs = (int*)calloc_check(nv, sizeof(int));          // (n_steps+1) in-flight micro-batches per version
+    int* next_fv = (int*)malloc_check((n + 1) * sizeof(int)); // (n+1) version of the first F after op i, or nv
+    next_fv[n] = nv;
+    for (int i = n - 1; i >= 0; i--) next_fv[i] = sch->ops[s][i].kind == OP_F ? sch->ops[s][i].version : next_fv[i + 1];
+    int version = 0, inflight = 0, mx_in = 0, mx_ver = 1;
+    for (int i = 0; i < n; i++) {
         const Op* op = &sch->ops[s][i];
         int v = op->version;
-        if (op->kind == OP_F && v >= 0 && v <= sch->n_steps) {
-            inflight++;
-            if (refs[v]++ == 0) distinct++;
-        } else if ((op->kind == OP_B || op->kind == OP_BW) && v >= 0 && v <= sch->n_steps) {
-            inflight--;
-            if (--refs[v] == 0) distinct--;
-        } else if (op->kind == OP_U) {
-            version++;
-        }
-        int versions = distinct + (version <= sch->n_steps && refs[version] == 0 ? 1 : 0);
+        if (op->kind == OP_F && v >= 0 && v < nv) inflight++, refs[v]++;
+        else if ((op->kind == OP_B || op->kind == OP_BW) && v >= 0 && v < nv) inflight--, refs[v]--;
+        else if (op->kind == OP_U) version++;
+        // held: the current weights, versions in-flight micro-batches used, and older versions a
+        // later forward of this stage still needs (tdpipe's forwards may run on a stash)
+        int versions = 0;
+        for (int u = 0; u <= version && u < nv; u++)
+            if (u == version || refs[u] > 0 || u >= next_fv[i + 1]) versions++;
         if (inflight > mx_in) mx_in = inflight;
         if (versions > mx_ver) mx_ver = versions;
     }
     free(refs);
+    free(next_fv);
     if (max_inflight) *max_inflight = mx_in;
     if (max_versions) *max_versions = mx_ver;
+}
+
+void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes, int* grad_slots) {
+    int P = sch->P, M = sch->M, W = sch->W, nM = sch->n_steps * M;
+    if (schedule_event_driven(sch)) {
+        // in flight: the window. Held versions: U(v-1) needs every backward of step v-1, so the oldest
+        // micro-batch in flight is >= v*M and uses a version >= v - ceil(W/M). Open gradient steps:
+        // backwards reach at most micro-batch (v+1)*M + W - 1, step v + 1 + (W-1)/M.
+        int in = (P - s) + W;
+        if (slots) *slots = in < nM ? in : nM;
+        if (stashes) *stashes = (W + M - 1) / M;
+        if (grad_slots) *grad_slots = 2 + (W - 1) / M;
+        return;
+    }
+    int in, versions;
+    schedule_stage_stats(sch, s, &in, &versions);
+    if (slots) *slots = in;
+    if (stashes) *stashes = versions - 1;
+    if (grad_slots) *grad_slots = schedule_stage_grad_slots(sch, s);
 }
 
 int schedule_stage_grad_slots(const Schedule* sch, int s) {
@@ -359,9 +398,6 @@ int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, doub
         if (p->updates[s] < op->version)
             return not_ready(why, whylen, "waits for U%d on stage %d (its weights are at version %d, the forward uses %d)",
                              p->updates[s], s, p->updates[s], op->version);
-        if (p->updates[s] > op->version)
-            return not_ready(why, whylen, "stage %d's weights are already at version %d, past the version %d this forward uses",
-                             s, p->updates[s], op->version);
         if (s > 0) {
             if (p->f_end[here - nM] < 0) return not_ready(why, whylen, "waits for F%d.%d on stage %d", t, m, s - 1);
             tr = p->f_end[here - nM] + latency;
@@ -477,10 +513,12 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
         if (op->mb < 0 || op->mb >= M) return td_error(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
         int g = op->step * M + op->mb;
         if (op->kind == OP_F) {
-            if (op->version != updates)
-                return td_error(err, errlen, "stage %d op %d (%s): version %d, but %d updates precede it", s, i, on, op->version, updates);
-            if (sch->kind != SCHED_TDPIPE && op->version != op->step)
-                return td_error(err, errlen, "stage %d op %d (%s): %s is synchronous, its forwards must use version = step", s, i, on, name);
+            int want = schedule_forward_version(sch->kind, g, M, sch->W);
+            if (op->version != want)
+                return td_error(err, errlen, "stage %d op %d (%s): version %d, but %s's forward of micro-batch %d uses version %d", s, i,
+                                on, op->version, name, g, want);
+            if (op->version > updates)
+                return td_error(err, errlen, "stage %d op %d (%s): version %d, but only %d updates precede it", s, i, on, op->version, updates);
             int st = op->step - op->version;
             if (st < 0 || st > ceil_wm)
                 return td_error(err, errlen, "stage %d op %d (%s): staleness %d outside [0, ceil(W/M) = %d]", s, i, on, st, ceil_wm);

@@ -14,8 +14,8 @@ extern "C" {
 typedef enum { OP_F, OP_B, OP_BI, OP_BW, OP_U } OpKind;
 
 // step t, micro-batch m (-1 for OP_U). version: for F/B/BI/BW the weight version the
-// micro-batch's forward uses (= number of OP_U before that F in the stage's list; the backward
-// uses the same, stashed, version); for OP_U the version it produces (= step + 1).
+// micro-batch's forward uses (schedule_forward_version; the backward uses the same, stashed,
+// version); for OP_U the version it produces (= step + 1).
 typedef struct {
     OpKind kind;
     int step;
@@ -28,9 +28,13 @@ typedef struct {
 // 1f1b: min(P-s-1, M) warmup forwards, then F/B alternating, the remaining Bs, U.
 // zbh1: ZB-H1 (Qi et al. 2023): min(P-s, M) forwards, then per j: BI(j), BW(j-s) once j >= s, next F;
 //       the remaining BWs, U. Peak awaiting BW <= P (1F1B's stage-0 peak).
-// tdpipe: no flush; built by a discrete-event run with F = 1, B = 2, U = 0 where a free stage
-//       runs U if ready, else B if ready, else the next forward g = t*M + m if its input arrived,
-//       in-flight < (P - s) + W and g < (updates done + 1)*M + W. W = 0 gives exactly 1f1b.
+// tdpipe: no flush, event-driven: a free stage runs U if ready, else the next B or the next
+//       forward g = t*M + m, whichever is ready (gradient or input arrived; for F the window allows
+//       it: schedule_forward_allowed), preferring the one 1F1B's rhythm puts next: F after a B, B
+//       after an F. The executor runs this policy live when W > 0 (W = 0 is the 1f1b list); the
+//       list printed here is the order it takes with F = 1, B = 2, U = 0 and no latency. W = 0 gives exactly 1f1b.
+//       Versions depend on g alone, so a run is bitwise the same at every P, P = 1 included: one
+//       process with W > 0 computes exactly the stale updates a pipeline does.
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE } SchedKind;
 
 typedef struct {
@@ -52,6 +56,21 @@ void schedule_print(const Schedule* sch, FILE* f);
 // writes an op's short name ("F1.3", "F1.3@0" when it runs on an older version, "BW0.2", "U0")
 void schedule_op_name(const Op* op, char* buf, size_t buflen);
 
+// The weight version the forward of global micro-batch g = t*M + m uses: t for the synchronous
+// schedules; for tdpipe max(0, floor((g - W) / M)), the oldest the window allows. It is fixed by g
+// alone, never by timing, so event-driven runs are deterministic: a stage that is already past that
+// version forwards on a stashed copy. Staleness t - version is at most ceil(W / M).
+int schedule_forward_version(SchedKind kind, int g, int M, int W);
+// tdpipe's window: stage s (of P), with nf micro-batches forwarded, nb backwarded and v updates
+// applied, may forward micro-batch nf when nf - nb < (P - s) + W (in flight) and its version
+// exists: schedule_forward_version(nf) <= v
+int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v);
+// 1 when sch runs event-driven (tdpipe with W > 0), 0 when its lists run in order
+static inline int schedule_event_driven(const Schedule* sch) { return sch->kind == SCHED_TDPIPE && sch->W > 0; }
+// tdpipe's tie-break when both the next F and the next B are ready: alternate like 1F1B (under
+// jitter this beats always-B-first by 4-8 points of utilisation in dev/sim_schedules at beta 0.3)
+static inline int schedule_prefers_forward(OpKind last_f_or_b) { return last_f_or_b == OP_B; }
+
 // staleness of a micro-batch op = step - version (0 for OP_U); the max over all ops
 int schedule_op_staleness(const Op* op);
 int schedule_max_staleness(const Schedule* sch);
@@ -61,6 +80,11 @@ void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* ma
 // stage s: max steps whose gradient accumulation has begun and whose update has not run
 // (gradient-cache slots)
 int schedule_stage_grad_slots(const Schedule* sch, int s);
+// what stage s must hold to run sch in any order its dependencies allow: activation slots,
+// weight stashes (versions kept besides the current one) and gradient-cache slots. Synchronous
+// schedules run their lists as printed (the stats above); tdpipe runs event-driven, so its bounds
+// come from the window (W > 0): (P - s) + W slots, ceil(W / M) stashes, 1 or 2 + (W - 1) / M ring slots.
+void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes, int* grad_slots);
 
 // Checks every (t, m) has exactly one F and one B (or one BI and one BW, not mixed) per stage,
 // one U per step per stage in step order, versions consistent with the U positions, and that
@@ -68,9 +92,9 @@ int schedule_stage_grad_slots(const Schedule* sch, int s);
 int schedule_validate(const Schedule* sch, char* err, size_t errlen);
 
 // ---- dependency tracking -------------------------------------------------------------------
-// F(t,m)@s needs F(t,m)@s-1 and the stage at weight version op.version; B/BI(t,m)@s needs its
-// own F and B/BI(t,m)@s+1 (at the last stage only its own F); BW needs its own BI; U(t)@s needs
-// U(t-1)@s and every B/BW of step t on every stage (global norm, tied embedding exchange).
+// F(t,m)@s needs F(t,m)@s-1 and the stage at weight version >= op.version (an older one is a
+// stash); B/BI(t,m)@s needs its own F and B/BI(t,m)@s+1 (at the last stage only its own F); BW
+// needs its own BI; U(t)@s needs U(t-1)@s and every B/BW of step t on every stage (global norm, tied embedding exchange).
 typedef struct {
     int P, M, n_steps;
     double* f_end;     // (P, n_steps*M) end time of F, < 0 while not done
@@ -89,6 +113,13 @@ void schedule_progress_free(ScheduleProgress* p);
 int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
                             char* why, size_t whylen);
 void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end);
+
+// tdpipe's event-driven policy as a discrete-event run with op times dur(ctx, s, op) and latency
+// on every dependency across stages: fills the schedule's lists in the order the ops ran (sch must
+// come from schedule_build of the same shape) and, when not NULL, start / end (P)[n_ops[s]].
+typedef double (*ScheduleOpTime)(void* ctx, int s, const Op* op);
+int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, double* const* start,
+                        double* const* end, char* err, size_t errlen);
 
 // Runs the lists in order, each op starting when its stage is free and its dependencies are done
 // (the earliest such time). dur (P)[n_ops[s]]: durations, or NULL for all 1. start, end

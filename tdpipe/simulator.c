@@ -1,5 +1,6 @@
-// Schedule simulator: op durations from a per-stage cost model with optional Gamma jitter, then
-// schedule_replay for the earliest start of every op under the per-stage order and dependencies.
+// Schedule simulator: op durations from a per-stage cost model with optional Gamma jitter; the
+// synchronous lists replayed in order (schedule_replay), tdpipe's event-driven policy run live
+// (schedule_run_tdpipe), as the executor runs each.
 #include "tdpipe/simulator.h"
 #include "llmc/common.h"
 #include "llmc/rng.h"
@@ -53,6 +54,9 @@ void simulator_free(SimResult* res) {
         for (int s = 0; s < res->P; s++) free(res->start[s]);
     if (res->end)
         for (int s = 0; s < res->P; s++) free(res->end[s]);
+    if (res->ops)
+        for (int s = 0; s < res->P; s++) free(res->ops[s]);
+    free(res->ops);
     free(res->start);
     free(res->end);
     free(res->busy);
@@ -61,36 +65,81 @@ void simulator_free(SimResult* res) {
     memset(res, 0, sizeof(*res));
 }
 
+// one op's time: the cost model's, times its jitter draw
+static double op_time(void* ctx, int s, const Op* op) {
+    const SimCost* c = (const SimCost*)ctx;
+    return base_time(c, s, op->kind) * simulator_jitter(c->seed, s, op, c->jitter_cv);
+}
+
+// what the trainer reports per step, averaged over steps 2..n-1 (1-based): per step, the stages'
+// busy time since their previous update over the time since it, summed over the stages
+static double steady_utilisation(const SimResult* res, int n_steps) {
+    if (n_steps < 3) return res->utilisation;
+    double sum = 0.0;
+    for (int k = 1; k <= n_steps - 2; k++) {
+        double busy = 0.0, span = 0.0;
+        for (int s = 0; s < res->P; s++) {
+            double b = 0.0, prev = -1.0, at = -1.0;
+            int u = 0;
+            for (int i = 0; i < res->n_ops[s] && at < 0; i++) {
+                if (res->ops[s][i].kind == OP_U) {
+                    if (u == k - 1) prev = res->end[s][i], b = 0.0;
+                    if (u == k) at = res->end[s][i];
+                    u++;
+                } else {
+                    b += res->end[s][i] - res->start[s][i];
+                }
+            }
+            busy += b;
+            span += at - prev;
+        }
+        sum += span > 0 ? busy / span : 0.0;
+    }
+    return sum / (n_steps - 2);
+}
+
 int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen) {
     static const char* const kinds[] = {"F", "B", "BI", "BW", "U"};
     int P = sch->P;
     memset(res, 0, sizeof(*res));
     if (cost->jitter_cv < 0) return td_error(err, errlen, "jitter coefficient of variation must be >= 0 (got %g)", cost->jitter_cv);
+    for (int s = 0; s < P; s++)
+        for (int k = OP_F; k <= OP_U; k++) {
+            int used = sch->kind == SCHED_ZBH1 ? k != OP_B : k != OP_BI && k != OP_BW;
+            if (used && base_time(cost, s, (OpKind)k) < 0)
+                return td_error(err, errlen, "the cost model has no %s time for stage %d", kinds[k], s);
+        }
     res->P = P;
     res->busy = (double*)calloc_check(P, sizeof(double));
     res->bubble = (double*)calloc_check(P, sizeof(double));
     res->n_ops = (int*)calloc_check(P, sizeof(int));
     res->start = (double**)calloc_check(P, sizeof(double*));
     res->end = (double**)calloc_check(P, sizeof(double*));
-    double** dur = (double**)calloc_check(P, sizeof(double*)); // (P)[n_ops[s]]
-    int rc = 0;
+    res->ops = (Op**)calloc_check(P, sizeof(Op*));
     for (int s = 0; s < P; s++) {
         int n = sch->n_ops[s];
         res->n_ops[s] = n;
         res->start[s] = (double*)calloc_check(n, sizeof(double));
         res->end[s] = (double*)calloc_check(n, sizeof(double));
-        dur[s] = (double*)calloc_check(n, sizeof(double));
-        for (int i = 0; i < n && rc == 0; i++) {
-            const Op* op = &sch->ops[s][i];
-            double t = base_time(cost, s, op->kind);
-            if (t < 0) rc = td_error(err, errlen, "the cost model has no %s time for stage %d", kinds[op->kind], s);
-            dur[s][i] = t * simulator_jitter(cost->seed, s, op, cost->jitter_cv);
-            res->busy[s] += dur[s][i];
-        }
+        res->ops[s] = (Op*)malloc_check((size_t)n * sizeof(Op));
+        memcpy(res->ops[s], sch->ops[s], (size_t)n * sizeof(Op));
     }
-    if (rc == 0) rc = schedule_replay(sch, (const double* const*)dur, cost->latency, res->start, res->end, err, errlen);
-    for (int s = 0; s < P; s++) free(dur[s]);
-    free(dur);
+    int rc;
+    if (schedule_event_driven(sch)) { // the policy decides the order under these op times
+        Schedule run = *sch;
+        run.ops = res->ops;
+        run.n_ops = res->n_ops;
+        rc = schedule_run_tdpipe(&run, op_time, (void*)cost, cost->latency, res->start, res->end, err, errlen);
+    } else {
+        double** dur = (double**)calloc_check(P, sizeof(double*)); // (P)[n_ops[s]]
+        for (int s = 0; s < P; s++) {
+            dur[s] = (double*)malloc_check((size_t)res->n_ops[s] * sizeof(double));
+            for (int i = 0; i < res->n_ops[s]; i++) dur[s][i] = op_time((void*)cost, s, &res->ops[s][i]);
+        }
+        rc = schedule_replay(sch, (const double* const*)dur, cost->latency, res->start, res->end, err, errlen);
+        for (int s = 0; s < P; s++) free(dur[s]);
+        free(dur);
+    }
     if (rc) {
         simulator_free(res);
         return rc;
@@ -98,6 +147,7 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
     double first = INFINITY, last = -INFINITY, total = 0.0;
     for (int s = 0; s < P; s++) {
         if (res->n_ops[s] == 0) continue;
+        for (int i = 0; i < res->n_ops[s]; i++) res->busy[s] += res->end[s][i] - res->start[s][i];
         if (res->start[s][0] < first) first = res->start[s][0];
         if (res->end[s][res->n_ops[s] - 1] > last) last = res->end[s][res->n_ops[s] - 1];
     }
@@ -107,5 +157,6 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
         res->bubble[s] = res->makespan > 0 ? 1.0 - res->busy[s] / res->makespan : 0.0;
     }
     res->utilisation = res->makespan > 0 ? total / (P * res->makespan) : 0.0;
+    res->steady_utilisation = steady_utilisation(res, sch->n_steps);
     return 0;
 }

@@ -25,13 +25,18 @@ typedef struct {
     int P;
     double makespan;    // last op end - first op start, over the whole pipeline
     double utilisation; // Σ busy / (P * makespan)
+    double steady_utilisation; // the trainer's measure: per step, Σ busy / Σ time since each stage's
+                               // previous update, averaged over steps 2..n-1 (all of them if n < 3)
     double* busy;       // (P) time each stage spends computing
     double* bubble;     // (P) 1 - busy / makespan
     int* n_ops;         // (P) copy of the schedule's list lengths
-    double** start;     // (P)[n_ops[s]] start of each op, aligned with the schedule's lists
+    Op** ops;           // (P)[n_ops[s]] the ops in the order they ran: the schedule's lists, except
+                        // that tdpipe's event-driven policy reorders them under jittered op times
+    double** start;     // (P)[n_ops[s]] start of each op, aligned with ops
     double** end;       // (P)[n_ops[s]]
 } SimResult;
 
+// Runs sch as the executor would: synchronous lists in order, tdpipe by its event-driven policy.
 // Returns 0, or -1 with a message (a missing op time, or a deadlock naming the stuck stage, its
 // op and what it waits for). Deterministic for a seed. Free the result with simulator_free.
 int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen);

@@ -139,9 +139,14 @@ void stage_free(Stage* s) {
 void stage_load_params(Stage* s, const float* full) { gpt2_slice_params(&s->cfg, &s->range, full, s->params); }
 void stage_store_params(const Stage* s, float* full) { gpt2_unslice_params(&s->cfg, &s->range, s->params, full); }
 
-float stage_forward(Stage* s, int slot, int targets_valid) {
-    if (s->be) return s->be->forward(s, slot, targets_valid);
-    return gpt2_forward(&s->cfg, &s->range, &s->p, &s->acts[slot], targets_valid);
+float stage_forward(Stage* s, int slot, int version, int targets_valid) {
+    if (s->be) {
+        if (version != s->version)
+            td_fatal("--device %s: a forward on weight version %d (current %d) needs weight stashing, which runs on the CPU only",
+                     s->be->name, version, s->version);
+        return s->be->forward(s, slot, targets_valid);
+    }
+    return gpt2_forward(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], targets_valid);
 }
 
 void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {

@@ -86,9 +86,10 @@ void stage_load_params(Stage* s, const float* full);
 // writes this stage's parameters into their place in a full-model buffer (the inverse)
 void stage_store_params(const Stage* s, float* full);
 
-// forward of the micro-batch in slot with the current weights; returns its mean loss on the last
-// stage when targets_valid (0 elsewhere)
-float stage_forward(Stage* s, int slot, int targets_valid);
+// forward of the micro-batch in slot with the weights of `version` (the current ones, or a stash:
+// tdpipe's forwards may run on an older version); returns its mean loss on the last stage when
+// targets_valid (0 elsewhere)
+float stage_forward(Stage* s, int slot, int version, int targets_valid);
 // the input-gradient half of backward of slot with the weights of `version`, into activation-
 // gradient buffer gacts; the weight-gradient half into the active gradient slot
 void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss);

@@ -20,7 +20,7 @@ static float staged_forward(Stage* s, int slot, int targets_valid) {
     memcpy(in->inputs, out->inputs, sizeof(int) * s->B * s->T); // "upload"
     memcpy(in->targets, out->targets, sizeof(int) * s->B * s->T);
     if (out->x_in && !s->range.has_embed) memcpy(in->x_in, out->x_in, btc(s) * sizeof(float));
-    return stage_forward(inner(s), slot, targets_valid);
+    return stage_forward(inner(s), slot, inner(s)->version, targets_valid);
 }
 
 static void staged_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {

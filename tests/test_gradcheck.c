@@ -156,7 +156,7 @@ int main(void) {
     a->targets[3] = a->inputs[1];      // and the same row is a target (head share) too
 
     // analytic gradient, as the trainer takes it for one micro-batch
-    float loss_f = stage_forward(&s, 0, 1);
+    float loss_f = stage_forward(&s, 0, s.version, 1);
     stage_backward(&s, 0, NULL, 1.0f / (float)BT);
     stage_tie_embedding_local(&s);
 

@@ -125,7 +125,7 @@ int main(void) {
 
     // train_tdpipe's step (M = 1); step 0 is also where forward and gradients are compared
     for (int step = 0; step < n_steps; step++) {
-        losses[step] = stage_forward(&s, 0, 1);
+        losses[step] = stage_forward(&s, 0, s.version, 1);
         stage_backward(&s, 0, NULL, dloss);
         stage_tie_embedding_local(&s);
         if (step == 0) {

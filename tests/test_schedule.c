@@ -128,9 +128,20 @@ static void test_shapes(void) {
     CHECK(ok_sync, "sync schedules: staleness 0 everywhere");
 }
 
+// every forward of every stage on the version schedule_forward_version gives
+static int versions_by_rule(const Schedule* b) {
+    for (int s = 0; s < b->P; s++)
+        for (int i = 0; i < b->n_ops[s]; i++) {
+            const Op* op = &b->ops[s][i];
+            int g = op->step * b->M + op->mb, want = g < b->W ? 0 : (g - b->W) / b->M;
+            if (op->kind == OP_F && op->version != want) return 0;
+        }
+    return 1;
+}
+
 static void test_tdpipe(void) {
     char err[512];
-    int ok_eq = 1, ok_valid = 1, ok_bound = 1, ok_some = 1, ok_window = 1, ok_stash = 1, ok_p1 = 1;
+    int ok_eq = 1, ok_valid = 1, ok_bound = 1, ok_some = 1, ok_window = 1, ok_stash = 1, ok_rule = 1, ok_limits = 1;
     int worst = 0;
     for (int P = 1; P <= 6; P++)
         for (int M = P; M <= P + 5; M++)
@@ -140,7 +151,7 @@ static void test_tdpipe(void) {
                 for (int W = 0; W <= 2 * M + 1; W++) {
                     if (schedule_build(&b, SCHED_TDPIPE, P, M, W, n, err, sizeof(err))) { ok_valid = 0; continue; }
                     if (W == 0) ok_eq &= same_lists(&a, &b);
-                    if (P == 1) ok_p1 &= same_lists(&a, &b);
+                    ok_rule &= versions_by_rule(&b);
                     if (schedule_validate(&b, err, sizeof(err))) {
                         if (ok_valid) printf("  tdpipe P=%d M=%d W=%d n=%d: %s\n", P, M, W, n, err);
                         ok_valid = 0;
@@ -154,6 +165,9 @@ static void test_tdpipe(void) {
                         schedule_stage_stats(&b, s, &inflight, &versions);
                         if (inflight > P - s + W) ok_window = 0;
                         if (versions > bound + 1) ok_stash = 0;
+                        int slots, stashes, rings;
+                        schedule_stage_limits(&b, s, &slots, &stashes, &rings);
+                        if (inflight > slots || versions - 1 > stashes || schedule_stage_grad_slots(&b, s) > rings) ok_limits = 0;
                     }
                     // stage 0 is the last to finish a step's backwards, so a stale forward there is
                     // still in flight when U runs: its version and the new one coexist
@@ -167,11 +181,12 @@ static void test_tdpipe(void) {
                 schedule_free(&a);
             }
     CHECK(ok_eq, "tdpipe W=0 lists equal 1f1b op by op (incl. U positions), P 1..6, M P..P+5, 1..4 steps");
-    CHECK(ok_p1, "tdpipe P=1 equals 1f1b for every W: one stage has nothing to overlap, U follows its last B");
+    CHECK(ok_rule, "tdpipe: every forward uses version max(0, floor((g - W) / M)), at every P (P = 1 included)");
     CHECK(ok_valid, "tdpipe W 0..2M+1 builds and validates");
     CHECK(ok_bound, "tdpipe staleness <= ceil(W/M) everywhere (largest seen %d)", worst);
     CHECK(ok_some, "tdpipe P >= 2, W >= 1, >= 2 steps has some stale forward");
     CHECK(ok_window, "tdpipe in-flight at stage s <= (P - s) + W");
+    CHECK(ok_limits, "tdpipe lists stay within schedule_stage_limits (activation slots, stashes, gradient ring)");
     CHECK(ok_stash, "tdpipe stash slots <= ceil(W/M) + 1, and >= 2 on stage 0 when it runs a stale forward");
 
     Schedule b;

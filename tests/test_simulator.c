@@ -119,6 +119,42 @@ static void test_tdpipe(void) {
                 if (!(b < a)) ok_better = 0;
             }
     CHECK(ok_better, "beta 0, 4 steps: tdpipe W>=1 finishes strictly sooner than 1f1b (it overlaps the step boundaries)");
+
+    // the orders the event-driven policy takes under jitter are valid schedules (every op once,
+    // versions by the rule, dependencies met) and stay inside the buffers the executor reserves
+    int ok_valid = 1, ok_limits = 1, n_runs = 0;
+    char err[512];
+    for (int P = 1; P <= 6; P++)
+        for (int M = P; M <= 2 * P; M += 2)
+            for (int W = 1; W <= 2 * M + 1; W += 2)
+                for (uint64_t seed = 1; seed <= 2; seed++) {
+                    Schedule sch;
+                    SimResult r;
+                    SimCost c = cost_of(0.5, seed, 0.25);
+                    if (schedule_build(&sch, SCHED_TDPIPE, P, M, W, 3, err, sizeof(err)) || simulator_run(&r, &sch, &c, err, sizeof(err))) {
+                        printf("  P=%d M=%d W=%d: %s\n", P, M, W, err);
+                        ok_valid = 0;
+                        continue;
+                    }
+                    Schedule ran = sch;
+                    ran.ops = r.ops;
+                    ran.n_ops = r.n_ops;
+                    if (schedule_validate(&ran, err, sizeof(err))) {
+                        if (ok_valid) printf("  P=%d M=%d W=%d seed %d: %s\n", P, M, W, (int)seed, err);
+                        ok_valid = 0;
+                    }
+                    for (int s = 0; s < P; s++) {
+                        int inflight, versions, slots, stashes, rings;
+                        schedule_stage_stats(&ran, s, &inflight, &versions);
+                        schedule_stage_limits(&sch, s, &slots, &stashes, &rings);
+                        if (inflight > slots || versions - 1 > stashes || schedule_stage_grad_slots(&ran, s) > rings) ok_limits = 0;
+                    }
+                    n_runs++;
+                    simulator_free(&r);
+                    schedule_free(&sch);
+                }
+    CHECK(ok_valid, "tdpipe under jitter 0.5 and latency 0.25: the %d orders the policy took validate", n_runs);
+    CHECK(ok_limits, "  and stay within schedule_stage_limits (activation slots, stashes, gradient ring)");
 }
 
 static void test_jitter(void) {
