@@ -49,8 +49,8 @@ $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 ifneq ($(NVCC),)
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h)
-	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lgomp
+train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lnccl -lgomp
 else
 train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
@@ -86,9 +86,11 @@ CUDA_GENCODE := -gencode=arch=$(subst sm_,compute_,$(GPU_ARCH)),code=$(GPU_ARCH)
 CUDA_HDRS := $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 CUDA_LINK := $(LIB) $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
 CUDA_BENCH := $(BUILD)/dev/cuda/matmul $(BUILD)/dev/cuda/attention $(BUILD)/dev/cuda/layernorm
+# GPU checks of tdpipe's own CUDA modules (nccl_check: tdpipe/comm_nccl.cuh on one GPU)
+CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check
 .PHONY: cuda
 ifneq ($(NVCC),)
-cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH)
+cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH) $(CUDA_CHECKS)
 
 test_gpt2cu: test_gpt2.cu $(LIB) $(CUDA_HDRS)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LINK)
@@ -100,6 +102,11 @@ $(BUILD)/test_gpt2cu_fp32: test_gpt2.cu $(LIB) $(CUDA_HDRS)
 $(BUILD)/dev/cuda/%: dev/cuda/%.cu $(LIB) $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ $(CUDA_LINK)
+
+# with MPI's flags (comm_nccl.cuh's MPI path compiles here too) and NCCL
+$(BUILD)/dev/cuda/nccl_check: dev/cuda/nccl_check.cu $(LIB) $(CUDA_HDRS) tdpipe/comm_nccl.cuh tdpipe/comm.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< -o $@ $(CUDA_LINK) -lnccl
 else
 cuda:
 	@echo "make cuda: nvcc not found (the CUDA targets need it)"; exit 1

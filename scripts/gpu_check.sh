@@ -33,6 +33,7 @@ if run build 300 make -j"$(nproc)" cuda; then
     run test_gpt2cu 90 ./test_gpt2cu
     run test_gpt2cu_fp32 90 ./build/test_gpt2cu_fp32
     run test_gpt2cu_model_mma 60 ./test_gpt2cu --model-only --matmul tdpipe-mma
+    run nccl_check 60 ./build/dev/cuda/nccl_check
     run bench_matmul 120 ./build/dev/cuda/matmul
     run bench_attention 60 ./build/dev/cuda/attention
     run bench_layernorm 60 ./build/dev/cuda/layernorm
@@ -48,7 +49,7 @@ fi
 
 {
     echo "=== summary"
-    grep -E "^(test_gpt2cu|matmul tdpipe:)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m" "$LOG" | grep -v "^=== "
+    grep -E "^(test_gpt2cu|matmul tdpipe:|nccl_check: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"
