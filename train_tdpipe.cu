@@ -436,6 +436,11 @@ typedef struct {
     GPT2CudaActs* acts;   // (slots) one per activation slot
     GPT2CudaGradActs* ga; // (gacts)
     int n_acts, n_ga;
+    floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (Stage books them)
+    float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
+    float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
+    int n_stash, n_ring;
+    ParameterTensorsX current; // m.params while a stash is swapped in
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
@@ -453,17 +458,71 @@ static void cuda_grow(Stage* s) {
         for (int i = c->n_ga; i < s->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, s->B, s->T);
         c->n_ga = s->n_gacts;
     }
+    if (s->n_stash > c->n_stash) {
+        c->stash = (floatX**)realloc(c->stash, s->n_stash * sizeof(floatX*));
+        for (int i = c->n_stash; i < s->n_stash; i++) cudaCheck(cudaMalloc((void**)&c->stash[i], c->m.num_params * sizeof(floatX)));
+        c->n_stash = s->n_stash;
+    }
+    if (s->n_grad_slots > c->n_ring) {
+        c->grad_ring = (float**)realloc(c->grad_ring, s->n_grad_slots * sizeof(float*));
+        c->dwte_ring = (float**)realloc(c->dwte_ring, s->n_grad_slots * sizeof(float*));
+        size_t vc = s->range.has_head ? (size_t)s->cfg.padded_vocab_size * s->cfg.channels : 0;
+        for (int k = c->n_ring; k < s->n_grad_slots; k++) {
+            if (k == 0) {
+                c->grad_ring[0] = c->m.grads_memory;
+                c->dwte_ring[0] = c->m.dwte_head;
+                continue;
+            }
+            cudaCheck(cudaMalloc((void**)&c->grad_ring[k], c->m.num_params * sizeof(float)));
+            cudaCheck(cudaMemset(c->grad_ring[k], 0, c->m.num_params * sizeof(float)));
+            c->dwte_ring[k] = NULL;
+            if (vc) {
+                cudaCheck(cudaMalloc((void**)&c->dwte_ring[k], vc * sizeof(float)));
+                cudaCheck(cudaMemset(c->dwte_ring[k], 0, vc * sizeof(float)));
+            }
+        }
+        c->n_ring = s->n_grad_slots;
+    }
 }
 
-static float cuda_forward(Stage* s, int slot, int targets_valid) {
+// forward and backward read m.params: point it at stash slot i for one call (-1: leave it)
+static void cuda_swap_in(CudaStage* c, int i) {
+    c->current = c->m.params;
+    if (i >= 0) gpt2_cuda_point_x(&c->m.params, c->stash[i], c->m.sizes);
+}
+static void cuda_swap_out(CudaStage* c) { c->m.params = c->current; }
+
+static void cuda_stash(Stage* s, int i) {
+    cuda_grow(s);
+    CudaStage* c = cuda_of(s);
+    cudaCheck(cudaMemcpyAsync(c->stash[i], c->m.params_memory, c->m.num_params * sizeof(floatX), cudaMemcpyDeviceToDevice, g_cuda_stream));
+}
+
+static void cuda_use_grad_slot(Stage* s, int k) {
+    cuda_grow(s);
+    CudaStage* c = cuda_of(s);
+    c->m.grads_memory = c->grad_ring[k];
+    gpt2_point_params(&c->m.grads, c->grad_ring[k], c->m.sizes);
+    c->m.dwte_head = c->dwte_ring[k];
+}
+
+static float cuda_forward(Stage* s, int slot, int stash, int targets_valid) {
     cuda_grow(s);
     GPT2Acts* a = &s->acts[slot];
-    return gpt2_cuda_forward(&cuda_of(s)->m, &cuda_of(s)->acts[slot], a->inputs, targets_valid ? a->targets : NULL, NULL);
+    CudaStage* c = cuda_of(s);
+    cuda_swap_in(c, stash);
+    // a later stage's input arrived in the host slot (host staging): it goes up with the forward
+    const float* x_in = s->range.has_embed ? NULL : a->x_in;
+    float loss = gpt2_cuda_forward(&c->m, &c->acts[slot], a->inputs, targets_valid ? a->targets : NULL, x_in);
+    cuda_swap_out(c);
+    return loss;
 }
-static void cuda_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
-    if (version != s->version) td_fatal("--device cuda: weight stashing (tdpipe with W > 0) is not supported on the GPU yet");
+static void cuda_backward_input(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss) {
     cuda_grow(s);
-    gpt2_cuda_backward_input(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts], dx_out, dloss);
+    CudaStage* c = cuda_of(s);
+    cuda_swap_in(c, stash);
+    gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], dx_out, dloss);
+    cuda_swap_out(c);
 }
 static void cuda_backward_weight(Stage* s, int slot, int gacts) {
     gpt2_cuda_backward_weight(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts]);
@@ -493,7 +552,8 @@ static void cuda_grads_from_host(const Stage* s) { gpt2_cuda_set_grads(&cuda_of(
 
 static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
                                           cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
-                                          cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host};
+                                          cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
+                                          cuda_stash, cuda_use_grad_slot};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {
@@ -558,7 +618,7 @@ int main(int argc, char** argv) {
     if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda") && strcmp(a.device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a.device);
     int staged = !strcmp(a.device, "cpu-staged"); // the CPU behind the device-backend interface (tests)
-    // the GPU runs synchronous schedules, messages staged through host memory (no NCCL yet)
+    // a GPU stage exchanges messages and gradients through host memory over MPI (no NCCL yet)
     char why[256];
     int have_cuda = cuda_available_why(why, sizeof(why));
     if (!strcmp(a.device, "cuda") && !have_cuda) fatal_all("--device cuda: no usable GPU: %s", why);
@@ -570,11 +630,9 @@ int main(int argc, char** argv) {
     if (W != 0 && kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a.aew);
     if (comm_grid(&comm, a.stages, err, sizeof(err))) fatal_all("%s", err);
     int P = comm.P, D = comm.D, s = comm.stage;
-    if (staged && W != 0) fatal_all("--device cpu-staged: weight stashes (--aew > 0) live on the CPU side only");
-    if (use_cuda && (W != 0 || a.synthetic)) {
-        if (!strcmp(a.device, "cuda"))
-            fatal_all("--device cuda: the GPU backend runs the synchronous schedules (tdpipe with --aew 0) for now: no weight stashes on the device; and not with --synthetic-compute");
-        use_cuda = 0; // auto: the CPU does what the GPU backend cannot yet
+    if (use_cuda && a.synthetic) {
+        if (!strcmp(a.device, "cuda")) fatal_all("--device cuda: --synthetic-compute replaces the model by timed waits: use --device cpu");
+        use_cuda = 0; // auto: synthetic compute needs no device
     }
 #ifdef TD_CUDA
     if (use_cuda && !matmul_backend_parse(a.matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a.matmul);

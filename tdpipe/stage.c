@@ -74,9 +74,9 @@ void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_s
         s->stash_views = (ParameterTensors*)realloc(s->stash_views, n_stash * sizeof(ParameterTensors));
         if (!s->stash || !s->stash_version || !s->stash_views) td_fatal("out of memory for %d weight stashes", n_stash);
         for (int i = s->n_stash; i < n_stash; i++) {
-            s->stash[i] = (float*)malloc_check(s->num_params * sizeof(float));
+            s->stash[i] = s->be ? NULL : (float*)malloc_check(s->num_params * sizeof(float));
             s->stash_version[i] = -1;
-            gpt2_point_params(&s->stash_views[i], s->stash[i], s->sizes);
+            if (s->stash[i]) gpt2_point_params(&s->stash_views[i], s->stash[i], s->sizes);
         }
         s->n_stash = n_stash;
     }
@@ -86,19 +86,27 @@ void stage_use_grad_slot(Stage* s, int k) {
     s->grads = s->grad_slots[k];
     s->dwte_head = s->dwte_head_slots[k];
     gpt2_point_params(&s->g, s->grads, s->sizes);
+    if (s->be) s->be->use_grad_slot(s, k);
+}
+
+// -1 when version is the current one, else the stash slot holding it
+static int stash_of(const Stage* s, int version) {
+    if (version == s->version) return -1;
+    for (int i = 0; i < s->n_stash; i++)
+        if (s->stash_version[i] == version) return i;
+    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", s->range.l0, s->range.l1, version, s->version);
 }
 
 const ParameterTensors* stage_weights(const Stage* s, int version) {
-    if (version == s->version) return &s->p;
-    for (int i = 0; i < s->n_stash; i++)
-        if (s->stash_version[i] == version) return &s->stash_views[i];
-    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", s->range.l0, s->range.l1, version, s->version);
+    int i = stash_of(s, version);
+    return i < 0 ? &s->p : &s->stash_views[i];
 }
 
 void stage_stash_current(Stage* s) {
     for (int i = 0; i < s->n_stash; i++)
         if (s->stash_version[i] < 0) {
-            memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
+            if (s->be) s->be->stash(s, i);
+            else memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
             s->stash_version[i] = s->version;
             return;
         }
@@ -140,17 +148,12 @@ void stage_load_params(Stage* s, const float* full) { gpt2_slice_params(&s->cfg,
 void stage_store_params(const Stage* s, float* full) { gpt2_unslice_params(&s->cfg, &s->range, s->params, full); }
 
 float stage_forward(Stage* s, int slot, int version, int targets_valid) {
-    if (s->be) {
-        if (version != s->version)
-            td_fatal("--device %s: a forward on weight version %d (current %d) needs weight stashing, which runs on the CPU only",
-                     s->be->name, version, s->version);
-        return s->be->forward(s, slot, targets_valid);
-    }
+    if (s->be) return s->be->forward(s, slot, stash_of(s, version), targets_valid);
     return gpt2_forward(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], targets_valid);
 }
 
 void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
-    if (s->be) s->be->backward_input(s, slot, gacts, version, dx_out, dloss);
+    if (s->be) s->be->backward_input(s, slot, gacts, stash_of(s, version), dx_out, dloss);
     else gpt2_backward_input(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], &s->gacts[gacts], dx_out, dloss);
 }
 

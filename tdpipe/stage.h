@@ -13,11 +13,13 @@ typedef struct Stage Stage;
 // A device backend for a stage's compute. A stage without one computes on the CPU (the reference).
 // The CUDA backend (train_tdpipe.cu, the one file nvcc builds) fills one in; its model lives on the
 // device, the Stage keeps the host side: token ids, the fp32 weights and AdamW moments between
-// stage_to_host / stage_from_host, and the gradient for host-side exchanges.
+// stage_to_host / stage_from_host, and the gradient for host-side exchanges. The Stage keeps the
+// books of stashes (which slot holds which version) and of the gradient ring; the backend keeps
+// their contents on the device. `stash` arguments: -1 for the current weights, else a stash slot.
 typedef struct {
     const char* name;
-    float (*forward)(Stage* s, int slot, int targets_valid);
-    void (*backward_input)(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss);
+    float (*forward)(Stage* s, int slot, int stash, int targets_valid);
+    void (*backward_input)(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss);
     void (*backward_weight)(Stage* s, int slot, int gacts);
     void (*tie_embedding_local)(Stage* s);
     void (*grad_unit_sumsq)(const Stage* s, double* out);
@@ -29,6 +31,8 @@ typedef struct {
     void (*dx_in)(Stage* s, int gacts, float* host);  // (B, T, C) the gradient of the stage input
     void (*grads_to_host)(Stage* s);         // the active gradient (and dwte_head) -> grads, dwte_head
     void (*grads_from_host)(const Stage* s); // grads -> the device (after host-side exchanges)
+    void (*stash)(Stage* s, int i);          // the current weights -> stash slot i (s->n_stash slots)
+    void (*use_grad_slot)(Stage* s, int k);  // backward accumulates into gradient slot k (s->n_grad_slots)
 } StageBackend;
 
 struct Stage {
@@ -58,8 +62,8 @@ struct Stage {
     float** dwte_head_slots; // (n_grad_slots)[Vp*C] or NULLs
     // weight stashing: copies of older versions still referenced by in-flight micro-batches
     int n_stash;
-    float** stash;           // (n_stash)[num_params]
     int* stash_version;      // (n_stash) version held, -1 when free
+    float** stash;           // (n_stash)[num_params] on the CPU; NULLs with a backend (it holds them)
     ParameterTensors* stash_views; // (n_stash)
 };
 

@@ -9,24 +9,39 @@
 static Stage* inner(const Stage* s) { return (Stage*)s->dev; }
 
 // the private stage follows the slots and buffers the executor reserved on the outer one
-static void grow(Stage* s) { stage_reserve(inner(s), s->n_slots, s->n_gacts, 1, 0); }
+static void grow(Stage* s) { stage_reserve(inner(s), s->n_slots, s->n_gacts, s->n_grad_slots, s->n_stash); }
+
+// the inner stage's version of the weights `stash` names (-1: current)
+static int version_of(const Stage* s, int stash) { return stash < 0 ? inner(s)->version : inner(s)->stash_version[stash]; }
 
 static size_t btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
 
-static float staged_forward(Stage* s, int slot, int targets_valid) {
+static float staged_forward(Stage* s, int slot, int stash, int targets_valid) {
     grow(s);
     GPT2Acts* out = &s->acts[slot];
     GPT2Acts* in = &inner(s)->acts[slot];
     memcpy(in->inputs, out->inputs, sizeof(int) * s->B * s->T); // "upload"
     memcpy(in->targets, out->targets, sizeof(int) * s->B * s->T);
     if (out->x_in && !s->range.has_embed) memcpy(in->x_in, out->x_in, btc(s) * sizeof(float));
-    return stage_forward(inner(s), slot, inner(s)->version, targets_valid);
+    return stage_forward(inner(s), slot, version_of(s, stash), targets_valid);
 }
 
-static void staged_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
-    if (version != s->version) td_fatal("--device cpu-staged: weight stashing is not supported behind a device backend");
+static void staged_backward_input(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss) {
     grow(s);
-    stage_backward_input(inner(s), slot, gacts, inner(s)->version, dx_out, dloss);
+    stage_backward_input(inner(s), slot, gacts, version_of(s, stash), dx_out, dloss);
+}
+
+// the device copy of the weights into stash slot i, booked on the inner stage under its version
+static void staged_stash(Stage* s, int i) {
+    grow(s);
+    Stage* d = inner(s);
+    memcpy(d->stash[i], d->params, d->num_params * sizeof(float));
+    d->stash_version[i] = d->version;
+}
+
+static void staged_use_grad_slot(Stage* s, int k) {
+    grow(s);
+    stage_use_grad_slot(inner(s), k);
 }
 
 static void staged_backward_weight(Stage* s, int slot, int gacts) { stage_backward_weight(inner(s), slot, gacts); }
@@ -65,7 +80,8 @@ static void staged_grads_from_host(const Stage* s) { memcpy(inner(s)->grads, s->
 
 static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backward_input, staged_backward_weight, staged_tie,
                                     staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
-                                    staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host};
+                                    staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host,
+                                    staged_stash, staged_use_grad_slot};
 
 void stage_init_staged(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
     Stage* dev = (Stage*)calloc_check(1, sizeof(Stage));

@@ -67,7 +67,13 @@ check "  P = 1: losses and model bitwise equal to the CPU path" staged_same "$TM
 check "  P = 4, D = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
 d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && diff <(losses "$TMP/st22") <(losses "$TMP/sc2") >/dev/null && cmp -s "$TMP/st22/model.bin" "$TMP/sc2/model.bin"; }
 check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" d2_ref
-refuse "--device cpu-staged with --aew > 0" "weight stashes" $BIN --device cpu-staged --schedule tdpipe --aew 1 -x 1
+# TD-Pipe behind the backend interface: stashes and the gradient ring kept by the backend
+check "--device cpu-staged, tdpipe W = 2, P = 1" $BIN $SMALL --device cpu-staged --schedule tdpipe --aew 2 -o "$TMP/sw1"
+check "--device cpu-staged, tdpipe W = 2, P = 4, jitter 0.3" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule tdpipe --aew 2 --jitter 0.3 -o "$TMP/sw4"
+check "--device cpu-staged, tdpipe W = 2, P = 2, D = 2" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 2 --schedule tdpipe --aew 2 -o "$TMP/sw22"
+check "  P = 1: losses and model bitwise equal to the CPU path" tsame "$TMP/sw1" "$TMP/tref2"
+check "  P = 4: losses and model bitwise equal to the CPU path" tsame "$TMP/sw4" "$TMP/tref2"
+check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" tsame "$TMP/sw22" "$TMP/tref2d2"
 
 # --- checkpoints are laid out independently of P and D: a one-process checkpoint resumes as a pipeline
 steps_from() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | awk -v k="$2" '{ s = $2; sub(",", "", s); if (s + 0 > k + 0) print $4 }'; }
