@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     for (int b = 0; b < 3; b++) {
         double beta = betas[b], base = 0.0;
         int n_seeds = beta > 0 ? seeds : 1;
-        printf("\nbeta %.1f\n%-8s %4s %10s %8s %8s %9s %6s %6s %6s\n", beta, "schedule", "W", "makespan", "util %", "bubble %",
+        printf("\nbeta %.1f\n%-8s %4s %10s %8s %8s %8s %9s %6s %6s %6s\n", beta, "schedule", "W", "makespan", "util %", "bubble %", "steady %",
                "vs 1f1b", "stale", "acts0", "stash");
         for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
             Schedule sch;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
             schedule_free(&sch);
         }
     }
-    printf("\nutil: sum of busy / (P * makespan); vs 1f1b: 1f1b's makespan / this one (same op times per op);\n"
+    printf("\nutil: sum of busy / (P * makespan); steady: the trainer's measure, per step over steps 2..n-1; vs 1f1b: 1f1b's makespan / this one (same op times per op);\n"
            "stale: max staleness; acts0: stage 0 activation slots; stash: max weight versions held on a stage\n");
     free(t_f);
     free(t_b);
