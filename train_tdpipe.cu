@@ -23,6 +23,7 @@
 #include "tdpipe/pipeline.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
 #include "tdpipe/trace.h"
 
@@ -271,7 +272,7 @@ static void on_step(void* ctx, const StepReport* r) {
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st) {
+                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st, const char* dp_where) {
     printf("+----------------------+--------------------------------------------------------------\n");
     printf("| %-20s | %s\n", "model", a->init);
     printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
@@ -287,6 +288,7 @@ static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm*
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, sched);
     if (!strcmp(sched, "tdpipe")) printf(", AEW W = %s", a->aew);
     printf("\n");
+    if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, dp_where);
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
@@ -423,175 +425,6 @@ static int checkpoint_resume(const TrainArgs* a, Stage* s, Data* d, int D, size_
     return step;
 }
 
-// ----------------------------------------------------------------------------------------------
-
-// ----------------------------------------------------------------------------------------------
-// the CUDA backend (nvcc builds only): the stage's model on the GPU behind StageBackend
-
-#ifdef TD_CUDA
-#include "llmc/gpt2_cuda.cuh"
-
-typedef struct {
-    GPT2Cuda m;
-    GPT2CudaActs* acts;   // (slots) one per activation slot
-    GPT2CudaGradActs* ga; // (gacts)
-    int n_acts, n_ga;
-    floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (Stage books them)
-    float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
-    float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
-    int n_stash, n_ring;
-    ParameterTensorsX current; // m.params while a stash is swapped in
-} CudaStage;
-
-static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
-
-// the device buffers follow the host slots the executor reserved
-static void cuda_grow(Stage* s) {
-    CudaStage* c = cuda_of(s);
-    if (s->n_slots > c->n_acts) {
-        c->acts = (GPT2CudaActs*)realloc(c->acts, s->n_slots * sizeof(GPT2CudaActs));
-        for (int i = c->n_acts; i < s->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, s->B, s->T);
-        c->n_acts = s->n_slots;
-    }
-    if (s->n_gacts > c->n_ga) {
-        c->ga = (GPT2CudaGradActs*)realloc(c->ga, s->n_gacts * sizeof(GPT2CudaGradActs));
-        for (int i = c->n_ga; i < s->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, s->B, s->T);
-        c->n_ga = s->n_gacts;
-    }
-    if (s->n_stash > c->n_stash) {
-        c->stash = (floatX**)realloc(c->stash, s->n_stash * sizeof(floatX*));
-        for (int i = c->n_stash; i < s->n_stash; i++) cudaCheck(cudaMalloc((void**)&c->stash[i], c->m.num_params * sizeof(floatX)));
-        c->n_stash = s->n_stash;
-    }
-    if (s->n_grad_slots > c->n_ring) {
-        c->grad_ring = (float**)realloc(c->grad_ring, s->n_grad_slots * sizeof(float*));
-        c->dwte_ring = (float**)realloc(c->dwte_ring, s->n_grad_slots * sizeof(float*));
-        size_t vc = s->range.has_head ? (size_t)s->cfg.padded_vocab_size * s->cfg.channels : 0;
-        for (int k = c->n_ring; k < s->n_grad_slots; k++) {
-            if (k == 0) {
-                c->grad_ring[0] = c->m.grads_memory;
-                c->dwte_ring[0] = c->m.dwte_head;
-                continue;
-            }
-            cudaCheck(cudaMalloc((void**)&c->grad_ring[k], c->m.num_params * sizeof(float)));
-            cudaCheck(cudaMemset(c->grad_ring[k], 0, c->m.num_params * sizeof(float)));
-            c->dwte_ring[k] = NULL;
-            if (vc) {
-                cudaCheck(cudaMalloc((void**)&c->dwte_ring[k], vc * sizeof(float)));
-                cudaCheck(cudaMemset(c->dwte_ring[k], 0, vc * sizeof(float)));
-            }
-        }
-        c->n_ring = s->n_grad_slots;
-    }
-}
-
-// forward and backward read m.params: point it at stash slot i for one call (-1: leave it)
-static void cuda_swap_in(CudaStage* c, int i) {
-    c->current = c->m.params;
-    if (i >= 0) gpt2_cuda_point_x(&c->m.params, c->stash[i], c->m.sizes);
-}
-static void cuda_swap_out(CudaStage* c) { c->m.params = c->current; }
-
-static void cuda_stash(Stage* s, int i) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    cudaCheck(cudaMemcpyAsync(c->stash[i], c->m.params_memory, c->m.num_params * sizeof(floatX), cudaMemcpyDeviceToDevice, g_cuda_stream));
-}
-
-static void cuda_use_grad_slot(Stage* s, int k) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    c->m.grads_memory = c->grad_ring[k];
-    gpt2_point_params(&c->m.grads, c->grad_ring[k], c->m.sizes);
-    c->m.dwte_head = c->dwte_ring[k];
-}
-
-static float cuda_forward(Stage* s, int slot, int stash, int targets_valid) {
-    cuda_grow(s);
-    GPT2Acts* a = &s->acts[slot];
-    CudaStage* c = cuda_of(s);
-    cuda_swap_in(c, stash);
-    // a later stage's input arrived in the host slot (host staging): it goes up with the forward
-    const float* x_in = s->range.has_embed ? NULL : a->x_in;
-    float loss = gpt2_cuda_forward(&c->m, &c->acts[slot], a->inputs, targets_valid ? a->targets : NULL, x_in);
-    cuda_swap_out(c);
-    return loss;
-}
-static void cuda_backward_input(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    cuda_swap_in(c, stash);
-    gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], dx_out, dloss);
-    cuda_swap_out(c);
-}
-static void cuda_backward_weight(Stage* s, int slot, int gacts) {
-    gpt2_cuda_backward_weight(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts]);
-}
-static void cuda_tie(Stage* s) { gpt2_cuda_tie_wte_grads(&cuda_of(s)->m); }
-static void cuda_sumsq(const Stage* s, double* out) { gpt2_cuda_grad_unit_sumsq(&cuda_of(s)->m, out); }
-static void cuda_update(Stage* s, const AdamWConfig* o, float lr, int t, float scale) {
-    gpt2_cuda_update(&cuda_of(s)->m, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
-}
-static void cuda_zero(Stage* s) { gpt2_cuda_zero_grads(&cuda_of(s)->m); }
-static void cuda_to_host(Stage* s) {
-    gpt2_cuda_get_params(&cuda_of(s)->m, s->params);
-    gpt2_cuda_get_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
-}
-static void cuda_from_host(const Stage* s) {
-    gpt2_cuda_set_params(&cuda_of(s)->m, s->params);
-    gpt2_cuda_set_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
-}
-
-static void cuda_output(Stage* s, int slot, float* host) { gpt2_cuda_stage_output(&cuda_of(s)->m, &cuda_of(s)->acts[slot], host); }
-static void cuda_dx_in(Stage* s, int gacts, float* host) { gpt2_cuda_dx_in(&cuda_of(s)->m, &cuda_of(s)->ga[gacts], s->B, s->T, host); }
-static void cuda_grads_to_host(Stage* s) {
-    gpt2_cuda_get_grads(&cuda_of(s)->m, s->grads);
-    if (s->range.has_head) gpt2_cuda_get_dwte_head(&cuda_of(s)->m, s->dwte_head);
-}
-static void cuda_grads_from_host(const Stage* s) { gpt2_cuda_set_grads(&cuda_of(s)->m, s->grads); }
-
-static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
-                                          cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
-                                          cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
-                                          cuda_stash, cuda_use_grad_slot};
-
-// 1 when a CUDA device can be used; else 0 with the runtime's reason in why
-static int cuda_available_why(char* why, size_t cap) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) snprintf(why, cap, "%s", cudaGetErrorString(e));
-    else if (n == 0) snprintf(why, cap, "no CUDA device");
-    return e == cudaSuccess && n > 0;
-}
-
-// ranks on one host take its GPUs round-robin by local rank; ranks sharing a GPU exchange
-// activations and gradients through host memory over MPI (host staging)
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
-    int n = 1;
-    cudaCheck(cudaGetDeviceCount(&n));
-    const char* lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cuda_device_init((lr ? atoi(lr) : 0) % n);
-    CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
-    float* mine = (float*)malloc_check(gpt2_param_sizes(cfg, r, st->sizes) * sizeof(float));
-    gpt2_slice_params(cfg, r, full, mine);
-    gpt2_cuda_init(&c->m, cfg, r, mine);
-    free(mine);
-    stage_init_backend(st, cfg, r, B, T, 1, &CUDA_BACKEND, c);
-    stage_load_params(st, full);
-    cuda_grow(st);
-}
-
-static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
-#else
-static int cuda_available_why(char* why, size_t cap) {
-    snprintf(why, cap, "this build has no CUDA backend (build where nvcc is installed)");
-    return 0;
-}
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
-    td_fatal("--device cuda: this build has no CUDA backend (build where nvcc is installed)");
-}
-static double cuda_peak(void) { return 0.0; }
-#endif
 
 // W for --aew: a number, or auto (measured later)
 static int parse_aew(const char* s, int* W) {
@@ -637,6 +470,7 @@ int main(int argc, char** argv) {
 #ifdef TD_CUDA
     if (use_cuda && !matmul_backend_parse(a.matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a.matmul);
 #endif
+    if (strcmp(a.comm, "auto") != 0 && strcmp(a.comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a.comm);
     if (!use_cuda && strcmp(a.matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a.matmul);
     // ranks sharing this host share its cores
     if (comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) {
@@ -697,6 +531,23 @@ int main(int argc, char** argv) {
         st = &stage;
     }
     Pipeline pl = {&comm, st, P, ranges};
+    // a device stage's data-parallel average runs where its gradient lives when it can: NCCL between
+    // GPUs (each replica on its own GPU), the private stage's memory for cpu-staged; else through
+    // host memory over MPI (--comm mpi, or replicas sharing a GPU)
+    void (*dp_fn)(void*, Stage*) = NULL;
+    void* dp_ctx = NULL;
+    const char* dp_where = "host memory, MPI";
+    if (st && st->be && D > 1 && !strcmp(a.comm, "auto")) {
+        if (staged) {
+            dp_fn = stage_staged_dp_average, dp_ctx = &comm;
+            dp_where = "the backend's memory, MPI (cpu-staged: where NCCL would run on GPUs)";
+        } else if (cuda_dp_init(&comm, st, &dp_ctx)) {
+            dp_fn = cuda_dp_average;
+            dp_where = "GPU memory, NCCL";
+        } else {
+            dp_where = "host memory, MPI (the replicas share a GPU: NCCL cannot connect them)";
+        }
+    }
 
     FILE* log = NULL;
     int bad_out = 0;
@@ -710,7 +561,7 @@ int main(int argc, char** argv) {
     }
     if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st);
+    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st, dp_where);
     Decoder dec;
     if (g_rank == 0) decoder_init(&dec, &d, &a);
 
@@ -758,6 +609,8 @@ int main(int argc, char** argv) {
         ex.syn_f = per_layer * (range.l1 - range.l0);
         ex.syn_b = 2.0 * ex.syn_f;
     }
+    ex.dp_average_device = dp_fn;
+    ex.dp_ctx = dp_ctx;
     ex.trace = &trace;
     ex.on_step = on_step;
     ex.ctx = &rep;

@@ -51,6 +51,7 @@ typedef struct {
     int synthetic;            // --synthetic-compute  timed waits from a cost model instead of the model
     char device[16];          // --device auto|cpu|cuda
     char matmul[16];          // --matmul tdpipe|tdpipe-mma|cublaslt (CUDA)
+    char comm[8];             // --comm auto|mpi: where a device stage's data-parallel average runs
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);

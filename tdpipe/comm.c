@@ -5,9 +5,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <string.h>
-#ifdef TD_MPI
-#include <mpi.h>
-#endif
+#include "tdpipe/mpi_check.h"
 
 // One message or gather carries at most INT_MAX bytes (MPI counts are int). Activations and
 // gradients for one message are far smaller, so this version refuses larger ones instead of
@@ -23,22 +21,9 @@ static int env_int(const char* name, int fallback) {
 }
 
 #ifdef TD_MPI
-// an MPI call that fails ends the process with the rank, file, line, the call and MPI's explanation
-#define MPI_CHECK(call)                                                    \
-    do {                                                                   \
-        int e_ = (call);                                                   \
-        if (e_ != MPI_SUCCESS) {                                           \
-            char s_[MPI_MAX_ERROR_STRING];                                 \
-            int l_ = 0;                                                    \
-            if (MPI_Error_string(e_, s_, &l_) != MPI_SUCCESS) snprintf(s_, sizeof s_, "MPI error %d", e_); \
-            td_fatal("%s failed: %s", #call, s_);                          \
-        }                                                                  \
-    } while (0)
-
 // handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
 _Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
 
-#define DP_PIECE ((size_t)1 << 24) // floats per reduce-scatter round: bounds the receive buffer (64 MiB)
 static float* g_dp_recv = NULL;    // (D, chunk) the D replicas' copies of this replica's chunk; grows on demand
 static size_t g_dp_recv_cap = 0;   // floats allocated in g_dp_recv
 static int g_tag_ub = 32767;       // largest tag MPI accepts (the standard's minimum until queried)
@@ -302,7 +287,7 @@ void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequ
 
 // --- the data-parallel group ------------------------------------------------------------------------
 
-// All replicas of a stage call this with the same n. Each round of at most DP_PIECE floats is split
+// All replicas of a stage call this with the same n. Each round of at most COMM_DP_PIECE floats is split
 // into D contiguous chunks (sizes differ by at most one); replica r receives every replica's copy of
 // chunk r (all-to-all), averages them in replica order, and the averaged chunks are all-gathered.
 void comm_dp_average(Comm* c, float* buf, size_t n) {
@@ -312,8 +297,8 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
     int D = c->D, me = c->replica;
     int* sizes = (int*)malloc_check(4 * (size_t)D * sizeof(int)); // (4, D): chunk sizes, offsets, receive sizes, offsets
     int *offs = sizes + D, *rsizes = sizes + 2 * D, *roffs = sizes + 3 * D;
-    for (size_t off = 0; off < n; off += DP_PIECE) {
-        size_t m = n - off < DP_PIECE ? n - off : DP_PIECE;
+    for (size_t off = 0; off < n; off += COMM_DP_PIECE) {
+        size_t m = n - off < COMM_DP_PIECE ? n - off : COMM_DP_PIECE;
         for (int r = 0; r < D; r++) {
             size_t sz, off_r;
             comm_dp_chunk(m, D, r, &sz, &off_r);

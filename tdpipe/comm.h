@@ -57,7 +57,10 @@ void comm_dp_average(Comm* c, float* buf, size_t n);
 void comm_dp_average_double(Comm* c, double* buf, int n);
 
 // What every implementation of the average shares (MPI here, NCCL in comm_nccl.cuh), so that they
-// agree bitwise. Chunk r of m floats split over D replicas: sizes base + (r < extra), contiguous.
+// agree bitwise. Rounds of at most COMM_DP_PIECE floats bound the receive buffer (64 MiB); an
+// element's sum does not depend on them.
+#define COMM_DP_PIECE ((size_t)1 << 24)
+// Chunk r of m floats split over D replicas: sizes base + (r < extra), contiguous.
 static inline void comm_dp_chunk(size_t m, int D, int r, size_t* size, size_t* off) {
     size_t base = m / (size_t)D, extra = m % (size_t)D, rr = (size_t)r;
     *size = base + (rr < extra);

@@ -8,12 +8,7 @@
 #include <unistd.h>
 #include "llmc/cuda_common.cuh"
 #include "tdpipe/comm.h"
-#ifdef TD_MPI
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1 // the C API only: Open MPI's C++ bindings warn under -Wextra
-#endif
-#include <mpi.h>
-#endif
+#include "tdpipe/mpi_check.h"
 
 // ---- checked calls -----------------------------------------------------------------------------
 
@@ -29,22 +24,6 @@
         }                                                                                              \
     } while (0)
 
-#ifdef TD_MPI
-#define commNcclMpiCheck(call)                                                                         \
-    do {                                                                                               \
-        int e_ = (call);                                                                               \
-        if (e_ != MPI_SUCCESS) {                                                                       \
-            char s_[MPI_MAX_ERROR_STRING];                                                             \
-            int l_ = 0;                                                                                \
-            if (MPI_Error_string(e_, s_, &l_) != MPI_SUCCESS) snprintf(s_, sizeof s_, "MPI error %d", e_); \
-            td_fatal_at(__FILE__, __LINE__, "%s: %s", #call, s_);                                      \
-        }                                                                                              \
-    } while (0)
-#endif
-
-// floats per round of comm_nccl_dp_average: the same piece size as comm.c's DP_PIECE (the result
-// does not depend on it, element i's sum is the same whatever the chunking; it bounds the scratch)
-#define COMM_NCCL_DP_PIECE ((size_t)1 << 24)
 
 typedef struct {
     ncclComm_t pipe;      // this replica's P stages, NCCL rank = stage
@@ -96,7 +75,7 @@ static inline void comm_nccl_ordered_average(float* dout, const float* din, size
 
 // floats of scratch comm_nccl_dp_average needs for n floats over D replicas: (D, largest chunk)
 static inline size_t comm_nccl_dp_scratch_floats(int D, size_t n) {
-    size_t m = n < COMM_NCCL_DP_PIECE ? n : COMM_NCCL_DP_PIECE;
+    size_t m = n < COMM_DP_PIECE ? n : COMM_DP_PIECE;
     return (size_t)D * ((m + (size_t)D - 1) / (size_t)D);
 }
 
@@ -112,13 +91,12 @@ typedef struct {
     int device;
 } CommNcclDeviceId;
 
-// Gathers every group rank's device over `m` and refuses (one message, from the group's lowest rank that
-// shares a GPU) when two ranks would drive the same GPU; the other ranks wait here for the launcher to end
-// the job. `group` names the group in the message ("pipeline" or "data-parallel group").
-static inline void comm_nccl_check_devices(MPI_Comm m, int device, const char* group, const char* rank_word) {
-    int me = 0, n = 0;
-    commNcclMpiCheck(MPI_Comm_rank(m, &me));
-    commNcclMpiCheck(MPI_Comm_size(m, &n));
+// Gathers every rank's device over group `m`; returns 1 and the first pair of ranks (in rank order)
+// that would drive the same GPU in *a, *b (the UUID decides; host and PCI bus id name it), else 0.
+// all: (group size) every rank's device, malloc'ed, the caller frees it. Collective over m.
+static inline int comm_nccl_shared_gpu(MPI_Comm m, int device, CommNcclDeviceId** all_out, int* a, int* b) {
+    int n = 0;
+    MPI_CHECK(MPI_Comm_size(m, &n));
     CommNcclDeviceId mine;
     memset(&mine, 0, sizeof mine);
     cudaDeviceProp prop;
@@ -128,22 +106,32 @@ static inline void comm_nccl_check_devices(MPI_Comm m, int device, const char* g
     if (gethostname(mine.host, sizeof mine.host - 1) != 0) snprintf(mine.host, sizeof mine.host, "?");
     mine.device = device;
     CommNcclDeviceId* all = (CommNcclDeviceId*)malloc_check((size_t)n * sizeof *all); // (n) every group rank's device
-    commNcclMpiCheck(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m));
-    int a = -1, b = -1; // the first pair (in rank order) sharing a GPU
-    for (int i = 0; i < n && a < 0; i++)
+    MPI_CHECK(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m));
+    *all_out = all;
+    for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
             if (memcmp(all[i].uuid, all[j].uuid, sizeof all[i].uuid) == 0) {
-                a = i;
-                b = j;
-                break;
+                *a = i;
+                *b = j;
+                return 1;
             }
-    if (a >= 0) {
+    return 0;
+}
+
+// Refuses (one message, from the group's lowest rank that shares a GPU) when two ranks of group m
+// would drive the same GPU; the other ranks wait here for the launcher to end the job. `group` names
+// the group in the message ("pipeline" or "data-parallel group").
+static inline void comm_nccl_check_devices(MPI_Comm m, int device, const char* group, const char* rank_word) {
+    int me = 0, a = -1, b = -1;
+    MPI_CHECK(MPI_Comm_rank(m, &me));
+    CommNcclDeviceId* all = NULL;
+    if (comm_nccl_shared_gpu(m, device, &all, &a, &b)) {
         if (me == a)
             td_fatal("%ss %d and %d of this %s would both use the same GPU (CUDA device %d, PCI %s on host %s): NCCL "
                      "cannot connect two ranks on one GPU. Give every rank its own GPU, or use the host-staged MPI path "
                      "for ranks that share a GPU",
                      rank_word, a, b, group, all[a].device, all[a].bus, all[a].host);
-        commNcclMpiCheck(MPI_Barrier(m)); // never completes: rank a has exited, and the launcher ends the job
+        MPI_CHECK(MPI_Barrier(m)); // never completes: rank a has exited, and the launcher ends the job
         exit(1);
     }
     free(all);
@@ -157,16 +145,34 @@ static inline void comm_nccl_make(ncclComm_t* out, int n, int rank, void* mpi_co
     memset(&id, 0, sizeof id);
     if (rank == 0) ncclCheck(ncclGetUniqueId(&id));
 #ifdef TD_MPI
-    if (mpi_comm) commNcclMpiCheck(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, *(MPI_Comm*)mpi_comm));
+    if (mpi_comm) MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, *(MPI_Comm*)mpi_comm));
 #else
     (void)mpi_comm;
 #endif
     ncclCheck(ncclCommInitRank(out, n, id, rank));
 }
 
-// Sets `device` current and builds the pipeline and data-parallel communicators of c's grid (after
-// comm_grid), plus the module's stream. Without MPI (c->mpi == 0): one-rank communicators, P = D = 1.
-static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
+// 1 when every replica of this rank's stage has a GPU of its own, so the data-parallel group can
+// use NCCL (collective over the group; 1 without MPI or with D = 1)
+static inline int comm_nccl_dp_possible(const Comm* c, int device) {
+#ifdef TD_MPI
+    if (!c->mpi || c->D == 1) return 1;
+    CommNcclDeviceId* all = NULL;
+    int a, b, shared = comm_nccl_shared_gpu(*(MPI_Comm*)c->dp_comm, device, &all, &a, &b);
+    free(all);
+    return !shared;
+#else
+    (void)c, (void)device;
+    return 1;
+#endif
+}
+
+enum { COMM_NCCL_PIPE = 1, COMM_NCCL_DP = 2 }; // the groups comm_nccl_init builds
+
+// Sets `device` current and builds the communicators of c's grid (after comm_grid) that `groups`
+// names (the pipeline's, the data-parallel group's; a group left out stays NULL), plus the module's
+// stream. Without MPI (c->mpi == 0): one-rank communicators, P = D = 1.
+static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device, int groups) {
     memset(cn, 0, sizeof *cn);
     cn->P = c->P;
     cn->D = c->D;
@@ -181,17 +187,17 @@ static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
         pipe_mpi = c->pipe_comm;
         dp_mpi = c->dp_comm;
         int pr = -1, ps = -1, dr = -1, ds = -1;
-        commNcclMpiCheck(MPI_Comm_rank(*(MPI_Comm*)pipe_mpi, &pr));
-        commNcclMpiCheck(MPI_Comm_size(*(MPI_Comm*)pipe_mpi, &ps));
-        commNcclMpiCheck(MPI_Comm_rank(*(MPI_Comm*)dp_mpi, &dr));
-        commNcclMpiCheck(MPI_Comm_size(*(MPI_Comm*)dp_mpi, &ds));
+        MPI_CHECK(MPI_Comm_rank(*(MPI_Comm*)pipe_mpi, &pr));
+        MPI_CHECK(MPI_Comm_size(*(MPI_Comm*)pipe_mpi, &ps));
+        MPI_CHECK(MPI_Comm_rank(*(MPI_Comm*)dp_mpi, &dr));
+        MPI_CHECK(MPI_Comm_size(*(MPI_Comm*)dp_mpi, &ds));
         if (pr != c->stage || ps != c->P || dr != c->replica || ds != c->D)
             td_fatal("comm_nccl_init: MPI groups (pipeline rank %d of %d, data-parallel rank %d of %d) do not match "
                      "the grid (stage %d of %d, replica %d of %d)", pr, ps, dr, ds, c->stage, c->P, c->replica, c->D);
         // every rank checks both of its groups before any NCCL call (ncclCommInitRank would hang or fail
         // less clearly); all ranks do the pipeline first, so the collectives match
-        comm_nccl_check_devices(*(MPI_Comm*)pipe_mpi, device, "pipeline", "stage");
-        comm_nccl_check_devices(*(MPI_Comm*)dp_mpi, device, "data-parallel group", "replica");
+        if (groups & COMM_NCCL_PIPE) comm_nccl_check_devices(*(MPI_Comm*)pipe_mpi, device, "pipeline", "stage");
+        if (groups & COMM_NCCL_DP) comm_nccl_check_devices(*(MPI_Comm*)dp_mpi, device, "data-parallel group", "replica");
 #else
         td_fatal("comm_nccl_init: Comm says MPI is running, but this translation unit was built without TD_MPI");
 #endif
@@ -200,8 +206,8 @@ static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
     }
     // every rank builds its pipeline communicator first, then its data-parallel one: each init waits
     // only for ranks that are making the same communicator, so the order cannot deadlock
-    comm_nccl_make(&cn->pipe, c->P, c->stage, pipe_mpi);
-    comm_nccl_make(&cn->dp, c->D, c->replica, dp_mpi);
+    if (groups & COMM_NCCL_PIPE) comm_nccl_make(&cn->pipe, c->P, c->stage, pipe_mpi);
+    if (groups & COMM_NCCL_DP) comm_nccl_make(&cn->dp, c->D, c->replica, dp_mpi);
     int lo = 0, hi = 0; // communication first: the highest priority this device offers
     cudaCheck(cudaDeviceGetStreamPriorityRange(&lo, &hi));
     cudaCheck(cudaStreamCreateWithPriority(&cn->stream, cudaStreamNonBlocking, hi));
@@ -246,6 +252,7 @@ static inline int comm_nccl_done(CommNccl* cn, cudaEvent_t ev) {
     if (e != cudaErrorNotReady) td_fatal("cudaEventQuery(ev): %s", cudaGetErrorString(e));
     ncclComm_t comms[2] = {cn->pipe, cn->dp};
     for (int i = 0; i < 2; i++) {
+        if (!comms[i]) continue;
         ncclResult_t a = ncclSuccess;
         ncclCheck(ncclCommGetAsyncError(comms[i], &a));
         if (a != ncclSuccess && a != ncclInProgress)
@@ -286,18 +293,18 @@ static inline void comm_nccl_recv(CommNccl* cn, void* dbuf, size_t bytes, int pe
 // ---- the data-parallel group ---------------------------------------------------------------------
 
 // dbuf (n, device) <- (dbuf_0 + dbuf_1 + ... + dbuf_{D-1}) / D over this stage's replicas, bitwise what
-// comm.c's comm_dp_average computes: each round of at most COMM_NCCL_DP_PIECE floats is split into D
+// comm.c's comm_dp_average computes: each round of at most COMM_DP_PIECE floats is split into D
 // contiguous chunks; replica r receives every replica's copy of chunk r (an all-to-all of grouped
 // sends and receives), sums them in replica order and divides by D (the kernel above), and the averaged
 // chunks are all-gathered (grouped sends and receives: the chunks differ in size by up to one float).
-// dscratch: (D, ceil(min(n, COMM_NCCL_DP_PIECE) / D)) device floats, comm_nccl_dp_scratch_floats(D, n).
+// dscratch: (D, ceil(min(n, COMM_DP_PIECE) / D)) device floats, comm_nccl_dp_scratch_floats(D, n).
 // Enqueued on the module's stream (order it after the gradients' producer with comm_nccl_wait_for);
 // every replica of the stage must call it with the same n.
 static inline void comm_nccl_dp_average(CommNccl* cn, float* dbuf, size_t n, float* dscratch) {
     int D = cn->D, me = cn->replica;
     if (D == 1 || n == 0) return;
-    for (size_t off = 0; off < n; off += COMM_NCCL_DP_PIECE) {
-        size_t m = n - off < COMM_NCCL_DP_PIECE ? n - off : COMM_NCCL_DP_PIECE;
+    for (size_t off = 0; off < n; off += COMM_DP_PIECE) {
+        size_t m = n - off < COMM_DP_PIECE ? n - off : COMM_DP_PIECE;
         size_t mine, mine_off;
         comm_dp_chunk(m, D, me, &mine, &mine_off);
         float* own = dbuf + off + mine_off; // (mine) this replica's chunk, averaged in place

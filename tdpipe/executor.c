@@ -245,10 +245,12 @@ static void post_step(Run* r, int t) {
         int k = t % st->n_grad_slots;
         stage_use_grad_slot(st, k);
         size_t vc = st->sizes[0];
+        int dp_device = r->D > 1 && ex->dp_average_device;
+        if (dp_device) ex->dp_average_device(ex->dp_ctx, st);
         // a device backend's gradient goes through host memory for the exchanges over MPI
-        int staged = st->be && (r->D > 1 || r->P > 1);
+        int staged = st->be && (r->P > 1 || (r->D > 1 && !dp_device));
         if (staged) stage_grads_to_host(st);
-        if (r->D > 1) {
+        if (r->D > 1 && !dp_device) {
             comm_dp_average(ex->comm, st->grads, st->num_params);
             if (st->dwte_head) comm_dp_average(ex->comm, st->dwte_head, vc);
         }

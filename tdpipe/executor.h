@@ -41,6 +41,11 @@ typedef struct {
     uint64_t seed;
     double syn_f, syn_b;   // synthetic compute: seconds per forward / backward of this stage; 0 = real
     Trace* trace;          // NULL or the trace to record into
+    // the data-parallel average of a device backend's active gradient slot (and the LM head's share
+    // of wte), done where the gradient lives (NCCL between GPUs), bitwise comm_dp_average's result;
+    // NULL: the gradient goes through host memory and comm_dp_average (MPI)
+    void (*dp_average_device)(void* ctx, Stage* st);
+    void* dp_ctx;
     void (*on_step)(void* ctx, const StepReport* r); // world rank 0 only, in step order
     void* ctx;
     // measured over the run, for the partition table and --aew auto

@@ -5,6 +5,7 @@
 #include "stage_staged.h"
 #include <string.h>
 #include "llmc/common.h"
+#include "tdpipe/comm.h"
 
 static Stage* inner(const Stage* s) { return (Stage*)s->dev; }
 
@@ -82,6 +83,12 @@ static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backwar
                                     staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
                                     staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host,
                                     staged_stash, staged_use_grad_slot};
+
+void stage_staged_dp_average(void* comm, Stage* s) {
+    Stage* d = inner(s);
+    comm_dp_average((Comm*)comm, d->grads, d->num_params);
+    if (d->dwte_head) comm_dp_average((Comm*)comm, d->dwte_head, d->sizes[0]);
+}
 
 void stage_init_staged(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
     Stage* dev = (Stage*)calloc_check(1, sizeof(Stage));

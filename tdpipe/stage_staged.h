@@ -10,6 +10,9 @@ extern "C" {
 // full: the whole model's parameters
 void stage_init_staged(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full);
 void stage_free_staged(Stage* s);
+// the executor's dp_average_device for this backend (ctx: the Comm): the data-parallel average of
+// the private stage's active gradient slot, in place where it lives, as NCCL does on a GPU
+void stage_staged_dp_average(void* comm, Stage* s);
 
 #ifdef __cplusplus
 }

@@ -61,12 +61,20 @@ check "--device cpu, P = 1" $BIN $STG -o "$TMP/sc1"
 for PD in "2 2" "4 1"; do
     set -- $PD
     check "--device cpu-staged, P = $1, D = $2" $MPI -np $(($1 * $2)) $BIN $STG --device cpu-staged --stages $1 -o "$TMP/st$1$2"
+    cp "$TMP/out" "$TMP/st$1$2.txt"
 done
 staged_same() { diff <(losses "$1") <(losses "$TMP/sc1") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && cmp -s "$1/model.bin" "$2/model.bin"; }
 check "  P = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st1" "$TMP/sc1"
 check "  P = 4, D = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
+staged_same2() { diff <(losses "$1") <(losses "$TMP/sc2") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && cmp -s "$1/model.bin" "$TMP/sc2/model.bin"; }
 d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && diff <(losses "$TMP/st22") <(losses "$TMP/sc2") >/dev/null && cmp -s "$TMP/st22/model.bin" "$TMP/sc2/model.bin"; }
 check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" d2_ref
+check "  it averaged where the gradient lives (what NCCL does on GPUs)" grep -q "averaged over the 2 replicas in the backend's memory" "$TMP/st22.txt"
+check "--device cpu-staged, P = 2, D = 2, --comm mpi (gradients through host memory)" $MPI -np 4 $BIN $STG --device cpu-staged --stages 2 --comm mpi -o "$TMP/st22m"
+cp "$TMP/out" "$TMP/st22m.txt"
+check "  losses and model bitwise equal to the CPU path with D = 2" staged_same2 "$TMP/st22m"
+check "  it says so" grep -q "averaged over the 2 replicas in host memory, MPI" "$TMP/st22m.txt"
+refuse "--comm with an unknown value" "--comm nccl2: expected auto or mpi" $BIN --comm nccl2 -x 1
 # TD-Pipe behind the backend interface: stashes and the gradient ring kept by the backend
 check "--device cpu-staged, tdpipe W = 2, P = 1" $BIN $SMALL --device cpu-staged --schedule tdpipe --aew 2 -o "$TMP/sw1"
 check "--device cpu-staged, tdpipe W = 2, P = 4, jitter 0.3" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule tdpipe --aew 2 --jitter 0.3 -o "$TMP/sw4"

@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
     int ver = 0;
     ncclCheck(ncclGetVersion(&ver));
     CommNccl cn;
-    comm_nccl_init(&cn, &c, 0);
+    comm_nccl_init(&cn, &c, 0, COMM_NCCL_PIPE | COMM_NCCL_DP);
     cuda_device_init(0);
     printf("nccl_check: NCCL %d (header %d), device %s, %s\n", ver, NCCL_VERSION_CODE, g_device_prop.name,
            c.mpi ? "MPI path (one rank)" : "no MPI");
