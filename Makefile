@@ -52,7 +52,7 @@ ifneq ($(NVCC),)
 train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lnccl -lgomp
 else
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h)
+train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h tdpipe/*.cuh)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 endif
 
