@@ -3,7 +3,7 @@
 //
 // How a step's gradient becomes an update, without any blocking call that spans the pipeline:
 //   after the stage's last backward of step t ("post"): average the gradient slot over the D
-//     replicas (blocking, but only among the replicas of this stage, which run the same list),
+//     replicas (blocking, but only among the replicas of this stage, which all post in step order),
 //     exchange the tied embedding's shares between the first and last stage, and start a
 //     nonblocking sum over the pipeline of [per-unit sums of squares, loss];
 //   at U(t): wait for that sum (it needs every stage's post of step t, which the schedule puts
