@@ -1,6 +1,7 @@
 // Prints simulated makespan, utilisation and bubble of gpipe, 1f1b, zbh1 and tdpipe (several AEW
 // windows) over unit op costs (F = 1, B = 2, ZB's BI = BW = 1, U = 0) at jitter β = 0, 0.1, 0.3.
 // Usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds averaged when β > 0]
+//                      [-W tdpipe windows, comma-separated (default 0,1,2,4,8,16,24,32)]
 #include "llmc/common.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
@@ -13,21 +14,31 @@ typedef struct {
 
 int main(int argc, char** argv) {
     int P = 8, M = 16, n_steps = 4, seeds = 20;
+    Row rows[3 + 32] = {{SCHED_1F1B, 0}, {SCHED_GPIPE, 0}, {SCHED_ZBH1, 0}};
+    int windows[] = {0, 1, 2, 4, 8, 16, 24, 32}, n_rows = 3;
+    for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) rows[n_rows++] = (Row){SCHED_TDPIPE, windows[k]};
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-P") == 0) P = v;
         else if (strcmp(argv[i], "-M") == 0) M = v;
         else if (strcmp(argv[i], "-n") == 0) n_steps = v;
         else if (strcmp(argv[i], "-s") == 0) seeds = v;
-        else td_fatal("unknown flag %s (usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds])", argv[i]);
+        else if (strcmp(argv[i], "-W") == 0) { // the tdpipe rows: a comma-separated list
+            n_rows = 3;
+            for (char* it = argv[i + 1]; *it && n_rows < 3 + 32; it += *it == ',') {
+                char* end;
+                long w = strtol(it, &end, 10);
+                if (end == it || w < 0) td_fatal("-W %s: expected windows >= 0 separated by commas", argv[i + 1]);
+                rows[n_rows++] = (Row){SCHED_TDPIPE, (int)w};
+                it = end;
+            }
+        } else td_fatal("unknown flag %s (usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds] [-W windows])", argv[i]);
     }
     if (P < 1 || seeds < 1) td_fatal("need -P >= 1 and -s >= 1");
     double* t_f = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_b = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_h = (double*)malloc_check(P * sizeof(double)); // (P) BI and BW: half of B each
     for (int s = 0; s < P; s++) t_f[s] = 1.0, t_b[s] = 2.0, t_h[s] = 1.0;
-    Row rows[] = {{SCHED_1F1B, 0}, {SCHED_GPIPE, 0}, {SCHED_ZBH1, 0}, {SCHED_TDPIPE, 0},
-                  {SCHED_TDPIPE, 1}, {SCHED_TDPIPE, 2}, {SCHED_TDPIPE, 4}, {SCHED_TDPIPE, 8}, {SCHED_TDPIPE, 16}, {SCHED_TDPIPE, 24}, {SCHED_TDPIPE, 32}};
     double betas[] = {0.0, 0.1, 0.3};
     printf("P=%d M=%d steps=%d; F=1 B=2 (zbh1: BI=BW=1) U=0, latency 0; Gamma jitter, mean of %d seeds when beta > 0\n",
            P, M, n_steps, seeds);
@@ -37,7 +48,7 @@ int main(int argc, char** argv) {
         int n_seeds = beta > 0 ? seeds : 1;
         printf("\nbeta %.1f\n%-8s %4s %10s %8s %8s %8s %9s %6s %6s %6s\n", beta, "schedule", "W", "makespan", "util %", "bubble %", "steady %",
                "vs 1f1b", "stale", "acts0", "stash");
-        for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        for (int r = 0; r < n_rows; r++) {
             Schedule sch;
             char err[512];
             if (schedule_build(&sch, rows[r].kind, P, M, rows[r].W, n_steps, err, sizeof(err))) {
