@@ -31,8 +31,8 @@ typedef struct {
 // tdpipe: no flush, event-driven: a free stage runs U if ready, else the next B or the next
 //       forward g = t*M + m, whichever is ready (gradient or input arrived; for F the window allows
 //       it: schedule_forward_allowed), preferring the one 1F1B's rhythm puts next: F after a B, B
-//       after an F. The executor runs this policy live when W > 0 (W = 0 is the 1f1b list); the
-//       list printed here is the order it takes with F = 1, B = 2, U = 0 and no latency. W = 0 gives exactly 1f1b.
+//       after an F. The executor runs this policy live when W > 0 (W = 0 is exactly the 1f1b
+//       list); the list printed here is the order it takes with F = 1, B = 2, U = 0, no latency.
 //       Versions depend on g alone, so a run is bitwise the same at every P, P = 1 included: one
 //       process with W > 0 computes exactly the stale updates a pipeline does.
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE } SchedKind;
@@ -67,15 +67,16 @@ int schedule_forward_version(SchedKind kind, int g, int M, int W);
 int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v);
 // 1 when sch runs event-driven (tdpipe with W > 0), 0 when its lists run in order
 static inline int schedule_event_driven(const Schedule* sch) { return sch->kind == SCHED_TDPIPE && sch->W > 0; }
-// tdpipe's tie-break when both the next F and the next B are ready: alternate like 1F1B (under
-// jitter this beats always-B-first by 4-8 points of utilisation in dev/sim_schedules at beta 0.3)
+// tdpipe's tie-break when both the next F and the next B are ready: alternate like 1F1B (at beta
+// 0.3 in dev/sim_schedules this beats always-B-first by 1.6 to 5 points of utilisation, W 2..16)
 static inline int schedule_prefers_forward(OpKind last_f_or_b) { return last_f_or_b == OP_B; }
 
 // staleness of a micro-batch op = step - version (0 for OP_U); the max over all ops
 int schedule_op_staleness(const Op* op);
 int schedule_max_staleness(const Schedule* sch);
 // stage s: max micro-batches whose forward is done and whose weight gradient is not (activation
-// slots), and max distinct weight versions referenced by those plus the current one (stash slots)
+// slots), and max distinct weight versions held: the current one, those in-flight micro-batches
+// used, and older ones a later forward still needs (stash slots + 1)
 void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* max_versions);
 // stage s: max steps whose gradient accumulation has begun and whose update has not run
 // (gradient-cache slots)
