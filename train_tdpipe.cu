@@ -451,11 +451,14 @@ int main(int argc, char** argv) {
     if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda") && strcmp(a.device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a.device);
     int staged = !strcmp(a.device, "cpu-staged"); // the CPU behind the device-backend interface (tests)
-    // a GPU stage exchanges messages and gradients through host memory over MPI (no NCCL yet)
+    // every rank decides the same: one rank without a GPU while the others use theirs would leave
+    // collectives half-entered (a hang), so the GPU is used only when every rank has one
     char why[256];
     int have_cuda = cuda_available_why(why, sizeof(why));
-    if (!strcmp(a.device, "cuda") && !have_cuda) fatal_all("--device cuda: no usable GPU: %s", why);
-    int use_cuda = strcmp(a.device, "cpu") != 0 && !staged && have_cuda;
+    int gpu_everywhere = !comm_any(&comm, !have_cuda);
+    if (!strcmp(a.device, "cuda") && !gpu_everywhere)
+        fatal_all("--device cuda: %s", have_cuda ? "not every rank has a usable GPU (rank 0 has one)" : why);
+    int use_cuda = strcmp(a.device, "cpu") != 0 && !staged && gpu_everywhere;
     SchedKind kind;
     if (schedule_parse_kind(a.schedule, &kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a.schedule);
     int W;
@@ -520,7 +523,7 @@ int main(int argc, char** argv) {
     GPT2Acts sample_acts;
     if (!a.synthetic) {
         float* full = model_init(&a, &cfg, !from_file);
-        if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full);
+        if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full, &comm);
         else if (staged) stage_init_staged(&stage, &cfg, &range, a.B, a.T, full);
         else {
             stage_init(&stage, &cfg, &range, a.B, a.T, 1);
@@ -703,13 +706,13 @@ int main(int argc, char** argv) {
     // weight stashes, gradient-cache ring), as the schedules made the executor reserve them
     double mib = 1.0 / (1024.0 * 1024.0);
     double times[8] = {ex.n_f ? ex.busy_f / ex.n_f : 0.0, ex.n_b ? ex.busy_b / ex.n_b : 0.0};
-    if (st) {
+    if (st) { // a backend's buffers live on its device, in its own precision: counted, not sized (-1)
         times[2] = st->n_slots;
-        times[3] = st->n_slots * (double)st->acts[0].num_floats * 4 * mib + st->n_gacts * (double)st->gacts[0].num_floats * 4 * mib;
+        times[3] = st->be ? -1 : st->n_slots * (double)st->acts[0].num_floats * 4 * mib + st->n_gacts * (double)st->gacts[0].num_floats * 4 * mib;
         times[4] = st->n_stash;
-        times[5] = st->n_stash * (double)st->num_params * 4 * mib;
+        times[5] = st->be ? -1 : st->n_stash * (double)st->num_params * 4 * mib;
         times[6] = st->n_grad_slots;
-        times[7] = st->n_grad_slots * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0)) * 4 * mib;
+        times[7] = st->be ? -1 : st->n_grad_slots * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0)) * 4 * mib;
     }
     double* all_times = g_rank == 0 ? (double*)malloc_check(sizeof(times) * comm.world_size) : NULL;
     comm_gather_to_root(&comm, times, sizeof(times), all_times);
@@ -725,8 +728,12 @@ int main(int argc, char** argv) {
             const double* t = all_times + 8 * i;
             char layers[32];
             snprintf(layers, sizeof(layers), "[%d,%d)", part.first[i], part.first[i + 1]);
-            printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10.0f %8.1f  %7.0f %8.1f  %9.0f %8.1f\n", i, layers,
-                   total_pred > 0 ? 100.0 * part.time[i] / total_pred : 100.0, t[0] * 1e3, t[1] * 1e3, t[2], t[3], t[4], t[5], t[6], t[7]);
+            char mb[3][16]; // MiB columns, "-" for a device stage's
+            for (int k = 0; k < 3; k++)
+                if (t[3 + 2 * k] < 0) snprintf(mb[k], sizeof(mb[k]), "-");
+                else snprintf(mb[k], sizeof(mb[k]), "%.1f", t[3 + 2 * k]);
+            printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10.0f %8s  %7.0f %8s  %9.0f %8s\n", i, layers,
+                   total_pred > 0 ? 100.0 * part.time[i] / total_pred : 100.0, t[0] * 1e3, t[1] * 1e3, t[2], mb[0], t[4], mb[1], t[6], mb[2]);
         }
         if (rep.seconds_n) printf("average step: %.1f ms (%d steps, first left out)\n", rep.seconds_sum / rep.seconds_n * 1e3, rep.seconds_n);
         if (lost) exit(1);
@@ -758,8 +765,10 @@ int main(int argc, char** argv) {
         free(full);
         gpt2_acts_free(&sample_acts);
         if (staged) stage_free_staged(st);
+        else if (use_cuda) cuda_stage_free(st);
         else stage_free(st);
     }
+    if (dp_fn == cuda_dp_average) cuda_dp_free(dp_ctx);
     if (log) fclose(log);
     executor_free(&ex);
     trace_free(&trace);

@@ -79,6 +79,7 @@ void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof *c);
     c->world_size = 1;
     c->P = c->D = 1;
+    c->local_rank = 0;
     c->local_ranks = 1;
     int launched_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 0));
     int launched = launched_size > 0 || getenv("PMIX_RANK") != NULL;
@@ -99,13 +100,12 @@ void comm_init(Comm* c, int* argc, char*** argv) {
         MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
         if (flag && ub) g_tag_ub = *ub;
         c->mpi = 1;
-        c->local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", 0));
-        if (c->local_ranks <= 0) { // not told by the launcher: count the ranks sharing this host's memory
-            MPI_Comm host;
-            MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, c->world_rank, MPI_INFO_NULL, &host));
-            MPI_CHECK(MPI_Comm_size(host, &c->local_ranks));
-            MPI_CHECK(MPI_Comm_free(&host));
-        }
+        // the ranks sharing this host's memory, whatever launched them (mpirun, Hydra, srun)
+        MPI_Comm host;
+        MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, c->world_rank, MPI_INFO_NULL, &host));
+        MPI_CHECK(MPI_Comm_rank(host, &c->local_rank));
+        MPI_CHECK(MPI_Comm_size(host, &c->local_ranks));
+        MPI_CHECK(MPI_Comm_free(&host));
         // until comm_grid: the P = 1 grid it would build
         c->D = c->world_size;
         c->replica = c->world_rank;

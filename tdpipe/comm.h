@@ -13,7 +13,8 @@ typedef struct {
     int P, D;           // stages per pipeline, data-parallel replicas
     int stage, replica; // this rank's place in the grid: world rank = replica * P + stage
     int mpi;            // 1 when MPI was initialised (launched by mpirun)
-    int local_ranks;    // ranks on this host (to share its cores between them)
+    int local_rank;     // this rank's index among the ranks on its host (picks its GPU)
+    int local_ranks;    // ranks on this host (to share its cores and GPUs between them)
     void* pipe_comm;    // (MPI_Comm*) this replica's P stages, ranked by stage
     void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
     void* world_comm;   // (MPI_Comm*) all ranks

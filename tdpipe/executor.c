@@ -247,8 +247,9 @@ static void post_step(Run* r, int t) {
         size_t vc = st->sizes[0];
         int dp_device = r->D > 1 && ex->dp_average_device;
         if (dp_device) ex->dp_average_device(ex->dp_ctx, st);
-        // a device backend's gradient goes through host memory for the exchanges over MPI
-        int staged = st->be && (r->P > 1 || (r->D > 1 && !dp_device));
+        // a device backend's gradient goes through host memory for the exchanges over MPI: the
+        // tied embedding's (first and last stage) and the replicas' average unless done on the device
+        int staged = st->be && ((r->P > 1 && (r->first || r->last)) || (r->D > 1 && !dp_device));
         if (staged) stage_grads_to_host(st);
         if (r->D > 1 && !dp_device) {
             comm_dp_average(ex->comm, st->grads, st->num_params);

@@ -147,11 +147,10 @@ static int cuda_available_why(char* why, size_t cap) {
 
 // ranks on one host take its GPUs round-robin by local rank; ranks sharing a GPU exchange
 // activations and gradients through host memory over MPI (host staging)
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full, const Comm* comm) {
     int n = 1;
     cudaCheck(cudaGetDeviceCount(&n));
-    const char* lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cuda_device_init((lr ? atoi(lr) : 0) % n);
+    cuda_device_init(comm->local_rank % n);
     CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
     float* mine = (float*)malloc_check(gpt2_param_sizes(cfg, r, st->sizes) * sizeof(float));
     gpt2_slice_params(cfg, r, full, mine);
@@ -160,6 +159,27 @@ static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r
     stage_init_backend(st, cfg, r, B, T, 1, &CUDA_BACKEND, c);
     stage_load_params(st, full);
     cuda_grow(st);
+}
+
+// the device side of the stage (slots, stashes, the gradient ring beyond m's own, the model), then
+// the host side
+static void cuda_stage_free(Stage* st) {
+    CudaStage* c = cuda_of(st);
+    for (int i = 0; i < c->n_acts; i++) gpt2_cuda_acts_free(&c->acts[i]);
+    for (int i = 0; i < c->n_ga; i++) gpt2_cuda_grad_acts_free(&c->ga[i]);
+    for (int i = 0; i < c->n_stash; i++) cudaCheck(cudaFree(c->stash[i]));
+    for (int k = 1; k < c->n_ring; k++) {
+        cudaCheck(cudaFree(c->grad_ring[k]));
+        if (c->dwte_ring[k]) cudaCheck(cudaFree(c->dwte_ring[k]));
+    }
+    gpt2_cuda_free(&c->m); // after the ring: m's gradient pointers may name a ring slot, its memory is slot 0
+    free(c->acts);
+    free(c->ga);
+    free(c->stash);
+    free(c->grad_ring);
+    free(c->dwte_ring);
+    free(c);
+    stage_free(st);
 }
 
 static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
@@ -196,15 +216,24 @@ static void cuda_dp_average(void* ctx, Stage* st) {
         comm_nccl_dp_average(&dp->nccl, c->m.dwte_head, (size_t)st->cfg.padded_vocab_size * st->cfg.channels, dp->scratch);
     comm_nccl_sync(&dp->nccl); // the kernels that read them next run on the compute stream
 }
+
+static void cuda_dp_free(void* ctx) {
+    CudaDp* dp = (CudaDp*)ctx;
+    comm_nccl_free(&dp->nccl);
+    cudaCheck(cudaFree(dp->scratch));
+    free(dp);
+}
 #else
 static int cuda_available_why(char* why, size_t cap) {
     snprintf(why, cap, "this build has no CUDA backend (build where nvcc is installed)");
     return 0;
 }
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
+static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full, const Comm* comm) {
     td_fatal("--device cuda: this build has no CUDA backend (build where nvcc is installed)");
 }
+static void cuda_stage_free(Stage* st) {}
 static double cuda_peak(void) { return 0.0; }
 static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) { return 0; }
 static void cuda_dp_average(void* ctx, Stage* st) {}
+static void cuda_dp_free(void* ctx) {}
 #endif
