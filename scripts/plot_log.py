@@ -21,10 +21,12 @@ def read_log(path):
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON object ({e})")
-            if "step" not in rec or "loss" not in rec:
-                sys.exit(f"{path}:{n}: a log line needs 'step' and 'loss'")
-            steps.append(rec["step"])
-            loss.append(rec["loss"])
+            # step lines carry "loss", validation lines "val_loss"; both carry "step"
+            if "step" not in rec or ("loss" not in rec and "val_loss" not in rec):
+                sys.exit(f"{path}:{n}: a log line needs 'step' and 'loss' or 'val_loss'")
+            if "loss" in rec:
+                steps.append(rec["step"])
+                loss.append(rec["loss"])
             if "val_loss" in rec:
                 vsteps.append(rec["step"])
                 vloss.append(rec["val_loss"])
@@ -37,10 +39,13 @@ def main():
     ap.add_argument("-o", "--output", default="loss.png", help="PNG to write (default loss.png)")
     ap.add_argument("--floor", type=float, help="draw a horizontal line at this loss (e.g. the entropy floor)")
     args = ap.parse_args()
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_log: needs matplotlib (pip install -r scripts/requirements.txt)")
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for path in args.logs:

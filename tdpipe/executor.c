@@ -362,9 +362,12 @@ static void run_op(Run* r, const Op* op, int step0, int have_input) {
     else if (op->kind == OP_U) op_update(r, op, step0);
     else op_backward(r, op, step0, have_input);
     Trace* tr = r->ex->trace;
-    if (tr && tr->enabled) {
+    if (tr && tr->enabled) { // named by the run's global step and version, not the chunk's
         char name[32];
-        schedule_op_name(op, name, sizeof(name));
+        Op global = *op;
+        global.step += step0;
+        global.version += r->v0;
+        schedule_op_name(&global, name, sizeof(name));
         trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds());
     }
     if (r->report) report_ready(r, step0, 0);

@@ -139,6 +139,8 @@ kinds = {e['name'][0] for e in d}
 assert sorted({e['tid'] for e in d}) == [0, 1, 2, 3], 'one row per stage'
 assert len(d) == 4 * 6 * (4 + 4 + 1), len(d)  # per stage: 6 steps x (4 F + 4 B + 1 U)
 assert kinds == {'F', 'B', 'U'}, kinds
+# named by the run's step, not the chunk's (--aew auto runs step 0 alone, then the rest)
+assert sorted(e['name'] for e in d if e['tid'] == 0 and e['name'][0] == 'U') == ['U%d' % i for i in range(6)]
 " "$TMP/trace.json"; }
 check "--trace writes a Chrome trace: every op of every stage" trace_ok
 

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Draw a pipeline timeline from a tdpipe Chrome trace (--trace FILE): one row per stage (and
+replica), forwards, backwards and updates as bars, forwards on an older weight version hatched.
+
+usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
+       scripts/plot_trace.py trace.json --summary       (no plot: per-row busy share, no matplotlib)
+Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
+"""
+import argparse
+import json
+import re
+import sys
+
+# op names as the trainer writes them: F1.3, F1.3@0 (stale forward), B1.3, BI1.3, BW1.3, U1
+OP = re.compile(r"^(F|B|BI|BW|U)(\d+)(?:\.(\d+))?(?:@(\d+))?$")
+COLOURS = {"F": "#4c72b0", "B": "#dd8452", "BI": "#dd8452", "BW": "#c44e52", "U": "#55a868"}
+
+
+def read_trace(path):
+    """[(replica, stage, kind, step, mb, stale, start_ms, dur_ms)] from a Chrome trace file."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        sys.exit(f"plot_trace: {path}: {e.strerror}")
+    except json.JSONDecodeError as e:
+        sys.exit(f"plot_trace: {path}: not JSON ({e})")
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        sys.exit(f"plot_trace: {path}: no traceEvents list (is it a tdpipe --trace file?)")
+    ops = []
+    for i, e in enumerate(events):
+        m = OP.match(str(e.get("name", "")))
+        if not m or e.get("ph") != "X":
+            sys.exit(f"plot_trace: {path}: event {i} is not a tdpipe op ({e.get('name')!r})")
+        kind, step, mb, ver = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        ops.append((int(e["pid"]), int(e["tid"]), kind, step, int(mb) if mb else -1, ver is not None,
+                    float(e["ts"]) / 1e3, float(e["dur"]) / 1e3))
+    if not ops:
+        sys.exit(f"plot_trace: {path}: the trace has no events")
+    return ops
+
+
+def summary(ops):
+    rows = sorted({(o[0], o[1]) for o in ops})
+    t0 = min(o[6] for o in ops)
+    t1 = max(o[6] + o[7] for o in ops)
+    print(f"# {len(ops)} ops, {len(rows)} rows, {t1 - t0:.3f} ms")
+    print(f"{'#replica':>8} {'stage':>5} {'ops':>6} {'busy_ms':>9} {'busy_%':>7} {'stale_F':>7}")
+    for r in rows:
+        mine = [o for o in ops if (o[0], o[1]) == r]
+        busy = sum(o[7] for o in mine if o[2] != "U")
+        stale = sum(1 for o in mine if o[2] == "F" and o[5])
+        print(f"{r[0]:>8} {r[1]:>5} {len(mine):>6} {busy:>9.3f} {100 * busy / (t1 - t0):>7.1f} {stale:>7}")
+
+
+def plot(ops, out, steps):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError:
+        sys.exit("plot_trace: needs matplotlib (pip install -r scripts/requirements.txt); --summary works without")
+    if steps:
+        a, b = steps
+        ops = [o for o in ops if a <= o[3] < b]
+        if not ops:
+            sys.exit(f"plot_trace: no ops of steps [{a}, {b})")
+    rows = sorted({(o[0], o[1]) for o in ops})
+    y = {r: i for i, r in enumerate(rows)}
+    t0 = min(o[6] for o in ops)
+    fig, ax = plt.subplots(figsize=(14, 0.5 * len(rows) + 1.5))
+    for rep, stage, kind, step, mb, stale, start, dur in ops:
+        ax.broken_barh([(start - t0, max(dur, 1e-3))], (y[(rep, stage)] - 0.4, 0.8), facecolors=COLOURS[kind],
+                       edgecolor="white", linewidth=0.3, hatch="///" if stale else None)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"r{r} s{s}" if len({x[0] for x in rows}) > 1 else f"stage {s}" for r, s in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms")
+    kinds = {o[2] for o in ops}
+    legend = [(k, Patch(color=COLOURS[k], label=name)) for k, name in
+              [("F", "forward"), ("B", "backward"), ("BI", "input-gradient backward"), ("BW", "weight-gradient backward"),
+               ("U", "update")] if k in kinds]
+    handles = [h for _, h in legend]
+    if any(o[5] for o in ops):
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="forward on an older version"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), frameon=False)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"plot_trace: wrote {out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="pipeline timeline from a tdpipe --trace file")
+    ap.add_argument("trace")
+    ap.add_argument("-o", "--out", help="image to write (png, svg, pdf)")
+    ap.add_argument("--steps", help="only steps A..B-1, as A:B (counted from 0: the step line's step k is k-1 here)")
+    ap.add_argument("--summary", action="store_true", help="print per-row busy share instead of plotting")
+    args = ap.parse_args()
+    steps = None
+    if args.steps:
+        m = re.match(r"^(\d+):(\d+)$", args.steps)
+        if not m or int(m.group(1)) >= int(m.group(2)):
+            sys.exit(f"plot_trace: --steps {args.steps}: expected A:B with A < B")
+        steps = (int(m.group(1)), int(m.group(2)))
+    ops = read_trace(args.trace)
+    if args.summary:
+        summary(ops)
+    elif args.out:
+        plot(ops, args.out, steps)
+    else:
+        sys.exit("plot_trace: say where the image goes (-o FILE) or ask for --summary")
+
+
+if __name__ == "__main__":
+    main()

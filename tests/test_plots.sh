@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The plotting scripts: each reads what the trainer or the benchmark writes (a --trace file, a
+# log.jsonl, bench_schedules.sh's table; the last as a committed fixture, since the benchmark takes
+# minutes) and refuses what it cannot read. Their --summary modes need no matplotlib; the images
+# are checked where matplotlib is installed (said so otherwise: nothing to count).
+source tests/lib.sh
+PY=python3
+command -v $PY >/dev/null || { echo "FAIL python3 not found"; echo "0 passed, 1 failed"; exit 1; }
+
+check "a short run with --trace and a log" $BIN -e d2 -x 4 -v 2 -s 0 --micro-batches 2 --trace "$TMP/trace.json" -o "$TMP/run"
+check "plot_trace --summary reads it" $PY scripts/plot_trace.py "$TMP/trace.json" --summary
+cp "$TMP/out" "$TMP/summary.txt"
+check "  one row, 4 steps x (2 F + 2 B + 1 U) = 20 ops" grep -q "^# 20 ops, 1 rows" "$TMP/summary.txt"
+echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
+refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary
+echo '{"traceEvents": [' > "$TMP/cut.json"
+refuse "plot_trace refuses a truncated file" "not JSON" $PY scripts/plot_trace.py "$TMP/cut.json" --summary
+refuse "plot_trace refuses a missing file" "No such file" $PY scripts/plot_trace.py "$TMP/none.json" --summary
+refuse "plot_trace refuses a bad --steps" "expected A:B with A < B" $PY scripts/plot_trace.py "$TMP/trace.json" -o "$TMP/t.png" --steps 3:1
+
+check "plot_utilisation --summary reads bench_schedules' table" $PY scripts/plot_utilisation.py tests/fixtures/bench_schedules.txt --summary
+check "  every schedule and window, measured and simulated" grep -q "^tdpipe W=16 .*beta 0.3: 94.0% (sim 95.3%)" "$TMP/out"
+head -3 tests/fixtures/bench_schedules.txt > "$TMP/noheader.txt"
+refuse "plot_utilisation refuses a file without the table's header" "no bench_schedules header" $PY scripts/plot_utilisation.py "$TMP/noheader.txt" --summary
+sed 's/^tdpipe      16   0.3      94.0/tdpipe      16   0.3      x/' tests/fixtures/bench_schedules.txt > "$TMP/bad.txt"
+refuse "plot_utilisation refuses a row whose figures are not numbers" "must be numbers" $PY scripts/plot_utilisation.py "$TMP/bad.txt" --summary
+
+if $PY -c "import matplotlib" 2>/dev/null; then
+    png() { [ -s "$1" ] && [ "$(head -c 4 "$1" | tail -c 3)" = "PNG" ]; }
+    check "plot_trace draws the timeline" $PY scripts/plot_trace.py "$TMP/trace.json" -o "$TMP/timeline.png"
+    check "  a PNG" png "$TMP/timeline.png"
+    check "plot_utilisation draws utilisation against beta" $PY scripts/plot_utilisation.py tests/fixtures/bench_schedules.txt -o "$TMP/util.png"
+    check "  a PNG" png "$TMP/util.png"
+    check "plot_log draws the loss curves" $PY scripts/plot_log.py "$TMP/run/log.jsonl" -o "$TMP/loss.png"
+    check "  a PNG" png "$TMP/loss.png"
+else
+    echo "(matplotlib is not installed: the images are not drawn here; pip install -r scripts/requirements.txt)"
+fi
+finish
