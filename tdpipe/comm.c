@@ -223,6 +223,16 @@ void comm_wait(Comm* c, CommRequest* r) {
     r->active = 0;
 }
 
+void comm_progress(Comm* c) {
+#ifdef TD_MPI
+    if (!c->mpi) return;
+    int flag = 0;
+    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_of(c->pipe_comm, "comm_progress"), &flag, MPI_STATUS_IGNORE));
+#else
+    (void)c;
+#endif
+}
+
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
     (void)c;
     int idx[8], k = 0; // (k) which of reqs the MPI requests below are

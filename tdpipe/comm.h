@@ -44,6 +44,8 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag);
 void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request
 // 1 when r has completed (then it is inactive), 0 while it is still in flight; 1 for inactive
 int comm_test(Comm* c, CommRequest* r);
+// lets MPI move outstanding nonblocking operations along (a probe); cheap, returns at once
+void comm_progress(Comm* c);
 // blocks until one of the active requests among reqs (n <= 8; NULL or inactive entries are
 // skipped) completes; returns its index, now inactive. Fatal when none is active.
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n);

@@ -26,6 +26,7 @@
 
 enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_TIED = 3, TAG_STATS = 4 };
 #define SYN_FLOATS 16 // payload of a synthetic-compute message: dependencies, not data
+#define SYN_POLL_S 2e-4 // a synthetic op's wait is cut into slices this long, MPI progressed between
 enum { SYN_ACT_IN, SYN_ACT_OUT, SYN_GRAD_IN, SYN_GRAD_OUT, SYN_BUFS }; // regions of syn_buf
 
 typedef struct {
@@ -86,7 +87,13 @@ static void finish_compute(Run* r, const Op* op, double t0, int step0) {
     int backward = op->kind != OP_F;
     if (ex->syn_f > 0) { // the op is a wait from the cost model, with CV beta
         double nominal = backward ? (op->kind == OP_B ? ex->syn_b : 0.5 * ex->syn_b) : ex->syn_f;
-        sleep_seconds(nominal * simulator_jitter(seed, r->s, op, ex->jitter) - measured);
+        double until = t0 + nominal * simulator_jitter(seed, r->s, op, ex->jitter);
+        // the host stays free while a device would compute: MPI moves messages and the pipeline
+        // sums along meanwhile, as it would beside a GPU kernel
+        for (double left = until - now_seconds(); left > 0; left = until - now_seconds()) {
+            sleep_seconds(left < SYN_POLL_S ? left : SYN_POLL_S);
+            comm_progress(ex->comm);
+        }
     } else if (ex->jitter > 0) { // measured x (1 + Y), Y of mean 1 and CV 2 beta: the total has CV beta
         sleep_seconds(measured * simulator_jitter(seed, r->s, op, 2.0 * ex->jitter));
     }
