@@ -130,8 +130,9 @@ check "stress: no micro-batch lost or duplicated on any rank" grep -q "every ran
 # --- --synthetic-compute: timed waits instead of the model, so P = 8 fits on two cores (what
 # scripts/bench_schedules.sh measures; its figures are timing, so only completion is tested here)
 check "--synthetic-compute, P = 8, tdpipe W = 8, jitter 0.3, 4 steps" $MPI -np 8 $BIN -e d8 --stages 8 --schedule tdpipe --aew 8 --synthetic-compute --jitter 0.3 --micro-batches 16 -x 4 -o "$TMP/syn"
-check "  every micro-batch counted on every rank" grep -q "every rank ran exactly forwards and backwards (expected 64 each)" "$TMP/out"
-check "  the step lines report bubble and staleness 1" grep -q "bubble .*stale 1" "$TMP/out"
+cp "$TMP/out" "$TMP/syn.txt"
+check "  every micro-batch counted on every rank" grep -q "every rank ran exactly forwards and backwards (expected 64 each)" "$TMP/syn.txt"
+check "  the step lines report bubble and staleness 1" grep -q "bubble .*stale 1" "$TMP/syn.txt"
 
 # --- --aew auto, the trace and the per-stage memory table
 check "--aew auto measures beta and picks W" $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew auto -b 2 -t 16 -x 6 -v 0 -s 0 --micro-batches 4 --trace "$TMP/trace.json" -o "$TMP/auto"
