@@ -44,20 +44,26 @@ if run build 300 make -j"$(nproc)" cuda; then
                 -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
         done
         # ---- pipelines on the one GPU: two ranks share it (host-staged MPI), 1f1b and TD-Pipe W = 2
-        # (weight stashes and the gradient ring on the device), against one rank. A mismatch is
-        # reported, not failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
+        # (weight stashes and the gradient ring on the device), against one rank, and one rank
+        # against the CPU (bf16 against fp32: close, not equal). Mismatches are reported, not
+        # failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
+        # compare LABEL A B: the step losses of two runs' log.jsonl side by side
+        compare() {
+            paste <(grep -o '"loss": [^,]*' "$2/log.jsonl" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$3/log.jsonl" | cut -d' ' -f2) |
+                awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
+                    END { printf "pipeline on one GPU, %s over %d steps: %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }' |
+                tee -a "$LOG"
+        }
         if command -v mpirun >/dev/null && ldd ./train_tdpipe | grep -q libmpi; then
             export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-            SM="--device cuda -e d4 -b 4 -t 64 -x 20 -v 0 -s 0 --micro-batches 4"
+            SM="-e d4 -b 4 -t 64 -x 20 -v 0 -s 0 --micro-batches 4"
             for sch in "1f1b --aew 0" "tdpipe --aew 2"; do
                 tag=${sch%% *}
-                run "gpu_p1_$tag" 60 ./train_tdpipe $SM --schedule $sch -o "build/gpu_p1_$tag" &&
-                    run "gpu_p2_$tag" 120 mpirun --oversubscribe -np 2 ./train_tdpipe $SM --stages 2 --schedule $sch -o "build/gpu_p2_$tag" &&
-                    paste <(grep -o '"loss": [^,]*' "build/gpu_p1_$tag/log.jsonl" | cut -d' ' -f2) \
-                          <(grep -o '"loss": [^,]*' "build/gpu_p2_$tag/log.jsonl" | cut -d' ' -f2) |
-                    awk -v t="$tag" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
-                        END { printf "pipeline on one GPU, %s: P = 2 vs P = 1 over %d steps: %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }' |
-                    tee -a "$LOG"
+                run "gpu_p1_$tag" 60 ./train_tdpipe --device cuda $SM --schedule $sch -o "build/gpu_p1_$tag" &&
+                    run "gpu_p2_$tag" 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule $sch -o "build/gpu_p2_$tag" &&
+                    compare "$tag: P = 2 vs P = 1" "build/gpu_p1_$tag" "build/gpu_p2_$tag"
+                run "cpu_p1_$tag" 120 ./train_tdpipe --device cpu $SM --schedule $sch -o "build/cpu_p1_$tag" &&
+                    compare "$tag: GPU (bf16) vs CPU (fp32), P = 1" "build/cpu_p1_$tag" "build/gpu_p1_$tag"
             done
         fi
     fi
