@@ -439,6 +439,15 @@ static int parse_aew(const char* s, int* W) {
     return 0;
 }
 
+// --grad-cache N caps the gradient-cache ring: refuse a schedule whose stage s needs more slots
+static void check_grad_cache(const TrainArgs* a, const Schedule* sch, int s) {
+    int need;
+    schedule_stage_limits(sch, s, NULL, NULL, &need);
+    if (a->grad_cache > 0 && need > a->grad_cache)
+        fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", a->grad_cache,
+                  schedule_kind_name(sch->kind), sch->W, need);
+}
+
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
 int main(int argc, char** argv) {
@@ -491,6 +500,7 @@ int main(int argc, char** argv) {
     partition_make(&part, &a, &cfg, P);
     Schedule probe;
     if (schedule_build(&probe, kind, P, a.grad_accum, W > 0 ? W : 0, 2, err, sizeof(err))) fatal_all("%s", err);
+    check_grad_cache(&a, &probe, comm.stage);
     if (a.print_schedule) {
         if (g_rank == 0) {
             printf("partition (%s):\n", a.partition);
@@ -633,10 +643,7 @@ int main(int argc, char** argv) {
         if (step + chunk > a.steps) chunk = a.steps - step;
         Schedule sch;
         if (schedule_build(&sch, kind, P, a.grad_accum, W_now, chunk, err, sizeof(err))) fatal_all("%s", err);
-        int need;
-        schedule_stage_limits(&sch, s, NULL, NULL, &need);
-        if (a.grad_cache > 0 && need > a.grad_cache)
-            fatal_all("--grad-cache %d: the schedule needs %d gradient-cache slots on stage %d", a.grad_cache, need, s);
+        check_grad_cache(&a, &sch, s); // again: --aew auto has chosen its window by now
         executor_run(&ex, &sch, step);
         schedule_free(&sch);
         step += chunk;

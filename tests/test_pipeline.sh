@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The pipeline runtime under mpirun: every synchronous schedule (and tdpipe with W = 0) gives
 # bitwise the losses of one process for P in {1, 2, 4} and D in {1, 2}; across D the losses agree
-# within 1e-5; TD-Pipe with W in {1, 2, 4} converges like the synchronous run; the tied
-# embedding's copies stay bitwise equal; a 200-step jittered run at P = 4 finishes with every
-# micro-batch counted; bad pipeline shapes give one message from rank 0 and no hang.
+# within 1e-5; TD-Pipe with W > 0 gives bitwise the losses of one process with the same W at every
+# P, jittered or not, and with W in {1, 2, 4} converges like the synchronous run; the device-
+# backend path (cpu-staged) matches the CPU, stashes and device-side averages included; the tied
+# embedding's copies stay bitwise equal; resumes across shapes; a 200-step jittered run at P = 4
+# and a P = 8 synthetic run finish with every micro-batch counted; bad pipeline shapes and caps
+# give one message from rank 0 and no hang.
 source tests/lib.sh
 if ! command -v mpirun >/dev/null || ! ldd "${BIN%% *}" | grep -q libmpi; then
     echo "FAIL the pipeline tests need Open MPI (apt-get install openmpi-bin libopenmpi-dev) and a build with it"
@@ -173,5 +176,10 @@ refuse "--aew on a synchronous schedule" "--aew 2: only the tdpipe schedule" $BI
 refuse "an unknown schedule" "--schedule pipedream: expected gpipe, 1f1b, zbh1 or tdpipe" $BIN --schedule pipedream
 refuse "a bad --partition" "--partition" $MPI -np 2 $BIN -e d4 --stages 2 --partition 3,3
 refuse "--stages > 1 without mpirun" "--stages 2 does not divide the 1 rank" $BIN -e d4 --stages 2
+
+# --- the gradient-cache ring's cap (--grad-cache, the YAML's pipeline.grad_cache)
+refuse "--grad-cache smaller than the window needs" "--grad-cache 1: the tdpipe schedule with --aew 2 needs 2 gradient-cache slots per stage" $MPI -np 2 $BIN -e d4 --stages 2 --schedule tdpipe --aew 2 --micro-batches 4 -x 2 --grad-cache 1 -o "$TMP/gc"
+check "  refused before training: no log written" test ! -e "$TMP/gc/log.jsonl"
+check "--grad-cache 2 is enough for W = 2" $MPI -np 2 $BIN -e d4 --stages 2 --schedule tdpipe --aew 2 --micro-batches 4 -b 2 -t 16 -x 2 -v 0 -s 0 --grad-cache 2 -o "$TMP/gc2"
 
 finish
