@@ -93,38 +93,33 @@ static void round_x(float* h, size_t n) {
     (void)n;
 #endif
 }
+// device buffers (16 bytes of slack past the end for vector loads): uninitialised, full of NaN
+// (0xff bytes, so an unwritten element cannot pass), or a copy of host data
+static void* dev_alloc(size_t bytes) {
+    void* d;
+    cudaCheck(cudaMalloc(&d, bytes + 16));
+    return d;
+}
+static void* dev_poison(size_t bytes) {
+    void* d = dev_alloc(bytes);
+    cudaCheck(cudaMemset(d, 0xff, bytes));
+    return d;
+}
+static void* dev_copy(const void* h, size_t bytes) {
+    void* d = dev_alloc(bytes);
+    cudaCheck(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
 // device floatX copy of h
 static floatX* dev_x(const float* h, size_t n) {
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(floatX) + 16));
+    floatX* d = (floatX*)dev_alloc(n * sizeof(floatX));
     floatX_upload(d, h, n);
     return d;
 }
-// device floatX buffer full of NaN (0xff bytes), so an unwritten element cannot pass
-static floatX* dev_x_poison(size_t n) {
-    floatX* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(floatX) + 16));
-    cudaCheck(cudaMemset(d, 0xff, n * sizeof(floatX)));
-    return d;
-}
-static float* dev_f(const float* h, size_t n) {
-    float* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(float) + 16));
-    cudaCheck(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-static float* dev_f_poison(size_t n) {
-    float* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(float) + 16));
-    cudaCheck(cudaMemset(d, 0xff, n * sizeof(float)));
-    return d;
-}
-static int* dev_i(const int* h, size_t n) {
-    int* d;
-    cudaCheck(cudaMalloc(&d, n * sizeof(int) + 16));
-    cudaCheck(cudaMemcpy(d, h, n * sizeof(int), cudaMemcpyHostToDevice));
-    return d;
-}
+static floatX* dev_x_poison(size_t n) { return (floatX*)dev_poison(n * sizeof(floatX)); }
+static float* dev_f(const float* h, size_t n) { return (float*)dev_copy(h, n * sizeof(float)); }
+static float* dev_f_poison(size_t n) { return (float*)dev_poison(n * sizeof(float)); }
+static int* dev_i(const int* h, size_t n) { return (int*)dev_copy(h, n * sizeof(int)); }
 static float* get_x(const floatX* d, size_t n) {
     float* h = (float*)malloc_check(n * sizeof(float));
     cudaCheck(cudaDeviceSynchronize());

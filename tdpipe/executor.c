@@ -121,11 +121,16 @@ static int alloc_slot(Run* r) {
 
 static void release_slot(Run* r, int slot) { r->slot_free[r->n_free++] = slot; }
 
-// 1 while a forward still to come on this stage will use weight version v (relative to v0)
-static int future_forward_uses(const Run* r, int v) {
-    int M = r->sch->M, W = r->sch->W, nM = r->sch->n_steps * M;
-    return r->next_f < nM && schedule_forward_version(r->sch->kind, r->next_f, M, W) <= v &&
-           v <= schedule_forward_version(r->sch->kind, nM - 1, M, W);
+// 1 while weight version v (absolute) is still needed: a micro-batch in flight used it and has not
+// run its backward, or a forward still to come in this run will use it
+static int version_needed(const Run* r, int v) {
+    int M = r->sch->M, W = r->sch->W, nM = r->sch->n_steps * M, rel = v - r->v0;
+    if (r->next_f < nM && schedule_forward_version(r->sch->kind, r->next_f, M, W) <= rel &&
+        rel <= schedule_forward_version(r->sch->kind, nM - 1, M, W))
+        return 1;
+    for (int i = 0; i < r->n_slots; i++)
+        if (r->slot_needs_w[i] && r->slot_version[i] == v) return 1;
+    return 0;
 }
 
 // the backward of `slot` no longer needs its weights: drop a stash nobody needs any more
@@ -133,10 +138,7 @@ static void weights_done(Run* r, int slot) {
     Stage* st = r->ex->stage;
     int v = r->slot_version[slot];
     r->slot_needs_w[slot] = 0;
-    if (!st || v == st->version || future_forward_uses(r, v - r->v0)) return;
-    for (int i = 0; i < r->n_slots; i++)
-        if (r->slot_needs_w[i] && r->slot_version[i] == v) return;
-    stage_release_stash(st, v);
+    if (st && v != st->version && !version_needed(r, v)) stage_release_stash(st, v);
 }
 
 static float* syn(Run* r, int region) { return r->syn_buf + region * SYN_FLOATS; }
@@ -309,10 +311,7 @@ static void op_update(Run* r, const Op* op, int step0) {
             stage_grads_from_host(st);
         }
         if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
-        // micro-batches whose backward, or forwards still to come, use these weights: keep a copy
-        int keep = future_forward_uses(r, st->version - r->v0);
-        for (int i = 0; i < r->n_slots && !keep; i++) keep = r->slot_needs_w[i] && r->slot_version[i] == st->version;
-        if (keep) stage_stash_current(st);
+        if (version_needed(r, st->version)) stage_stash_current(st); // weight stashing
         float scale = (ex->clip > 0 && ss->norm > ex->clip) ? ex->clip / ss->norm : 1.0f;
         stage_update(st, &ex->opt, ss->lr, step0 + t + 1, scale);
         stage_zero_grad(st);

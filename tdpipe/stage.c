@@ -102,12 +102,20 @@ const ParameterTensors* stage_weights(const Stage* s, int version) {
     return i < 0 ? &s->p : &s->stash_views[i];
 }
 
+void stage_stash_into(Stage* s, int i) {
+    memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
+    s->stash_version[i] = s->version;
+}
+
 void stage_stash_current(Stage* s) {
     for (int i = 0; i < s->n_stash; i++)
         if (s->stash_version[i] < 0) {
-            if (s->be) s->be->stash(s, i);
-            else memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
-            s->stash_version[i] = s->version;
+            if (s->be) {
+                s->be->stash(s, i);
+                s->stash_version[i] = s->version;
+            } else {
+                stage_stash_into(s, i);
+            }
             return;
         }
     td_fatal("stage [%d, %d): no free stash slot for version %d (%d slots)", s->range.l0, s->range.l1, s->version, s->n_stash);

@@ -83,6 +83,8 @@ const ParameterTensors* stage_weights(const Stage* s, int version);
 // copies the current weights into a free stash slot (before an update, when in-flight
 // micro-batches still need this version for their backward)
 void stage_stash_current(Stage* s);
+// a CPU stage's current weights into stash slot i, booked under the current version
+void stage_stash_into(Stage* s, int i);
 void stage_release_stash(Stage* s, int version);
 void stage_free(Stage* s);
 // copies this stage's slice of a full model's parameters (laid out for [0, L) with embed and head)

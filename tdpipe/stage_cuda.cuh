@@ -21,7 +21,6 @@ typedef struct {
     float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
     float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
     int n_stash, n_ring;
-    ParameterTensorsX current; // m.params while a stash is swapped in
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
@@ -66,12 +65,12 @@ static void cuda_grow(Stage* s) {
     }
 }
 
-// forward and backward read m.params: point it at stash slot i for one call (-1: leave it)
+// forward and backward read m.params: point it at stash slot i for one call (-1: leave it), then
+// back at the current weights (m.params_memory)
 static void cuda_swap_in(CudaStage* c, int i) {
-    c->current = c->m.params;
     if (i >= 0) gpt2_cuda_point_x(&c->m.params, c->stash[i], c->m.sizes);
 }
-static void cuda_swap_out(CudaStage* c) { c->m.params = c->current; }
+static void cuda_swap_out(CudaStage* c) { gpt2_cuda_point_x(&c->m.params, c->m.params_memory, c->m.sizes); }
 
 static void cuda_stash(Stage* s, int i) {
     cuda_grow(s);

@@ -35,9 +35,7 @@ static void staged_backward_input(Stage* s, int slot, int gacts, int stash, cons
 // the device copy of the weights into stash slot i, booked on the inner stage under its version
 static void staged_stash(Stage* s, int i) {
     grow(s);
-    Stage* d = inner(s);
-    memcpy(d->stash[i], d->params, d->num_params * sizeof(float));
-    d->stash_version[i] = d->version;
+    stage_stash_into(inner(s), i);
 }
 
 static void staged_use_grad_slot(Stage* s, int k) {
