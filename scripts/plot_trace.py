@@ -3,7 +3,8 @@
 replica), forwards, backwards and updates as bars, forwards on an older weight version hatched.
 
 usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
-       scripts/plot_trace.py trace.json --summary       (no plot: per-row busy share, no matplotlib)
+       scripts/plot_trace.py trace.json --summary [--steps A:B]   (no plot, no matplotlib: per row,
+       busy share, stale forwards, and idle time before forwards, backwards and updates)
 Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
 """
 import argparse
@@ -41,20 +42,30 @@ def read_trace(path):
     return ops
 
 
-def summary(ops):
+def summary(ops, steps):
+    """Per row: ops, busy time, busy share, stale forwards, and the idle time just before each kind of
+    op (what the stage was waiting for: an activation, a gradient, or its update's pipeline sum).
+    With steps, only ops of those steps count, but each op's idle time is measured from the op
+    before it whatever its step (stages interleave steps). busy_% = busy / (busy + idle)."""
     rows = sorted({(o[0], o[1]) for o in ops})
-    t0 = min(o[6] for o in ops)
-    t1 = max(o[6] + o[7] for o in ops)
-    print(f"# {len(ops)} ops, {len(rows)} rows, {t1 - t0:.3f} ms")
-    print(f"{'#replica':>8} {'stage':>5} {'ops':>6} {'busy_ms':>9} {'busy_%':>7} {'stale_F':>7}")
+    print(f"# {len(ops)} ops, {len(rows)} rows" + (f", steps [{steps[0]}, {steps[1]})" if steps else ""))
+    print(f"{'#replica':>8} {'stage':>5} {'ops':>6} {'busy_ms':>9} {'busy_%':>7} {'stale_F':>7} "
+          f"{'wait_F_ms':>9} {'wait_B_ms':>9} {'wait_U_ms':>9}")
     for r in rows:
-        mine = [o for o in ops if (o[0], o[1]) == r]
-        busy = sum(o[7] for o in mine if o[2] != "U")
-        stale = sum(1 for o in mine if o[2] == "F" and o[5])
-        print(f"{r[0]:>8} {r[1]:>5} {len(mine):>6} {busy:>9.3f} {100 * busy / (t1 - t0):>7.1f} {stale:>7}")
+        mine = sorted((o for o in ops if (o[0], o[1]) == r), key=lambda o: o[6])
+        gap = [0.0] + [max(0.0, o[6] - (p[6] + p[7])) for p, o in zip(mine, mine[1:])]
+        picked = [(o, g) for o, g in zip(mine, gap) if not steps or steps[0] <= o[3] < steps[1]]
+        busy = sum(o[7] for o, _ in picked if o[2] != "U")
+        stale = sum(1 for o, _ in picked if o[2] == "F" and o[5])
+        wait = {"F": 0.0, "B": 0.0, "U": 0.0}
+        for o, g in picked:
+            wait["B" if o[2] in ("B", "BI", "BW") else o[2]] += g
+        total = busy + sum(wait.values())
+        print(f"{r[0]:>8} {r[1]:>5} {len(picked):>6} {busy:>9.3f} {100 * busy / total if total else 0:>7.1f} {stale:>7} "
+              f"{wait['F']:>9.1f} {wait['B']:>9.1f} {wait['U']:>9.1f}")
 
 
-def plot(ops, out, steps):
+def plot(ops, out):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -62,11 +73,6 @@ def plot(ops, out, steps):
         from matplotlib.patches import Patch
     except ImportError:
         sys.exit("plot_trace: needs matplotlib (pip install -r scripts/requirements.txt); --summary works without")
-    if steps:
-        a, b = steps
-        ops = [o for o in ops if a <= o[3] < b]
-        if not ops:
-            sys.exit(f"plot_trace: no ops of steps [{a}, {b})")
     rows = sorted({(o[0], o[1]) for o in ops})
     y = {r: i for i, r in enumerate(rows)}
     t0 = min(o[6] for o in ops)
@@ -105,10 +111,12 @@ def main():
             sys.exit(f"plot_trace: --steps {args.steps}: expected A:B with A < B")
         steps = (int(m.group(1)), int(m.group(2)))
     ops = read_trace(args.trace)
+    if steps and not any(steps[0] <= o[3] < steps[1] for o in ops):
+        sys.exit(f"plot_trace: no ops of steps [{steps[0]}, {steps[1]})")
     if args.summary:
-        summary(ops)
+        summary(ops, steps)
     elif args.out:
-        plot(ops, args.out, steps)
+        plot([o for o in ops if not steps or steps[0] <= o[3] < steps[1]], args.out)
     else:
         sys.exit("plot_trace: say where the image goes (-o FILE) or ask for --summary")
 

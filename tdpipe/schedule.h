@@ -68,7 +68,8 @@ int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v);
 // 1 when sch runs event-driven (tdpipe with W > 0), 0 when its lists run in order
 static inline int schedule_event_driven(const Schedule* sch) { return sch->kind == SCHED_TDPIPE && sch->W > 0; }
 // tdpipe's tie-break when both the next F and the next B are ready: alternate like 1F1B (at beta
-// 0.3 in dev/sim_schedules this beats always-B-first by 1.6 to 5 points of utilisation, W 2..16)
+// 0.3, dev/sim_schedules -n 12 -s 5 against always-B-first, tried with a development switch not
+// kept: 1.6 to 5 points more utilisation, W 2..16)
 static inline int schedule_prefers_forward(OpKind last_f_or_b) { return last_f_or_b == OP_B; }
 
 // staleness of a micro-batch op = step - version (0 for OP_U); the max over all ops

@@ -11,6 +11,9 @@ check "a short run with --trace and a log" $BIN -e d2 -x 4 -v 2 -s 0 --micro-bat
 check "plot_trace --summary reads it" $PY scripts/plot_trace.py "$TMP/trace.json" --summary
 cp "$TMP/out" "$TMP/summary.txt"
 check "  one row, 4 steps x (2 F + 2 B + 1 U) = 20 ops" grep -q "^# 20 ops, 1 rows" "$TMP/summary.txt"
+check "  with what the stage waited for" grep -q "wait_F_ms wait_B_ms wait_U_ms" "$TMP/summary.txt"
+check "plot_trace --summary --steps 1:3 counts those steps' ops" $PY scripts/plot_trace.py "$TMP/trace.json" --summary --steps 1:3
+check "  2 steps x 5 ops" grep -Eq "^ +0 +0 +10 " "$TMP/out"
 echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
 refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary
 echo '{"traceEvents": [' > "$TMP/cut.json"
