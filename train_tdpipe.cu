@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <omp.h>
 #include "llmc/builtin_data.h"
 #include "llmc/checkpoint.h"
@@ -31,13 +32,19 @@
 #define BUILTIN_VAL_TOKENS 131072
 #define BUILTIN_SOURCE_SEED 20241130ULL
 
-// an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1
+// an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1. The
+// other ranks first give rank 0 two seconds: the launcher ends the job at the first exit, and a
+// rank 0 still a little behind (reading a checkpoint, say) would be killed before saying why.
 #define fatal_all(...)                                          \
     do {                                                        \
         if (g_rank == 0) {                                      \
             fprintf(stderr, "train_tdpipe: ");                  \
             fprintf(stderr, __VA_ARGS__);                       \
             fputc('\n', stderr);                                \
+            fflush(stderr);                                     \
+        } else {                                                \
+            struct timespec wait_ = {2, 0};                     \
+            nanosleep(&wait_, NULL);                            \
         }                                                       \
         exit(1);                                                \
     } while (0)
