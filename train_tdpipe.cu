@@ -279,7 +279,8 @@ static void on_step(void* ctx, const StepReport* r) {
 }
 
 static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st, const char* dp_where) {
+                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st, const char* dp_where,
+                          const char* msg_where) {
     printf("+----------------------+--------------------------------------------------------------\n");
     printf("| %-20s | %s\n", "model", a->init);
     printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
@@ -295,6 +296,7 @@ static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm*
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, sched);
     if (!strcmp(sched, "tdpipe")) printf(", AEW W = %s", a->aew);
     printf("\n");
+    if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", msg_where);
     if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, dp_where);
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
@@ -569,6 +571,25 @@ int main(int argc, char** argv) {
         }
     }
 
+    // activations and gradients between stages stay where the model lives when they can: NCCL from GPU
+    // to GPU (every stage of the pipeline on a GPU NCCL can reach), the private stage's memory over MPI
+    // for cpu-staged; else host copies over MPI (--comm mpi, or stages sharing a GPU)
+    const CommLink* link = NULL;
+    CommLink staged_link;
+    const char* msg_where = "host memory, MPI";
+    if (st && st->be && P > 1 && !strcmp(a.comm, "auto")) {
+        if (staged) {
+            comm_mpi_link(&comm, &staged_link);
+            stage_use_device_msgs(st);
+            link = &staged_link;
+            msg_where = "the backend's memory, MPI (cpu-staged: where NCCL would run between GPUs)";
+        } else if (cuda_link_init(&comm, st, &link)) {
+            msg_where = "GPU memory, NCCL";
+        } else {
+            msg_where = "host memory, MPI (stages share a GPU: NCCL cannot connect them)";
+        }
+    }
+
     FILE* log = NULL;
     int bad_out = 0;
     if (g_rank == 0 && !(bad_out = ensure_out_dir(a.out_dir) != 0) && !a.resume) {
@@ -581,7 +602,7 @@ int main(int argc, char** argv) {
     }
     if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st, dp_where);
+    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st, dp_where, msg_where);
     Decoder dec;
     if (g_rank == 0) decoder_init(&dec, &d, &a);
 
@@ -629,6 +650,7 @@ int main(int argc, char** argv) {
         ex.syn_f = per_layer * (range.l1 - range.l0);
         ex.syn_b = 2.0 * ex.syn_f;
     }
+    ex.link = link;
     ex.dp_average_device = dp_fn;
     ex.dp_ctx = dp_ctx;
     ex.trace = &trace;
@@ -782,6 +804,7 @@ int main(int argc, char** argv) {
         else if (use_cuda) cuda_stage_free(st);
         else stage_free(st);
     }
+    if (use_cuda && link) cuda_link_free(link);
     if (dp_fn == cuda_dp_average) cuda_dp_free(dp_ctx);
     if (log) fclose(log);
     executor_free(&ex);

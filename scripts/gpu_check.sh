@@ -2,9 +2,12 @@
 # The GPU check, in one go on a GPU machine (under 8 minutes on an H200): builds the CUDA targets, runs
 # the GPU tests (bf16 and fp32 builds; the model again on the mma.sync fallback), the kernel benchmarks
 # and a short training run, and writes everything to one log; a summary of the verdicts comes last.
-# Usage: scripts/gpu_check.sh [log file, default gpu_check.log]. Exit code: the number of steps that failed.
+# Usage: scripts/gpu_check.sh [--quick] [log file, default gpu_check.log]. --quick (for a rerun after a
+# fix) leaves out the kernel benchmarks and the 124M training. Exit code: the number of steps that failed.
 set -u
 cd "$(dirname "$0")/.."
+QUICK=0
+[ "${1:-}" = --quick ] && QUICK=1 && shift
 LOG=${1:-gpu_check.log}
 : >"$LOG"
 failed=()
@@ -16,12 +19,36 @@ run() {
     echo "=== $name: $*" | tee -a "$LOG"
     local t0 rc
     t0=$(date +%s)
-    timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+    if [ "$(type -t "$1")" = function ]; then # one of the helpers below (exported to the child shell)
+        timeout "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG"
+    else
+        timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+    fi
     rc=${PIPESTATUS[0]}
     echo "=== $name: exit $rc after $(($(date +%s) - t0)) s$([ "$rc" -eq 124 ] && echo " (timed out)")" | tee -a "$LOG"
     [ "$rc" -eq 0 ] || failed+=("$name")
     return "$rc"
 }
+
+# nccl2 CMD...: CMD as two ranks on this machine's GPU(s) with NCCL between them. On one GPU each rank
+# gets its own NCCL_HOSTID, so NCCL takes them for two hosts and connects them over sockets on the
+# loopback interface (slow, but the same NCCL calls as between two GPUs).
+nccl2() { mpirun --oversubscribe -np 2 bash -c 'NCCL_HOSTID=tdpipe-rank-$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo exec "$@"' nccl2 "$@"; }
+# compare LABEL A B: the step losses of two runs' log.jsonl side by side
+compare() {
+    paste <(grep -o '"loss": [^,]*' "$2/log.jsonl" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$3/log.jsonl" | cut -d' ' -f2) |
+        awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
+            END { printf "pipeline on one GPU, %s over %d steps: %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }'
+}
+# same LABEL A B: the step losses of two runs are bitwise equal (exit 1 when not)
+same() {
+    compare "$@"
+    cmp -s <(grep -o '"loss": [^,]*' "$2/log.jsonl") <(grep -o '"loss": [^,]*' "$3/log.jsonl") && [ -s "$3/log.jsonl" ]
+}
+# said STEP REGEX: what step STEP printed into the log matches REGEX
+said() { sed -n "/^=== $1: /,/^=== $1: exit/p" "$LOG" | grep -q "$2"; }
+export LOG
+export -f nccl2 compare same said
 
 {
     date
@@ -34,12 +61,19 @@ if run build 300 make -j"$(nproc)" cuda; then
     run test_gpt2cu_fp32 90 ./build/test_gpt2cu_fp32
     run test_gpt2cu_model_mma 60 ./test_gpt2cu --model-only --matmul tdpipe-mma
     run nccl_check 60 ./build/dev/cuda/nccl_check
-    run bench_matmul 120 ./build/dev/cuda/matmul
-    run bench_attention 60 ./build/dev/cuda/attention
-    run bench_layernorm 60 ./build/dev/cuda/layernorm
+    if command -v mpirun >/dev/null && ldd ./build/dev/cuda/nccl_check | grep -q libmpi; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        run nccl_check_dp2 90 nccl2 ./build/dev/cuda/nccl_check --stages 1
+        run nccl_check_link 90 nccl2 ./build/dev/cuda/nccl_check --stages 2
+    fi
+    if [ $QUICK = 0 ]; then
+        run bench_matmul 120 ./build/dev/cuda/matmul
+        run bench_attention 60 ./build/dev/cuda/attention
+        run bench_layernorm 60 ./build/dev/cuda/layernorm
+    fi
     # ---- GPT-2 124M (d12, V 50257 from Tiny Shakespeare's GPT-2 shards) for 30 steps with each matmul
-    if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards && run data 120 bash dev/data/prepare_tinyshakespeare.sh; then
-        for mm in tdpipe cublaslt; do
+    if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards && { [ $QUICK = 1 ] || run data 120 bash dev/data/prepare_tinyshakespeare.sh; }; then
+        for mm in $([ $QUICK = 0 ] && echo tdpipe cublaslt); do
             run "train_gpt2_124m_$mm" 240 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
                 -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
         done
@@ -47,13 +81,6 @@ if run build 300 make -j"$(nproc)" cuda; then
         # (weight stashes and the gradient ring on the device), against one rank, and one rank
         # against the CPU (bf16 against fp32: close, not equal). Mismatches are reported, not
         # failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
-        # compare LABEL A B: the step losses of two runs' log.jsonl side by side
-        compare() {
-            paste <(grep -o '"loss": [^,]*' "$2/log.jsonl" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$3/log.jsonl" | cut -d' ' -f2) |
-                awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
-                    END { printf "pipeline on one GPU, %s over %d steps: %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }' |
-                tee -a "$LOG"
-        }
         if command -v mpirun >/dev/null && ldd ./train_tdpipe | grep -q libmpi; then
             export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
             SM="-e d4 -b 4 -t 64 -x 20 -v 0 -s 0 --micro-batches 4"
@@ -61,10 +88,20 @@ if run build 300 make -j"$(nproc)" cuda; then
                 tag=${sch%% *}
                 run "gpu_p1_$tag" 60 ./train_tdpipe --device cuda $SM --schedule $sch -o "build/gpu_p1_$tag" &&
                     run "gpu_p2_$tag" 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule $sch -o "build/gpu_p2_$tag" &&
-                    compare "$tag: P = 2 vs P = 1" "build/gpu_p1_$tag" "build/gpu_p2_$tag"
+                    compare "$tag: P = 2 vs P = 1" "build/gpu_p1_$tag" "build/gpu_p2_$tag" | tee -a "$LOG"
                 run "cpu_p1_$tag" 120 ./train_tdpipe --device cpu $SM --schedule $sch -o "build/cpu_p1_$tag" &&
-                    compare "$tag: GPU (bf16) vs CPU (fp32), P = 1" "build/cpu_p1_$tag" "build/gpu_p1_$tag"
+                    compare "$tag: GPU (bf16) vs CPU (fp32), P = 1" "build/cpu_p1_$tag" "build/gpu_p1_$tag" | tee -a "$LOG"
+                # the same pipeline with activations and gradients sent GPU to GPU by NCCL: the bf16 bytes
+                # are those the host path rounds through fp32 and back (exactly), so bitwise equal
+                run "gpu_p2_nccl_$tag" 180 nccl2 ./train_tdpipe --device cuda $SM --stages 2 --schedule $sch -o "build/gpu_p2n_$tag" &&
+                    run "gpu_p2_nccl_${tag}_used" 5 said "gpu_p2_nccl_$tag" "between stages in GPU memory, NCCL" &&
+                    run "gpu_p2_nccl_${tag}_equal" 5 same "$tag: P = 2 over NCCL vs over host memory" "build/gpu_p2_$tag" "build/gpu_p2n_$tag"
             done
+            # the data-parallel average over NCCL (D = 2 on the one GPU) against the host path: bitwise
+            run gpu_d2_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --micro-batches 2 --comm mpi -o build/gpu_d2_mpi &&
+                run gpu_d2_nccl 180 nccl2 ./train_tdpipe --device cuda $SM --micro-batches 2 -o build/gpu_d2_nccl &&
+                run gpu_d2_nccl_used 5 said gpu_d2_nccl "averaged over the 2 replicas in GPU memory, NCCL" &&
+                run gpu_d2_nccl_equal 5 same "D = 2: average over NCCL vs over host memory" build/gpu_d2_mpi build/gpu_d2_nccl
         fi
     fi
     # ---- end of the training runs
@@ -72,7 +109,7 @@ fi
 
 {
     echo "=== summary"
-    grep -E "^(test_gpt2cu|matmul tdpipe:|nccl_check: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
+    grep -E "^(test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 #include "tdpipe/mpi_check.h"
 
 // One message or gather carries at most INT_MAX bytes (MPI counts are int). Activations and
@@ -210,9 +211,28 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag) {
 #endif
 }
 
+// a link's request: test it where it lives (the link marks it done); 1 when completed
+static int link_test(CommRequest* r) {
+    const CommLink* l = r->link;
+    if (!l->test(l->ctx, r)) return 0;
+    r->active = 0;
+    r->link = NULL;
+    return 1;
+}
+
+// between polls of a link's requests: MPI moves along, the core goes to other ranks
+static void poll_pause(Comm* c) {
+    comm_progress(c);
+    struct timespec ts = {0, 20000}; // 20 us: far below a stage op, far above a wasted wake-up
+    nanosleep(&ts, NULL);
+}
+
 void comm_wait(Comm* c, CommRequest* r) {
-    (void)c;
     if (!r->active) return;
+    if (r->link) {
+        while (!link_test(r)) poll_pause(c);
+        return;
+    }
 #ifdef TD_MPI
     MPI_Request req;
     memcpy(&req, &r->handle[0], sizeof req);
@@ -234,14 +254,20 @@ void comm_progress(Comm* c) {
 }
 
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
-    (void)c;
-    int idx[8], k = 0; // (k) which of reqs the MPI requests below are
+    int idx[8], k = 0, links = 0; // (k) which of reqs the active requests are
     for (int i = 0; i < n; i++)
         if (reqs[i] && reqs[i]->active) {
             if (k == 8) td_fatal("comm_wait_any: more than 8 active requests");
             idx[k++] = i;
+            links += reqs[i]->link != NULL;
         }
     if (k == 0) td_fatal("comm_wait_any: none of the %d requests is active: nothing to wait for", n);
+    if (links) // a link's transfers complete where MPI cannot see them: poll everything
+        for (;;) {
+            for (int j = 0; j < k; j++)
+                if (comm_test(c, reqs[idx[j]])) return idx[j];
+            poll_pause(c);
+        }
 #ifdef TD_MPI
     MPI_Request req[8];
     for (int j = 0; j < k; j++) memcpy(&req[j], &reqs[idx[j]]->handle[0], sizeof req[j]);
@@ -254,6 +280,7 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
     done->active = 0;
     return idx[j];
 #else
+    (void)c;
     reqs[idx[0]]->active = 0; // without MPI nothing is ever in flight
     return idx[0];
 #endif
@@ -262,6 +289,7 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
 int comm_test(Comm* c, CommRequest* r) {
     (void)c;
     if (!r->active) return 1;
+    if (r->link) return link_test(r);
 #ifdef TD_MPI
     MPI_Request req;
     memcpy(&req, &r->handle[0], sizeof req);
@@ -274,6 +302,52 @@ int comm_test(Comm* c, CommRequest* r) {
 #endif
     r->active = 0;
     return 1;
+}
+
+// --- the MPI link: comm_isend / comm_irecv on the backend's buffers, their requests behind the
+// link's interface (so the executor polls them as it would a device's)
+
+static void mpi_link_isend(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    comm_isend((Comm*)ctx, buf, bytes, peer_stage, tag, r);
+}
+static void mpi_link_irecv(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    comm_irecv((Comm*)ctx, buf, bytes, peer_stage, tag, r);
+}
+static int mpi_link_test(void* ctx, CommRequest* r) {
+    CommRequest mpi = *r; // the MPI request inside, tested as one
+    mpi.link = NULL;
+    int done = comm_test((Comm*)ctx, &mpi);
+    memcpy(r->handle, mpi.handle, sizeof r->handle);
+    return done;
+}
+
+void comm_mpi_link(Comm* c, CommLink* out) {
+    memset(out, 0, sizeof *out);
+    out->name = "MPI between the backend's buffers";
+    out->ctx = c;
+    out->isend = mpi_link_isend;
+    out->irecv = mpi_link_irecv;
+    out->test = mpi_link_test;
+}
+
+void comm_link_isend(Comm* c, const CommLink* link, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    if (!link) {
+        comm_isend(c, buf, bytes, peer_stage, tag, r);
+        return;
+    }
+    check_peer(c, peer_stage, tag, bytes, "comm_link_isend");
+    link->isend(link->ctx, buf, bytes, peer_stage, tag, r);
+    if (r->active) r->link = link;
+}
+
+void comm_link_irecv(Comm* c, const CommLink* link, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    if (!link) {
+        comm_irecv(c, buf, bytes, peer_stage, tag, r);
+        return;
+    }
+    check_peer(c, peer_stage, tag, bytes, "comm_link_irecv");
+    link->irecv(link->ctx, buf, bytes, peer_stage, tag, r);
+    if (r->active) r->link = link;
 }
 
 // Exact only because the caller guarantees each element has at most one nonzero contributor

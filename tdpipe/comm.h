@@ -20,11 +20,29 @@ typedef struct {
     void* world_comm;   // (MPI_Comm*) all ranks
 } Comm;
 
-// an outstanding nonblocking operation (an MPI_Request, held opaquely so this header needs no mpi.h)
+struct CommLink;
+
+// an outstanding nonblocking operation: an MPI_Request (held opaquely so this header needs no
+// mpi.h), or, with `link` set, a transfer of that CommLink (comm_test and friends poll it there)
 typedef struct {
     int64_t handle[2];
     int active;
+    const struct CommLink* link;
 } CommRequest;
+
+// A transport for pipeline messages that stay in a device backend's memory (NCCL between GPUs:
+// comm_nccl.cuh). The executor hands it the backend's message buffers instead of host copies.
+// Sends and receives are enqueued behind the work already given to the device, so a buffer that
+// the compute is still writing (a send) or reading (a receive) is safe; completion is polled.
+typedef struct CommLink {
+    const char* name;
+    void* ctx;
+    // tag: as comm_isend's (a link that keeps one channel per direction may ignore it)
+    void (*isend)(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+    void (*irecv)(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+    // 1 when r has completed (the buffer may be read or reused), else 0; never blocks
+    int (*test)(void* ctx, CommRequest* r);
+} CommLink;
 
 // Initialises MPI when launched by mpirun (and the build has MPI); otherwise a single process.
 // Sets g_rank for messages.
@@ -41,7 +59,7 @@ int comm_any(Comm* c, int flag);
 void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
 void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag);
-void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request
+void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request; polls a link's request
 // 1 when r has completed (then it is inactive), 0 while it is still in flight; 1 for inactive
 int comm_test(Comm* c, CommRequest* r);
 // lets MPI move outstanding nonblocking operations along (a probe); cheap, returns at once
@@ -49,6 +67,12 @@ void comm_progress(Comm* c);
 // blocks until one of the active requests among reqs (n <= 8; NULL or inactive entries are
 // skipped) completes; returns its index, now inactive. Fatal when none is active.
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n);
+// a CommLink over MPI between buffers in host memory: what cpu-staged uses in place of NCCL, so the
+// executor's device-message path runs (and is tested) on a machine without a GPU
+void comm_mpi_link(Comm* c, CommLink* out);
+// a pipeline message over `link` from / into its buffers, or over MPI from host memory (link NULL)
+void comm_link_isend(Comm* c, const CommLink* link, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+void comm_link_irecv(Comm* c, const CommLink* link, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
 // sum of n doubles over this replica's stages, nonblocking; start, then wait on r
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 

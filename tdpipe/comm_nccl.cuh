@@ -1,6 +1,6 @@
-// The NCCL half of tdpipe's communication (nvcc only): GPU-resident pipeline messages between stages
-// and the data-parallel gradient average, bitwise identical to comm.c's comm_dp_average (replica-order
-// sum, exact division), over one NCCL communicator per pipeline and per data-parallel group.
+// The NCCL half of tdpipe's communication (nvcc only): pipeline messages that stay in GPU memory (a
+// CommLink, one two-rank communicator per direction of each link between stages) and the data-parallel
+// gradient average, bitwise identical to comm.c's comm_dp_average (replica-order sum, exact division).
 #pragma once
 #include <nccl.h>
 #include <stdio.h>
@@ -26,7 +26,6 @@
 
 
 typedef struct {
-    ncclComm_t pipe;      // this replica's P stages, NCCL rank = stage
     ncclComm_t dp;        // this stage's D replicas, NCCL rank = replica
     cudaStream_t stream;  // every NCCL operation and the averaging kernel run here (non-blocking stream)
     cudaEvent_t order;    // internal: orders the module's stream after a producer stream
@@ -81,11 +80,23 @@ static inline size_t comm_nccl_dp_scratch_floats(int D, size_t n) {
 
 // ---- setup ------------------------------------------------------------------------------------------
 
+// 0, or the first asynchronous error of `comm` (a peer gone, a network failure) ends the process,
+// naming `what`: pollers call it while they wait, so a failure is never an endless wait
+static inline void comm_nccl_check_async(ncclComm_t comm, const char* what) {
+    if (!comm) return;
+    ncclResult_t a = ncclSuccess;
+    ncclCheck(ncclCommGetAsyncError(comm, &a));
+    if (a != ncclSuccess && a != ncclInProgress) td_fatal("NCCL %s communicator failed asynchronously: %s", what, ncclGetErrorString(a));
+}
+
 #ifdef TD_MPI
-// what each rank of a group reports about its GPU: the UUID decides "same device", host and PCI bus id
-// name it in the message
+// what each rank of a group reports about its GPU. NCCL refuses two ranks on one device unless their
+// NCCL_HOSTID differs (then it takes them for two hosts and connects them over its network transport,
+// which is how a one-GPU machine runs NCCL between two ranks), so the UUID and NCCL_HOSTID together
+// decide "same device"; host and PCI bus id name it in the message.
 typedef struct {
     unsigned char uuid[16];
+    char nccl_hostid[64];
     char host[64];
     char bus[32];
     int device;
@@ -105,12 +116,14 @@ static inline int comm_nccl_shared_gpu(MPI_Comm m, int device, CommNcclDeviceId*
     cudaCheck(cudaDeviceGetPCIBusId(mine.bus, (int)sizeof mine.bus, device));
     if (gethostname(mine.host, sizeof mine.host - 1) != 0) snprintf(mine.host, sizeof mine.host, "?");
     mine.device = device;
+    const char* hostid = getenv("NCCL_HOSTID");
+    snprintf(mine.nccl_hostid, sizeof mine.nccl_hostid, "%s", hostid ? hostid : "");
     CommNcclDeviceId* all = (CommNcclDeviceId*)malloc_check((size_t)n * sizeof *all); // (n) every group rank's device
     MPI_CHECK(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m));
     *all_out = all;
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
-            if (memcmp(all[i].uuid, all[j].uuid, sizeof all[i].uuid) == 0) {
+            if (memcmp(all[i].uuid, all[j].uuid, sizeof all[i].uuid) == 0 && strcmp(all[i].nccl_hostid, all[j].nccl_hostid) == 0) {
                 *a = i;
                 *b = j;
                 return 1;
@@ -120,7 +133,7 @@ static inline int comm_nccl_shared_gpu(MPI_Comm m, int device, CommNcclDeviceId*
 
 // Refuses (one message, from the group's lowest rank that shares a GPU) when two ranks of group m
 // would drive the same GPU; the other ranks wait here for the launcher to end the job. `group` names
-// the group in the message ("pipeline" or "data-parallel group").
+// the group in the message ("data-parallel group").
 static inline void comm_nccl_check_devices(MPI_Comm m, int device, const char* group, const char* rank_word) {
     int me = 0, a = -1, b = -1;
     MPI_CHECK(MPI_Comm_rank(m, &me));
@@ -128,8 +141,8 @@ static inline void comm_nccl_check_devices(MPI_Comm m, int device, const char* g
     if (comm_nccl_shared_gpu(m, device, &all, &a, &b)) {
         if (me == a)
             td_fatal("%ss %d and %d of this %s would both use the same GPU (CUDA device %d, PCI %s on host %s): NCCL "
-                     "cannot connect two ranks on one GPU. Give every rank its own GPU, or use the host-staged MPI path "
-                     "for ranks that share a GPU",
+                     "cannot connect two ranks on one GPU. Give every rank its own GPU (or its own NCCL_HOSTID), or use "
+                     "the host-staged MPI path for ranks that share a GPU",
                      rank_word, a, b, group, all[a].device, all[a].bus, all[a].host);
         MPI_CHECK(MPI_Barrier(m)); // never completes: rank a has exited, and the launcher ends the job
         exit(1);
@@ -152,27 +165,42 @@ static inline void comm_nccl_make(ncclComm_t* out, int n, int rank, void* mpi_co
     ncclCheck(ncclCommInitRank(out, n, id, rank));
 }
 
-// 1 when every replica of this rank's stage has a GPU of its own, so the data-parallel group can
-// use NCCL (collective over the group; 1 without MPI or with D = 1)
-static inline int comm_nccl_dp_possible(const Comm* c, int device) {
+// 1 when every rank of the MPI group `group` (an MPI_Comm*, NULL or one rank: 1) has a GPU NCCL can
+// connect to the others' (its own, or its own NCCL_HOSTID); collective over the group
+static inline int comm_nccl_possible(void* group, int device) {
 #ifdef TD_MPI
-    if (!c->mpi || c->D == 1) return 1;
+    int n = 1;
+    if (group) MPI_CHECK(MPI_Comm_size(*(MPI_Comm*)group, &n));
+    if (n == 1) return 1;
     CommNcclDeviceId* all = NULL;
-    int a, b, shared = comm_nccl_shared_gpu(*(MPI_Comm*)c->dp_comm, device, &all, &a, &b);
+    int a, b, shared = comm_nccl_shared_gpu(*(MPI_Comm*)group, device, &all, &a, &b);
     free(all);
     return !shared;
 #else
-    (void)c, (void)device;
+    (void)group, (void)device;
     return 1;
 #endif
 }
 
-enum { COMM_NCCL_PIPE = 1, COMM_NCCL_DP = 2 }; // the groups comm_nccl_init builds
+static inline void comm_nccl_destroy(ncclComm_t comm) {
+    if (!comm) return;
+    ncclCheck(ncclCommFinalize(comm));
+    ncclCheck(ncclCommDestroy(comm));
+}
 
-// Sets `device` current and builds the communicators of c's grid (after comm_grid) that `groups`
-// names (the pipeline's, the data-parallel group's; a group left out stays NULL), plus the module's
-// stream. Without MPI (c->mpi == 0): one-rank communicators, P = D = 1.
-static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device, int groups) {
+// a stream for communication: non-blocking (never synchronised with the legacy default stream, so a
+// receive waiting on the device holds up nothing else) at the highest priority the device offers
+static inline cudaStream_t comm_nccl_stream(void) {
+    int lo = 0, hi = 0;
+    cudaStream_t st;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    cudaCheck(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+    return st;
+}
+
+// Sets `device` current and builds the data-parallel group's communicator of c's grid (after
+// comm_grid), plus the module's stream. Without MPI (c->mpi == 0): a one-rank communicator, D = 1.
+static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
     memset(cn, 0, sizeof *cn);
     cn->P = c->P;
     cn->D = c->D;
@@ -180,51 +208,34 @@ static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device, int g
     cn->replica = c->replica;
     cn->device = device;
     cudaCheck(cudaSetDevice(device));
-    void *pipe_mpi = NULL, *dp_mpi = NULL;
+    void* dp_mpi = NULL;
     if (c->mpi) {
 #ifdef TD_MPI
-        if (!c->pipe_comm || !c->dp_comm) td_fatal("comm_nccl_init: called before comm_grid");
-        pipe_mpi = c->pipe_comm;
+        if (!c->dp_comm) td_fatal("comm_nccl_init: called before comm_grid");
         dp_mpi = c->dp_comm;
-        int pr = -1, ps = -1, dr = -1, ds = -1;
-        MPI_CHECK(MPI_Comm_rank(*(MPI_Comm*)pipe_mpi, &pr));
-        MPI_CHECK(MPI_Comm_size(*(MPI_Comm*)pipe_mpi, &ps));
+        int dr = -1, ds = -1;
         MPI_CHECK(MPI_Comm_rank(*(MPI_Comm*)dp_mpi, &dr));
         MPI_CHECK(MPI_Comm_size(*(MPI_Comm*)dp_mpi, &ds));
-        if (pr != c->stage || ps != c->P || dr != c->replica || ds != c->D)
-            td_fatal("comm_nccl_init: MPI groups (pipeline rank %d of %d, data-parallel rank %d of %d) do not match "
-                     "the grid (stage %d of %d, replica %d of %d)", pr, ps, dr, ds, c->stage, c->P, c->replica, c->D);
-        // every rank checks both of its groups before any NCCL call (ncclCommInitRank would hang or fail
-        // less clearly); all ranks do the pipeline first, so the collectives match
-        if (groups & COMM_NCCL_PIPE) comm_nccl_check_devices(*(MPI_Comm*)pipe_mpi, device, "pipeline", "stage");
-        if (groups & COMM_NCCL_DP) comm_nccl_check_devices(*(MPI_Comm*)dp_mpi, device, "data-parallel group", "replica");
+        if (dr != c->replica || ds != c->D)
+            td_fatal("comm_nccl_init: the data-parallel MPI group (rank %d of %d) does not match the grid (replica %d of %d)",
+                     dr, ds, c->replica, c->D);
+        // checked before any NCCL call: ncclCommInitRank would hang or fail less clearly
+        comm_nccl_check_devices(*(MPI_Comm*)dp_mpi, device, "data-parallel group", "replica");
 #else
         td_fatal("comm_nccl_init: Comm says MPI is running, but this translation unit was built without TD_MPI");
 #endif
     } else if (c->P != 1 || c->D != 1) {
         td_fatal("comm_nccl_init: a grid of P = %d, D = %d without MPI (launch with mpirun)", c->P, c->D);
     }
-    // every rank builds its pipeline communicator first, then its data-parallel one: each init waits
-    // only for ranks that are making the same communicator, so the order cannot deadlock
-    if (groups & COMM_NCCL_PIPE) comm_nccl_make(&cn->pipe, c->P, c->stage, pipe_mpi);
-    if (groups & COMM_NCCL_DP) comm_nccl_make(&cn->dp, c->D, c->replica, dp_mpi);
-    int lo = 0, hi = 0; // communication first: the highest priority this device offers
-    cudaCheck(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    cudaCheck(cudaStreamCreateWithPriority(&cn->stream, cudaStreamNonBlocking, hi));
+    comm_nccl_make(&cn->dp, c->D, c->replica, dp_mpi);
+    cn->stream = comm_nccl_stream();
     cudaCheck(cudaEventCreateWithFlags(&cn->order, cudaEventDisableTiming));
 }
 
-// waits for everything enqueued, then releases the communicators, the stream and the event
+// waits for everything enqueued, then releases the communicator, the stream and the event
 static inline void comm_nccl_free(CommNccl* cn) {
     if (cn->stream) cudaCheck(cudaStreamSynchronize(cn->stream));
-    if (cn->pipe) {
-        ncclCheck(ncclCommFinalize(cn->pipe));
-        ncclCheck(ncclCommDestroy(cn->pipe));
-    }
-    if (cn->dp) {
-        ncclCheck(ncclCommFinalize(cn->dp));
-        ncclCheck(ncclCommDestroy(cn->dp));
-    }
+    comm_nccl_destroy(cn->dp);
     if (cn->order) cudaCheck(cudaEventDestroy(cn->order));
     if (cn->stream) cudaCheck(cudaStreamDestroy(cn->stream));
     memset(cn, 0, sizeof *cn);
@@ -250,45 +261,12 @@ static inline int comm_nccl_done(CommNccl* cn, cudaEvent_t ev) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return 1;
     if (e != cudaErrorNotReady) td_fatal("cudaEventQuery(ev): %s", cudaGetErrorString(e));
-    ncclComm_t comms[2] = {cn->pipe, cn->dp};
-    for (int i = 0; i < 2; i++) {
-        if (!comms[i]) continue;
-        ncclResult_t a = ncclSuccess;
-        ncclCheck(ncclCommGetAsyncError(comms[i], &a));
-        if (a != ncclSuccess && a != ncclInProgress)
-            td_fatal("NCCL %s communicator failed asynchronously: %s", i == 0 ? "pipeline" : "data-parallel",
-                     ncclGetErrorString(a));
-    }
+    comm_nccl_check_async(cn->dp, "data-parallel");
     return 0;
 }
 
 // blocks the host until everything on the module's stream has completed
 static inline void comm_nccl_sync(CommNccl* cn) { cudaCheck(cudaStreamSynchronize(cn->stream)); }
-
-// ---- the pipeline ----------------------------------------------------------------------------------
-
-// Several sends and receives that must progress together (a stage that sends to and receives from the
-// same peer, or a message to itself) go between comm_nccl_group_start and comm_nccl_group_end.
-static inline void comm_nccl_group_start(void) { ncclCheck(ncclGroupStart()); }
-static inline void comm_nccl_group_end(void) { ncclCheck(ncclGroupEnd()); }
-
-static inline void comm_nccl_check_peer(const CommNccl* cn, int peer_stage, const char* what) {
-    if (peer_stage < 0 || peer_stage >= cn->P) td_fatal("%s: stage %d does not exist (P = %d)", what, peer_stage, cn->P);
-}
-
-// enqueues on the module's stream: send `bytes` from dbuf (bytes, device) to stage peer_stage of this
-// replica's pipeline. A message to this stage itself is allowed only inside a group with its receive.
-static inline void comm_nccl_send(CommNccl* cn, const void* dbuf, size_t bytes, int peer_stage) {
-    comm_nccl_check_peer(cn, peer_stage, "comm_nccl_send");
-    ncclCheck(ncclSend(dbuf, bytes, ncclChar, peer_stage, cn->pipe, cn->stream));
-}
-
-// enqueues on the module's stream: receive `bytes` into dbuf (bytes, device) from stage peer_stage;
-// the sender must send exactly `bytes` (NCCL does not carry the size: a mismatch is undefined)
-static inline void comm_nccl_recv(CommNccl* cn, void* dbuf, size_t bytes, int peer_stage) {
-    comm_nccl_check_peer(cn, peer_stage, "comm_nccl_recv");
-    ncclCheck(ncclRecv(dbuf, bytes, ncclChar, peer_stage, cn->pipe, cn->stream));
-}
 
 // ---- the data-parallel group ---------------------------------------------------------------------
 
@@ -334,4 +312,140 @@ static inline void comm_nccl_dp_average(CommNccl* cn, float* dbuf, size_t n, flo
         }
         ncclCheck(ncclGroupEnd());
     }
+}
+
+// ---- pipeline messages between GPUs: a CommLink ------------------------------------------------------
+
+// Activations go from stage s to s + 1, gradients from s + 1 to s. Each direction of each link has its
+// own two-rank communicator and stream. NCCL matches a communicator's sends and receives in the order
+// they were issued, and a receive posted ahead holds its stream until the matching send: with one
+// channel per direction, every message in flight waits only for its own partner, never for one going
+// the other way, whatever order the event-driven stages run their ops in.
+enum { NCCL_ACT_IN, NCCL_ACT_OUT, NCCL_GRAD_IN, NCCL_GRAD_OUT, NCCL_DIRS };
+
+typedef struct {
+    ncclComm_t comm[NCCL_DIRS];     // NULL where there is no neighbour (first / last stage)
+    cudaStream_t stream[NCCL_DIRS];
+    cudaStream_t compute;           // the stream whose kernels write and read the message buffers
+    cudaEvent_t after_compute;      // recorded on `compute` before each send or receive is enqueued
+    cudaEvent_t* done;              // (cap) one per request in flight, recorded after its transfer
+    int* free_done;                 // (n_free) indices of unused events in done
+    int n_free, cap;
+    int stage, P;
+    CommLink link;                  // what the executor is given (ctx: this struct)
+} CommNcclLink;
+
+// the direction of a message to / from peer_stage, which must be a neighbour
+static inline int comm_nccl_link_dir(const CommNcclLink* l, int peer_stage, int send) {
+    if (peer_stage == l->stage + 1) return send ? NCCL_ACT_OUT : NCCL_GRAD_IN;
+    if (peer_stage == l->stage - 1) return send ? NCCL_GRAD_OUT : NCCL_ACT_IN;
+    td_fatal("NCCL link: stage %d is not a neighbour of stage %d (P = %d)", peer_stage, l->stage, l->P);
+    return -1;
+}
+
+// enqueues one transfer of `bytes` to / from peer_stage on its direction's stream, behind everything
+// already enqueued on the compute stream (the kernels that write a buffer before it is sent, or still
+// read one that a receive will overwrite); r polls its completion
+static inline void comm_nccl_link_post(CommNcclLink* l, void* buf, size_t bytes, int peer_stage, int send, CommRequest* r) {
+    int d = comm_nccl_link_dir(l, peer_stage, send);
+    int peer = peer_stage > l->stage; // rank in the two-rank communicator: the lower stage is 0
+    cudaCheck(cudaEventRecord(l->after_compute, l->compute));
+    cudaCheck(cudaStreamWaitEvent(l->stream[d], l->after_compute, 0));
+    if (send) ncclCheck(ncclSend(buf, bytes, ncclChar, peer, l->comm[d], l->stream[d]));
+    else ncclCheck(ncclRecv(buf, bytes, ncclChar, peer, l->comm[d], l->stream[d]));
+    if (l->n_free == 0) { // more requests in flight than ever before: one more event (no device sync)
+        l->done = (cudaEvent_t*)realloc(l->done, (l->cap + 1) * sizeof(cudaEvent_t));
+        l->free_done = (int*)realloc(l->free_done, (l->cap + 1) * sizeof(int));
+        if (!l->done || !l->free_done) td_fatal("out of memory for NCCL link events");
+        cudaCheck(cudaEventCreateWithFlags(&l->done[l->cap], cudaEventDisableTiming));
+        l->free_done[l->n_free++] = l->cap++;
+    }
+    int e = l->free_done[--l->n_free];
+    cudaCheck(cudaEventRecord(l->done[e], l->stream[d]));
+    memset(r, 0, sizeof *r);
+    r->handle[0] = e;
+    r->handle[1] = d;
+    r->active = 1;
+}
+
+static inline void comm_nccl_link_isend(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    (void)tag; // the direction is the channel
+    comm_nccl_link_post((CommNcclLink*)ctx, (void*)buf, bytes, peer_stage, 1, r);
+}
+static inline void comm_nccl_link_irecv(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    (void)tag;
+    comm_nccl_link_post((CommNcclLink*)ctx, buf, bytes, peer_stage, 0, r);
+}
+
+// 1 when r's transfer has completed on the device (its event is then free again); never blocks
+static inline int comm_nccl_link_test(void* ctx, CommRequest* r) {
+    CommNcclLink* l = (CommNcclLink*)ctx;
+    int e = (int)r->handle[0], d = (int)r->handle[1];
+    cudaError_t q = cudaEventQuery(l->done[e]);
+    if (q == cudaErrorNotReady) {
+        comm_nccl_check_async(l->comm[d], "pipeline link");
+        return 0;
+    }
+    if (q != cudaSuccess) td_fatal("cudaEventQuery (NCCL link transfer): %s", cudaGetErrorString(q));
+    l->free_done[l->n_free++] = e;
+    return 1;
+}
+
+// 1 when NCCL can connect every stage of this replica's pipeline (no two on one GPU with one
+// NCCL_HOSTID); collective over the pipeline
+static inline int comm_nccl_link_possible(const Comm* c, int device) { return c->P == 1 || comm_nccl_possible(c->pipe_comm, device); }
+
+// Builds this stage's communicators with its neighbours (call comm_nccl_link_possible first) and the
+// CommLink in l->link; `compute`: the stream the model's kernels run on. Collective over the pipeline.
+static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int device, cudaStream_t compute) {
+    memset(l, 0, sizeof *l);
+    l->stage = c->stage;
+    l->P = c->P;
+    l->compute = compute;
+    cudaCheck(cudaSetDevice(device));
+#ifdef TD_MPI
+    if (c->P > 1) {
+        MPI_Comm pipe = *(MPI_Comm*)c->pipe_comm;
+        const int tag = 91; // only during setup: no other message is in flight
+        // the link with the stage before first (it made the ids), then the one after (this stage makes
+        // them): stage 0 starts the chain, so no stage waits in a cycle
+        ncclUniqueId ids[2]; // activations, gradients
+        if (c->stage > 0) {
+            MPI_CHECK(MPI_Recv(ids, (int)sizeof ids, MPI_BYTE, c->stage - 1, tag, pipe, MPI_STATUS_IGNORE));
+            ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_IN], 2, ids[0], 1));
+            ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_OUT], 2, ids[1], 1));
+        }
+        if (c->stage < c->P - 1) {
+            ncclCheck(ncclGetUniqueId(&ids[0]));
+            ncclCheck(ncclGetUniqueId(&ids[1]));
+            MPI_CHECK(MPI_Send(ids, (int)sizeof ids, MPI_BYTE, c->stage + 1, tag, pipe));
+            ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_OUT], 2, ids[0], 0));
+            ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_IN], 2, ids[1], 0));
+        }
+    }
+#else
+    if (c->P > 1) td_fatal("comm_nccl_link_init: P = %d without MPI", c->P);
+#endif
+    for (int d = 0; d < NCCL_DIRS; d++)
+        if (l->comm[d]) l->stream[d] = comm_nccl_stream();
+    cudaCheck(cudaEventCreateWithFlags(&l->after_compute, cudaEventDisableTiming));
+    l->link.name = "NCCL between GPUs";
+    l->link.ctx = l;
+    l->link.isend = comm_nccl_link_isend;
+    l->link.irecv = comm_nccl_link_irecv;
+    l->link.test = comm_nccl_link_test;
+}
+
+// waits for every transfer, then releases the communicators, streams and events
+static inline void comm_nccl_link_free(CommNcclLink* l) {
+    for (int d = 0; d < NCCL_DIRS; d++) {
+        if (l->stream[d]) cudaCheck(cudaStreamSynchronize(l->stream[d]));
+        comm_nccl_destroy(l->comm[d]);
+        if (l->stream[d]) cudaCheck(cudaStreamDestroy(l->stream[d]));
+    }
+    for (int e = 0; e < l->cap; e++) cudaCheck(cudaEventDestroy(l->done[e]));
+    if (l->after_compute) cudaCheck(cudaEventDestroy(l->after_compute));
+    free(l->done);
+    free(l->free_done);
+    memset(l, 0, sizeof *l);
 }

@@ -48,6 +48,7 @@ typedef struct {
     Executor* ex;
     const Schedule* sch;
     int s, P, D, n_slots, split, first, last, report;
+    int dev_msgs;           // activations and gradients come and go in the backend's memory (ex->link)
     int v0;                 // the stage's weight version when the run began (op versions count from it)
     size_t btc;             // B*T*C floats of one activation message
     int* slot_of;           // (n_steps*M) activation slot of each micro-batch, -1 when none
@@ -55,10 +56,10 @@ typedef struct {
     int* slot_needs_w;      // (n_slots) 1 while its backward still needs those weights
     int* slot_free;         // (n_slots) stack of free slots
     int n_free;
-    float** dx_send;        // (n_slots)[btc] input gradients being sent upstream
+    float** dx_send;        // (n_slots)[btc] input gradients being sent upstream (host messages)
     CommRequest* fwd_req;   // (n_slots)
     CommRequest* bwd_req;   // (n_slots)
-    float* dx_recv;         // (btc) output gradient received from downstream
+    float* dx_recv;         // (btc) output gradient received from downstream (host messages)
     float* syn_buf;         // (SYN_BUFS, SYN_FLOATS) synthetic payloads
     float** tied_buf;       // (grad slots)[Vp*C] the other end's share of wte's gradient
     float** tied_send;      // (grad slots)[Vp*C] first stage: its share, kept until sent
@@ -143,10 +144,36 @@ static void weights_done(Run* r, int slot) {
 
 static float* syn(Run* r, int region) { return r->syn_buf + region * SYN_FLOATS; }
 
-// bytes of one activation or gradient message, and where micro-batch slot's input lands
-static size_t msg_bytes(const Run* r) { return (r->ex->stage ? r->btc : SYN_FLOATS) * sizeof(float); }
-static void* input_buf(Run* r, int slot) { return r->ex->stage ? (void*)r->ex->stage->acts[slot].x_in : (void*)syn(r, SYN_ACT_IN); }
-static void* grad_in_buf(Run* r) { return r->ex->stage ? (void*)r->dx_recv : (void*)syn(r, SYN_GRAD_IN); }
+// Where messages live: the backend's memory (dev_msgs: ex->link moves them), host buffers (MPI), or
+// a few floats that stand for them under synthetic compute.
+static size_t msg_bytes(const Run* r) {
+    if (r->dev_msgs) return stage_msg_bytes(r->ex->stage);
+    return (r->ex->stage ? r->btc : SYN_FLOATS) * sizeof(float);
+}
+// where slot's stage input is received
+static void* input_buf(Run* r, int slot) {
+    Stage* st = r->ex->stage;
+    if (r->dev_msgs) return stage_input_msg(st, slot);
+    return st ? (void*)st->acts[slot].x_in : (void*)syn(r, SYN_ACT_IN);
+}
+// where the gradient of the stage output for activation-gradient buffer ga is received
+static void* grad_in_buf(Run* r, int ga) {
+    if (r->dev_msgs) return stage_grad_msg(r->ex->stage, ga);
+    return r->ex->stage ? (void*)r->dx_recv : (void*)syn(r, SYN_GRAD_IN);
+}
+static const CommLink* link_of(const Run* r) { return r->dev_msgs ? r->ex->link : NULL; }
+static void msg_send(Run* r, const void* buf, int peer, int tag, CommRequest* req) {
+    comm_link_isend(r->ex->comm, link_of(r), buf, msg_bytes(r), peer, tag, req);
+}
+static void msg_irecv(Run* r, void* buf, int peer, int tag, CommRequest* req) {
+    comm_link_irecv(r->ex->comm, link_of(r), buf, msg_bytes(r), peer, tag, req);
+}
+static void msg_recv(Run* r, void* buf, int peer, int tag) {
+    CommRequest req;
+    memset(&req, 0, sizeof req);
+    msg_irecv(r, buf, peer, tag, &req);
+    comm_wait(r->ex->comm, &req);
+}
 
 // the activation slot of micro-batch g's forward, taken when its input is first awaited
 static int forward_slot(Run* r, int g) {
@@ -170,7 +197,7 @@ static void op_forward(Run* r, const Op* op, int step0, int have_input) {
     GPT2Acts* a = st ? &st->acts[slot] : NULL;
     if (st && (r->first || r->last) && dataloader_next(ex->data, a->inputs, a->targets))
         td_fatal("training data: %s", ex->data->err);
-    if (!r->first && !have_input) comm_recv(ex->comm, input_buf(r, slot), msg_bytes(r), r->s - 1, TAG_ACT);
+    if (!r->first && !have_input) msg_recv(r, input_buf(r, slot), r->s - 1, TAG_ACT);
     double t0 = now_seconds();
     if (st) {
         float loss = stage_forward(st, slot, r->v0 + op->version, r->last);
@@ -178,32 +205,42 @@ static void op_forward(Run* r, const Op* op, int step0, int have_input) {
     }
     finish_compute(r, op, t0, step0);
     if (!r->last) {
-        const void* out = st ? (const void*)stage_output(st, slot) : (const void*)syn(r, SYN_ACT_OUT);
-        comm_isend(ex->comm, out, msg_bytes(r), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
+        const void* out = r->dev_msgs ? stage_output_msg(st, slot) : st ? (const void*)stage_output(st, slot) : (const void*)syn(r, SYN_ACT_OUT);
+        msg_send(r, out, r->s + 1, TAG_ACT, &r->fwd_req[slot]);
     }
     ex->count_f++;
 }
 
-// the input-gradient half (B or BI): receive dL/d(output), compute, send dL/d(input) upstream
-static void op_backward_input(Run* r, const Op* op, int slot, int have_input, double* t0_out) {
+// the activation-gradient buffer of slot's backward: its own for zero-bubble's split passes
+static int gacts_of(const Run* r, int slot) { return r->split ? slot : 0; }
+
+// the input-gradient half (B or BI): receive dL/d(output), compute; send_input_grad sends dL/d(input)
+static void op_backward_input(Run* r, int slot, int have_input, double* t0_out) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
-    if (!r->last && !have_input) comm_recv(ex->comm, grad_in_buf(r), msg_bytes(r), r->s + 1, TAG_GRAD);
+    int ga = gacts_of(r, slot);
+    if (!r->last && !have_input) msg_recv(r, grad_in_buf(r, ga), r->s + 1, TAG_GRAD);
     double t0 = now_seconds();
     *t0_out = t0;
     if (st) {
-        int ga = r->split ? slot : 0;
         float dloss = 1.0f / ((float)ex->B * ex->T * r->sch->M);
-        stage_backward_input(st, slot, ga, r->slot_version[slot], r->last ? NULL : r->dx_recv, dloss);
-        if (!r->first) stage_dx_in(st, ga, r->dx_send[slot]);
+        const float* dx_out = r->last || r->dev_msgs ? NULL : r->dx_recv; // NULL: received on the device
+        stage_backward_input(st, slot, ga, r->slot_version[slot], dx_out, dloss);
     }
     weights_done(r, slot);
 }
 
 static void send_input_grad(Run* r, int slot) {
     if (r->first) return;
-    const void* buf = r->ex->stage ? (const void*)r->dx_send[slot] : (const void*)syn(r, SYN_GRAD_OUT);
-    comm_isend(r->ex->comm, buf, msg_bytes(r), r->s - 1, TAG_GRAD, &r->bwd_req[slot]);
+    Stage* st = r->ex->stage;
+    const void* buf = syn(r, SYN_GRAD_OUT);
+    if (r->dev_msgs) {
+        buf = stage_dx_in_msg(st, gacts_of(r, slot), slot);
+    } else if (st) {
+        stage_dx_in(st, gacts_of(r, slot), r->dx_send[slot]);
+        buf = r->dx_send[slot];
+    }
+    msg_send(r, buf, r->s - 1, TAG_GRAD, &r->bwd_req[slot]);
 }
 
 static void post_step(Run* r, int t);
@@ -235,7 +272,7 @@ static void op_backward(Run* r, const Op* op, int step0, int have_input) {
         grad_done(r, op, slot);
         return;
     }
-    op_backward_input(r, op, slot, have_input, &t0);
+    op_backward_input(r, slot, have_input, &t0);
     if (op->kind == OP_B) accumulate_weight_grad(r, op, slot, 0);
     finish_compute(r, op, t0, step0);
     send_input_grad(r, slot);
@@ -396,11 +433,11 @@ static void run_event_driven(Run* r, int step0) {
     while (v < sch->n_steps) {
         int nf = r->next_f;
         if (!r->first && nf < nM && nf - nb < (P - s) + W && act_for != nf) {
-            comm_irecv(c, input_buf(r, forward_slot(r, nf)), msg_bytes(r), s - 1, TAG_ACT, &act);
+            msg_irecv(r, input_buf(r, forward_slot(r, nf)), s - 1, TAG_ACT, &act);
             act_for = nf;
         }
         if (!r->last && nb < nf && grad_for != nb) {
-            comm_irecv(c, grad_in_buf(r), msg_bytes(r), s + 1, TAG_GRAD, &grad);
+            msg_irecv(r, grad_in_buf(r, 0), s + 1, TAG_GRAD, &grad); // one buffer: tdpipe does not split backward
             grad_for = nb;
         }
         StepState* ss = &r->steps[v];
@@ -451,13 +488,13 @@ static void run_reserve(Run* r, int n_slots, int ng, int n_steps, int nmb) {
         for (int i = r->cap_slots; i < n_slots; i++) {
             memset(&r->fwd_req[i], 0, sizeof(CommRequest));
             memset(&r->bwd_req[i], 0, sizeof(CommRequest));
-            r->dx_send[i] = st && !r->first ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
+            r->dx_send[i] = st && !r->first && !r->dev_msgs ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
         }
         r->cap_slots = n_slots;
     }
     if (!r->syn_buf) {
         r->syn_buf = (float*)calloc_check(SYN_BUFS * SYN_FLOATS, sizeof(float));
-        r->dx_recv = st && !r->last ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
+        r->dx_recv = st && !r->last && !r->dev_msgs ? (float*)malloc_check(r->btc * sizeof(float)) : NULL;
     }
     if (ng > r->cap_ng) {
         r->tied_buf = (float**)realloc(r->tied_buf, ng * sizeof(float*));
@@ -504,6 +541,8 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     r->report = c->world_rank == 0;
     r->split = sch->kind == SCHED_ZBH1;
     r->btc = (size_t)ex->B * ex->T * ex->C;
+    r->dev_msgs = ex->link && st;
+    if (r->dev_msgs && !st->device_msgs) td_fatal("stage %d: a message link was given, but the stage keeps its messages on the host", r->s);
     int stashes, grad_slots;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
     if (st) stage_reserve(st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);

@@ -41,6 +41,9 @@ typedef struct {
     uint64_t seed;
     double syn_f, syn_b;   // synthetic compute: seconds per forward / backward of this stage; 0 = real
     Trace* trace;          // NULL or the trace to record into
+    // activations and gradients between stages stay in the backend's memory, moved by this link
+    // (NCCL between GPUs; the stage must stage_use_device_msgs); NULL: host copies over MPI
+    const CommLink* link;
     // the data-parallel average of a device backend's active gradient slot (and the LM head's share
     // of wte), done where the gradient lives (NCCL between GPUs), bitwise comm_dp_average's result;
     // NULL: the gradient goes through host memory and comm_dp_average (MPI)

@@ -194,6 +194,24 @@ void stage_dx_in(Stage* s, int gacts, float* dst) {
     else memcpy(dst, s->gacts[gacts].dx_in, (size_t)s->B * s->T * s->cfg.channels * sizeof(float));
 }
 
+int stage_has_device_msgs(const Stage* s) { return s->be && s->be->msg_bytes; }
+
+static const StageBackend* msgs_of(const Stage* s, const char* what) {
+    if (!s->device_msgs) td_fatal("%s: this stage's pipeline messages are not in device memory (%s)", what,
+                                  stage_has_device_msgs(s) ? "stage_use_device_msgs was not called" : "its backend keeps none");
+    return s->be;
+}
+
+void stage_use_device_msgs(Stage* s) {
+    if (!stage_has_device_msgs(s)) td_fatal("stage_use_device_msgs: the %s backend keeps no pipeline messages", s->be ? s->be->name : "CPU");
+    s->device_msgs = 1;
+}
+size_t stage_msg_bytes(const Stage* s) { return msgs_of(s, "stage_msg_bytes")->msg_bytes(s); }
+void* stage_input_msg(Stage* s, int slot) { return msgs_of(s, "stage_input_msg")->input_msg(s, slot); }
+const void* stage_output_msg(Stage* s, int slot) { return msgs_of(s, "stage_output_msg")->output_msg(s, slot); }
+void* stage_grad_msg(Stage* s, int gacts) { return msgs_of(s, "stage_grad_msg")->grad_msg(s, gacts); }
+const void* stage_dx_in_msg(Stage* s, int gacts, int slot) { return msgs_of(s, "stage_dx_in_msg")->dx_in_msg(s, gacts, slot); }
+
 void stage_grads_to_host(Stage* s) {
     if (s->be) s->be->grads_to_host(s);
 }

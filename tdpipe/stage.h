@@ -33,6 +33,12 @@ typedef struct {
     void (*grads_from_host)(const Stage* s); // grads -> the device (after host-side exchanges)
     void (*stash)(Stage* s, int i);          // the current weights -> stash slot i (s->n_stash slots)
     void (*use_grad_slot)(Stage* s, int k);  // backward accumulates into gradient slot k (s->n_grad_slots)
+    // pipeline messages kept in the backend's memory, moved by a CommLink (after stage_use_device_msgs)
+    size_t (*msg_bytes)(const Stage* s);                     // one (B, T, C) activation or gradient message
+    void* (*input_msg)(Stage* s, int slot);                  // slot's stage input: forward reads it there
+    const void* (*output_msg)(Stage* s, int slot);           // slot's stage output
+    void* (*grad_msg)(Stage* s, int gacts);                  // dL/d(output): backward_input (dx_out NULL) reads it there
+    const void* (*dx_in_msg)(Stage* s, int gacts, int slot); // dL/d(input) of gacts, copied into slot's send buffer
 } StageBackend;
 
 struct Stage {
@@ -40,6 +46,7 @@ struct Stage {
     GPT2Range range;
     int B, T;
     const StageBackend* be; // NULL: the CPU
+    int device_msgs;        // 1: pipeline messages come and go in the backend's memory (the *_msg calls)
     void* dev;              // the backend's state
     float** out_host;       // (n_slots)[B*T*C] with a backend: host copies of stage outputs being sent
     size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
@@ -107,6 +114,17 @@ void stage_from_host(Stage* s);
 const float* stage_output(Stage* s, int slot);
 // dst (B, T, C) <- the gradient of the stage input from activation-gradient buffer gacts
 void stage_dx_in(Stage* s, int gacts, float* dst);
+// Pipeline messages in a device backend's own memory, for a CommLink that moves them device to
+// device (NCCL): the executor receives a stage input straight into stage_input_msg and the gradient
+// of the output into stage_grad_msg (then passes dx_out = NULL), and sends from stage_output_msg and
+// stage_dx_in_msg. Every call is fatal on a stage that has no such backend.
+int stage_has_device_msgs(const Stage* s);
+void stage_use_device_msgs(Stage* s);
+size_t stage_msg_bytes(const Stage* s);
+void* stage_input_msg(Stage* s, int slot);
+const void* stage_output_msg(Stage* s, int slot);
+void* stage_grad_msg(Stage* s, int gacts);
+const void* stage_dx_in_msg(Stage* s, int gacts, int slot);
 // host staging of the gradient around exchanges over MPI (no-ops on the CPU)
 void stage_grads_to_host(Stage* s);
 void stage_grads_from_host(Stage* s);

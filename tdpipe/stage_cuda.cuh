@@ -20,7 +20,8 @@ typedef struct {
     floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (Stage books them)
     float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
     float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
-    int n_stash, n_ring;
+    floatX** dx_send;     // (n_dx_send)[B*T*C] per activation slot: dL/d(input) being sent (device messages)
+    int n_stash, n_ring, n_dx_send;
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
@@ -63,6 +64,12 @@ static void cuda_grow(Stage* s) {
         }
         c->n_ring = s->n_grad_slots;
     }
+    if (s->device_msgs && !s->range.has_embed && s->n_slots > c->n_dx_send) {
+        c->dx_send = (floatX**)realloc(c->dx_send, s->n_slots * sizeof(floatX*));
+        for (int i = c->n_dx_send; i < s->n_slots; i++)
+            cudaCheck(cudaMalloc((void**)&c->dx_send[i], (size_t)s->B * s->T * s->cfg.channels * sizeof(floatX)));
+        c->n_dx_send = s->n_slots;
+    }
 }
 
 // forward and backward read m.params: point it at stash slot i for one call (-1: leave it), then
@@ -91,8 +98,9 @@ static float cuda_forward(Stage* s, int slot, int stash, int targets_valid) {
     GPT2Acts* a = &s->acts[slot];
     CudaStage* c = cuda_of(s);
     cuda_swap_in(c, stash);
-    // a later stage's input arrived in the host slot (host staging): it goes up with the forward
-    const float* x_in = s->range.has_embed ? NULL : a->x_in;
+    // a later stage's input arrived in the host slot (host staging): it goes up with the forward;
+    // with device messages it was received into the device slot already
+    const float* x_in = s->range.has_embed || s->device_msgs ? NULL : a->x_in;
     float loss = gpt2_cuda_forward(&c->m, &c->acts[slot], a->inputs, targets_valid ? a->targets : NULL, x_in);
     cuda_swap_out(c);
     return loss;
@@ -130,10 +138,32 @@ static void cuda_grads_to_host(Stage* s) {
 }
 static void cuda_grads_from_host(const Stage* s) { gpt2_cuda_set_grads(&cuda_of(s)->m, s->grads); }
 
+// device messages: floatX (B, T, C) buffers, sent and received by NCCL where the model reads and writes them
+static size_t cuda_btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
+static size_t cuda_msg_bytes(const Stage* s) { return cuda_btc(s) * sizeof(floatX); }
+static void* cuda_input_msg(Stage* s, int slot) {
+    cuda_grow(s);
+    return cuda_of(s)->acts[slot].x_in;
+}
+static const void* cuda_output_msg(Stage* s, int slot) { // the last layer's output
+    return cuda_of(s)->acts[slot].residual3 + (size_t)(s->range.l1 - s->range.l0 - 1) * cuda_btc(s);
+}
+static void* cuda_grad_msg(Stage* s, int gacts) { // the last layer's output gradient (backward_input with dx_out NULL)
+    cuda_grow(s);
+    return cuda_of(s)->ga[gacts].dres3 + (size_t)(s->range.l1 - s->range.l0 - 1) * cuda_btc(s);
+}
+static const void* cuda_dx_in_msg(Stage* s, int gacts, int slot) { // a copy: the next backward reuses gacts
+    cuda_grow(s);
+    CudaStage* c = cuda_of(s);
+    cudaCheck(cudaMemcpyAsync(c->dx_send[slot], c->ga[gacts].dx_in, cuda_msg_bytes(s), cudaMemcpyDeviceToDevice, g_cuda_stream));
+    return c->dx_send[slot];
+}
+
 static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
                                           cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
                                           cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
-                                          cuda_stash, cuda_use_grad_slot};
+                                          cuda_stash, cuda_use_grad_slot, cuda_msg_bytes, cuda_input_msg,
+                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {
@@ -171,7 +201,9 @@ static void cuda_stage_free(Stage* st) {
         cudaCheck(cudaFree(c->grad_ring[k]));
         if (c->dwte_ring[k]) cudaCheck(cudaFree(c->dwte_ring[k]));
     }
+    for (int i = 0; i < c->n_dx_send; i++) cudaCheck(cudaFree(c->dx_send[i]));
     gpt2_cuda_free(&c->m); // after the ring: m's gradient pointers may name a ring slot, its memory is slot 0
+    free(c->dx_send);
     free(c->acts);
     free(c->ga);
     free(c->stash);
@@ -182,6 +214,26 @@ static void cuda_stage_free(Stage* st) {
 }
 
 static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
+
+// Activations and gradients between stages over NCCL, GPU to GPU, when every stage of the pipeline
+// has a GPU NCCL can reach (collective over the pipeline): then 1, the stage keeps its messages on the
+// device, and *link is the executor's link; else 0 (host staging over MPI).
+static int cuda_link_init(const Comm* c, Stage* st, const CommLink** link) {
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    if (!comm_nccl_link_possible(c, dev)) return 0;
+    CommNcclLink* l = (CommNcclLink*)calloc_check(1, sizeof(CommNcclLink));
+    comm_nccl_link_init(l, c, dev, g_cuda_stream);
+    stage_use_device_msgs(st);
+    *link = &l->link;
+    return 1;
+}
+
+static void cuda_link_free(const CommLink* link) {
+    CommNcclLink* l = (CommNcclLink*)link->ctx;
+    comm_nccl_link_free(l);
+    free(l);
+}
 
 // the data-parallel average on the GPUs: NCCL over this stage's replicas
 typedef struct {
@@ -194,9 +246,9 @@ typedef struct {
 static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
-    if (!comm_nccl_dp_possible(c, dev)) return 0;
+    if (!comm_nccl_possible(c->dp_comm, dev)) return 0;
     CudaDp* dp = (CudaDp*)calloc_check(1, sizeof(CudaDp));
-    comm_nccl_init(&dp->nccl, c, dev, COMM_NCCL_DP);
+    comm_nccl_init(&dp->nccl, c, dev);
     size_t vc = st->range.has_head ? (size_t)st->cfg.padded_vocab_size * st->cfg.channels : 0;
     size_t n = st->num_params > vc ? st->num_params : vc;
     cudaCheck(cudaMalloc((void**)&dp->scratch, comm_nccl_dp_scratch_floats(c->D, n) * sizeof(float)));
@@ -232,6 +284,8 @@ static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r
 }
 static void cuda_stage_free(Stage* st) {}
 static double cuda_peak(void) { return 0.0; }
+static int cuda_link_init(const Comm* c, Stage* st, const CommLink** link) { return 0; }
+static void cuda_link_free(const CommLink* link) {}
 static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) { return 0; }
 static void cuda_dp_average(void* ctx, Stage* st) {}
 static void cuda_dp_free(void* ctx) {}

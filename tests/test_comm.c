@@ -156,6 +156,57 @@ static void test_pingpong(void) {
     free(out_big);
 }
 
+// the MPI link (what cpu-staged's device messages travel by): stage s sends LK_N messages to s + 1
+// through it, s + 1 posts all their receives ahead and collects them with comm_wait_any beside a
+// plain MPI receive (an 8-byte note on its own tag): the mixed wait polls both kinds
+enum { LK_N = 5, LK_BYTES = 65536 + 3 };
+static void test_link(void) {
+    if (C.P == 1) return;
+    int s = C.stage, d = C.replica;
+    CommLink link;
+    comm_mpi_link(&C, &link);
+    unsigned char* buf = (unsigned char*)malloc_check((size_t)LK_N * LK_BYTES); // (LK_N, LK_BYTES)
+    CommRequest req[LK_N], note_req;
+    memset(req, 0, sizeof req);
+    memset(&note_req, 0, sizeof note_req);
+    uint64_t note_out = key((uint64_t)s, (uint64_t)d, 777), note_in = 0;
+    if (s < C.P - 1) {
+        for (int k = 0; k < LK_N; k++) {
+            pattern_fill(buf + (size_t)k * LK_BYTES, LK_BYTES, key((uint64_t)s, (uint64_t)d, 500 + (uint64_t)k));
+            comm_link_isend(&C, &link, buf + (size_t)k * LK_BYTES, LK_BYTES, s + 1, 11, &req[k]);
+        }
+        int all_link = 1;
+        for (int k = 0; k < LK_N; k++) all_link &= req[k].link == &link;
+        RCHECK(all_link, "link: its requests carry the link");
+        comm_isend(&C, &note_out, sizeof note_out, s + 1, 12, &note_req);
+        for (int k = 0; k < LK_N; k++) comm_wait(&C, &req[k]);
+        comm_wait(&C, &note_req);
+        int done = 1;
+        for (int k = 0; k < LK_N; k++) done &= !req[k].active && req[k].link == NULL;
+        RCHECK(done, "link: comm_wait completes every send, inactive and detached");
+    }
+    if (s > 0) {
+        for (int k = 0; k < LK_N; k++) comm_link_irecv(&C, &link, buf + (size_t)k * LK_BYTES, LK_BYTES, s - 1, 11, &req[k]);
+        comm_irecv(&C, &note_in, sizeof note_in, s - 1, 12, &note_req);
+        int seen[LK_N + 1] = {0}, twice = 0, got = 0;
+        while (got < LK_N + 1) { // the link's receives, in order, and the note, both polled by comm_wait_any
+            CommRequest* w[2] = {NULL, &note_req};
+            int next = 0;
+            while (next < LK_N && !req[next].active) next++;
+            if (next < LK_N) w[0] = &req[next];
+            int i = comm_wait_any(&C, w, 2);
+            int which = i == 1 ? LK_N : next;
+            twice |= seen[which]++;
+            got++;
+        }
+        int intact = 1;
+        for (int k = 0; k < LK_N; k++) intact &= pattern_ok(buf + (size_t)k * LK_BYTES, LK_BYTES, key((uint64_t)(s - 1), (uint64_t)d, 500 + (uint64_t)k));
+        RCHECK(!twice && intact && note_in == key((uint64_t)(s - 1), (uint64_t)d, 777),
+               "link: %d messages posted ahead and a plain MPI one, collected by comm_wait_any, each once and intact", LK_N);
+    }
+    free(buf);
+}
+
 // element i has one nonzero contributor (stage i % (P + 1); none when that is P): the sum is that value, bitwise
 static void test_pipe_sum(void) {
     enum { N = 1001 };
@@ -324,6 +375,7 @@ int main(int argc, char** argv) {
     test_grid(P);
     test_any();
     test_pingpong();
+    test_link();
     test_pipe_sum();
     size_t sizes[] = {0, 1, (size_t)(C.D - 1), 1000003, 17000003}; // the last is two rounds of the 16M-float pieces
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) test_dp_average(sizes[i]);

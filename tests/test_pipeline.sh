@@ -56,8 +56,9 @@ for W in 2 4; do
 done
 check "  and the runs were stale: staleness 1 in the step lines" grep -q "stale 1" "$TMP/tp4d1w4.txt"
 
-# --- the device-backend path (what GPU stages do: messages and gradients staged through host
-# memory) with the CPU behind it: bitwise the same as the CPU, validation and checkpoints included
+# --- the device-backend path with the CPU behind it (what GPU stages do: messages kept in the
+# backend's memory and moved by a link, as NCCL does; or, with --comm mpi, staged through host
+# memory): bitwise the same as the CPU, validation and checkpoints included
 STG="-e d4 -b 2 -t 16 -x 20 -v 10 -s 0 --micro-batches 4"
 check "--device cpu-staged, P = 1" $BIN $STG --device cpu-staged -o "$TMP/st1"
 check "--device cpu, P = 1" $BIN $STG -o "$TMP/sc1"
@@ -73,6 +74,11 @@ staged_same2() { diff <(losses "$1") <(losses "$TMP/sc2") >/dev/null && [ "$(los
 d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && diff <(losses "$TMP/st22") <(losses "$TMP/sc2") >/dev/null && cmp -s "$TMP/st22/model.bin" "$TMP/sc2/model.bin"; }
 check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" d2_ref
 check "  it averaged where the gradient lives (what NCCL does on GPUs)" grep -q "averaged over the 2 replicas in the backend's memory" "$TMP/st22.txt"
+check "  activations and gradients stayed in the backend's memory (what NCCL does between GPUs)" grep -q "between stages in the backend's memory" "$TMP/st41.txt"
+check "--device cpu-staged, P = 4, --comm mpi (messages through host memory)" $MPI -np 4 $BIN $STG --device cpu-staged --stages 4 --comm mpi -o "$TMP/st41m"
+cp "$TMP/out" "$TMP/st41m.txt"
+check "  losses and model bitwise equal to the CPU path" staged_same "$TMP/st41m" "$TMP/sc1"
+check "  it says so" grep -q "between stages in host memory, MPI" "$TMP/st41m.txt"
 check "--device cpu-staged, P = 2, D = 2, --comm mpi (gradients through host memory)" $MPI -np 4 $BIN $STG --device cpu-staged --stages 2 --comm mpi -o "$TMP/st22m"
 cp "$TMP/out" "$TMP/st22m.txt"
 check "  losses and model bitwise equal to the CPU path with D = 2" staged_same2 "$TMP/st22m"
@@ -85,6 +91,10 @@ check "--device cpu-staged, tdpipe W = 2, P = 2, D = 2" $MPI -np 4 $BIN $SMALL -
 check "  P = 1: losses and model bitwise equal to the CPU path" tsame "$TMP/sw1" "$TMP/tref2"
 check "  P = 4: losses and model bitwise equal to the CPU path" tsame "$TMP/sw4" "$TMP/tref2"
 check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" tsame "$TMP/sw22" "$TMP/tref2d2"
+check "--device cpu-staged, tdpipe W = 2, P = 4, jitter 0.3, --comm mpi" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule tdpipe --aew 2 --jitter 0.3 --comm mpi -o "$TMP/sw4m"
+check "  losses and model bitwise equal to the CPU path" tsame "$TMP/sw4m" "$TMP/tref2"
+check "--device cpu-staged, zbh1, P = 4 (split backward: one message buffer per slot)" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule zbh1 -o "$TMP/sz4"
+check "  losses and model bitwise equal to the CPU path" tsame "$TMP/sz4" "$TMP/ref1"
 
 # --- checkpoints are laid out independently of P and D: a one-process checkpoint resumes as a pipeline
 steps_from() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | awk -v k="$2" '{ s = $2; sub(",", "", s); if (s + 0 > k + 0) print $4 }'; }

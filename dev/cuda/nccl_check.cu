@@ -1,10 +1,11 @@
-// Check of tdpipe/comm_nccl.cuh on ONE GPU (NCCL refuses two ranks on one device): one-rank
-// communicators from comm_nccl_init, a self send/receive round trip checked byte for byte, the
-// replica-ordered average kernel against the CPU's COMM_ORDERED_AVERAGE (comm.h; bitwise, subnormals included,
-// D = 1..4, odd lengths, directly and through the data-parallel chunk plan), and comm_nccl_dp_average
-// with D = 1 leaving data unchanged. Prints one line per check, then "nccl_check: N passed, M failed";
-// the exit code is the number of failures (capped at 1). Usage: build/dev/cuda/nccl_check (no mpirun,
-// or mpirun -np 1 to take the MPI path of comm_nccl_init).
+// Check of tdpipe/comm_nccl.cuh. One process: the replica-ordered average kernel against the CPU's
+// COMM_ORDERED_AVERAGE (comm.h; bitwise, subnormals included, D = 1..4, odd lengths, directly and through
+// the data-parallel chunk plan) and comm_nccl_dp_average with D = 1 leaving data unchanged. Two ranks,
+// --stages 1: comm_nccl_dp_average over D = 2 against the CPU, bitwise. Two ranks, --stages 2: the
+// pipeline link (activations one way, gradients back, receives posted ahead), byte for byte. Two ranks
+// may share one GPU when each has its own NCCL_HOSTID (NCCL then connects them over its socket transport).
+// Prints one line per check, then "nccl_check: rank R: N passed, M failed"; exit code 1 on any failure.
+// Usage: build/dev/cuda/nccl_check, or mpirun -np 2 [env NCCL_HOSTID=...] build/dev/cuda/nccl_check --stages 1|2
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,53 +75,88 @@ static void report_bitwise(const char* name, const float* gpu, const float* cpu,
     report(name, d < 0, detail);
 }
 
-// the self round trip: `bytes` from one device buffer to another through the pipeline communicator
-// (stage 0 to itself, inside one group), produced on another stream, polled with comm_nccl_done
-static void check_round_trip(CommNccl* cn, size_t bytes) {
-    unsigned char* h_src = (unsigned char*)malloc_check(bytes); // (bytes)
-    unsigned char* h_dst = (unsigned char*)malloc_check(bytes); // (bytes)
-    uint64_t s = 12345;
-    for (size_t i = 0; i < bytes; i++) h_src[i] = (unsigned char)(splitmix(&s) >> 56);
-    unsigned char *d_src, *d_dst; // (bytes) each, device
-    cudaCheck(cudaMalloc(&d_src, bytes));
-    cudaCheck(cudaMalloc(&d_dst, bytes));
-    cudaStream_t producer;
-    cudaCheck(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
-    cudaCheck(cudaMemcpyAsync(d_src, h_src, bytes, cudaMemcpyHostToDevice, producer));
-    cudaCheck(cudaMemsetAsync(d_dst, 0xA5, bytes, producer));
-    comm_nccl_wait_for(cn, producer);
-    comm_nccl_group_start();
-    comm_nccl_send(cn, d_src, bytes, 0);
-    comm_nccl_recv(cn, d_dst, bytes, 0);
-    comm_nccl_group_end();
-    cudaEvent_t ev;
-    cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    comm_nccl_record(cn, ev);
-    long polls = 0;
-    double t0 = now_seconds();
-    while (!comm_nccl_done(cn, ev)) {
-        polls++;
-        if (now_seconds() - t0 > 30.0) td_fatal("the self send/receive did not complete in 30 s (%ld polls)", polls);
+// (bytes) the bytes of pattern `seed`, malloc'ed
+static unsigned char* pattern(size_t bytes, uint64_t seed) {
+    unsigned char* h = (unsigned char*)malloc_check(bytes); // (bytes)
+    uint64_t s = seed;
+    for (size_t i = 0; i < bytes; i++) h[i] = (unsigned char)(splitmix(&s) >> 56);
+    return h;
+}
+
+// index of the first differing byte, or -1
+static long first_byte_diff(const unsigned char* a, const unsigned char* b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return (long)i;
+    return -1;
+}
+
+// The pipeline link between stage 0 and stage 1 (P = 2): K activation messages 0 -> 1 and K gradient
+// messages 1 -> 0 of different sizes. Every receive is posted ahead (the event-driven executor does),
+// every send's buffer is written on the compute stream just before it is handed to the link (no host
+// wait between), stage 1 answers message k only after receiving it; all polled through comm.h.
+static void check_link(Comm* c, int device) {
+    enum { K = 6 };
+    CommNcclLink l;
+    if (!comm_nccl_link_possible(c, device)) {
+        report("pipeline link: NCCL can connect the two stages", 0, "(one GPU: give each rank its own NCCL_HOSTID)");
+        return;
     }
-    cudaCheck(cudaMemcpy(h_dst, d_dst, bytes, cudaMemcpyDeviceToHost));
-    size_t bad = bytes;
-    for (size_t i = 0; i < bytes; i++)
-        if (h_dst[i] != h_src[i]) {
-            bad = i;
-            break;
-        }
+    comm_nccl_link_init(&l, c, device, g_cuda_stream);
+    report("pipeline link: two-rank communicators per direction", c->stage == 0 ? l.comm[NCCL_ACT_OUT] && l.comm[NCCL_GRAD_IN] && !l.comm[NCCL_ACT_IN]
+                                                                                  : l.comm[NCCL_ACT_IN] && l.comm[NCCL_GRAD_OUT] && !l.comm[NCCL_ACT_OUT], "");
+    size_t bytes[K];
+    unsigned char *d_out[K], *d_in[K]; // (bytes[k]) device: what this stage sends, what it receives
+    CommRequest sreq[K], rreq[K];
+    memset(sreq, 0, sizeof sreq);
+    memset(rreq, 0, sizeof rreq);
+    for (int k = 0; k < K; k++) {
+        bytes[k] = ((size_t)1 << (10 + 3 * k)) + 4099 * (size_t)k; // 1 KiB .. 32 MiB, odd sizes
+        cudaCheck(cudaMalloc(&d_out[k], bytes[k]));
+        cudaCheck(cudaMalloc(&d_in[k], bytes[k]));
+        cudaCheck(cudaMemset(d_in[k], 0xA5, bytes[k]));
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    int me = c->stage, peer = 1 - me;
+    uint64_t mine = me == 0 ? 100 : 200, theirs = me == 0 ? 200 : 100; // activations 100 + k, gradients 200 + k
+    for (int k = 0; k < K; k++) comm_link_irecv(c, &l.link, d_in[k], bytes[k], peer, 1, &rreq[k]);
+    double t0 = now_seconds();
+    for (int k = 0; k < K; k++) {
+        if (me == 1) comm_wait(c, &rreq[k]); // a gradient answers its activation
+        unsigned char* h = pattern(bytes[k], mine + k);
+        cudaCheck(cudaMemcpyAsync(d_out[k], h, bytes[k], cudaMemcpyHostToDevice, g_cuda_stream));
+        comm_link_isend(c, &l.link, d_out[k], bytes[k], peer, 1, &sreq[k]);
+        cudaCheck(cudaStreamSynchronize(g_cuda_stream)); // h may go once the copy has run
+        free(h);
+    }
+    for (int k = 0; k < K; k++) {
+        comm_wait(c, &rreq[k]);
+        comm_wait(c, &sreq[k]);
+    }
+    double secs = now_seconds() - t0;
+    long bad = -1;
+    int bad_k = -1;
+    size_t total = 0;
+    for (int k = 0; k < K && bad < 0; k++) {
+        unsigned char* want = pattern(bytes[k], theirs + k);
+        unsigned char* got = (unsigned char*)malloc_check(bytes[k]);
+        cudaCheck(cudaMemcpy(got, d_in[k], bytes[k], cudaMemcpyDeviceToHost));
+        bad = first_byte_diff(got, want, bytes[k]);
+        if (bad >= 0) bad_k = k;
+        total += bytes[k];
+        free(want);
+        free(got);
+    }
     char detail[160];
-    if (bad == bytes)
-        snprintf(detail, sizeof detail, "(%zu bytes equal; %ld polls before completion)", bytes, polls);
-    else
-        snprintf(detail, sizeof detail, "(byte %zu: got 0x%02x, sent 0x%02x)", bad, h_dst[bad], h_src[bad]);
-    report("self send/recv round trip", bad == bytes, detail);
-    cudaCheck(cudaEventDestroy(ev));
-    cudaCheck(cudaStreamDestroy(producer));
-    cudaCheck(cudaFree(d_src));
-    cudaCheck(cudaFree(d_dst));
-    free(h_src);
-    free(h_dst);
+    if (bad < 0) snprintf(detail, sizeof detail, "(%d messages, %zu bytes received equal, %.3f s)", K, total, secs);
+    else snprintf(detail, sizeof detail, "(message %d differs at byte %ld)", bad_k, bad);
+    report(me == 0 ? "pipeline link: stage 0 sent activations, got gradients" : "pipeline link: stage 1 got activations, sent gradients",
+           bad < 0, detail);
+    for (int k = 0; k < K; k++) {
+        cudaCheck(cudaFree(d_out[k]));
+        cudaCheck(cudaFree(d_in[k]));
+    }
+    comm_nccl_link_free(&l);
+    report("comm_nccl_link_free", l.cap == 0 && l.comm[0] == NULL && l.comm[1] == NULL, "");
 }
 
 // the ordered-average kernel on D simulated replica buffers of `len` floats: (a) in one launch over
@@ -184,56 +220,69 @@ static void check_ordered_average(int D, size_t len, cudaStream_t st) {
     free(h_out);
 }
 
-// comm_nccl_dp_average with D = 1: the data stays exactly as it was
-static void check_dp_average_single(CommNccl* cn, size_t n) {
-    float* h = (float*)malloc_check(n * sizeof(float));    // (n) the values
-    float* back = (float*)malloc_check(n * sizeof(float)); // (n) after the average
-    fill_values(h, n, 99);
-    float *d, *d_scratch; // (n) and (comm_nccl_dp_scratch_floats(1, n)), device
+// comm_nccl_dp_average over this rank's D replicas (D = 1: the data must not change) against the CPU's
+// COMM_ORDERED_AVERAGE of every replica's values (gathered over MPI), bitwise
+static void check_dp_average(Comm* c, CommNccl* cn, size_t n) {
+    int D = cn->D;
+    float* all = (float*)malloc_check((size_t)D * n * sizeof(float)); // (D, n) every replica's values
+    for (int q = 0; q < D; q++) fill_values(all + (size_t)q * n, n, 99 + 1000 * (uint64_t)q);
+    float* ref = (float*)malloc_check(n * sizeof(float));  // (n) the CPU's average
+    float* back = (float*)malloc_check(n * sizeof(float)); // (n) after the GPU's average
+    COMM_ORDERED_AVERAGE(float, ref, all, n, n, D);
+    float *d, *d_scratch; // (n) and (comm_nccl_dp_scratch_floats(D, n)), device
     cudaCheck(cudaMalloc(&d, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_scratch, comm_nccl_dp_scratch_floats(cn->D, n) * sizeof(float)));
-    cudaCheck(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d_scratch, comm_nccl_dp_scratch_floats(D, n) * sizeof(float)));
+    cudaCheck(cudaMemcpy(d, all + (size_t)c->replica * n, n * sizeof(float), cudaMemcpyHostToDevice));
     comm_nccl_dp_average(cn, d, n, d_scratch);
     comm_nccl_sync(cn);
     cudaCheck(cudaMemcpy(back, d, n * sizeof(float), cudaMemcpyDeviceToHost));
     char name[96];
-    snprintf(name, sizeof name, "dp average D=%d n=%zu unchanged", cn->D, n);
-    report_bitwise(name, back, h, n);
+    snprintf(name, sizeof name, "dp average D=%d n=%zu (replica %d)", D, n, c->replica);
+    report_bitwise(name, back, ref, n);
     cudaCheck(cudaFree(d));
     cudaCheck(cudaFree(d_scratch));
-    free(h);
+    free(all);
+    free(ref);
     free(back);
 }
 
 int main(int argc, char** argv) {
     Comm c;
     comm_init(&c, &argc, &argv);
+    int P = argc > 2 && !strcmp(argv[1], "--stages") ? atoi(argv[2]) : 1;
     char err[256];
-    if (comm_grid(&c, 1, err, sizeof err) != 0) td_fatal("%s", err);
-    if (c.world_size != 1) td_fatal("nccl_check runs as one process on one GPU (launched with %d ranks)", c.world_size);
+    if (comm_grid(&c, P, err, sizeof err) != 0) td_fatal("%s", err);
+    if (c.P > 2) td_fatal("nccl_check: --stages %d: the link check takes P = 1 or 2", c.P);
     int ver = 0;
     ncclCheck(ncclGetVersion(&ver));
-    CommNccl cn;
-    comm_nccl_init(&cn, &c, 0, COMM_NCCL_PIPE | COMM_NCCL_DP);
-    cuda_device_init(0);
-    printf("nccl_check: NCCL %d (header %d), device %s, %s\n", ver, NCCL_VERSION_CODE, g_device_prop.name,
-           c.mpi ? "MPI path (one rank)" : "no MPI");
-    report("comm_nccl_init one-rank communicators", cn.P == 1 && cn.D == 1 && cn.pipe && cn.dp && cn.stream, "");
+    int n_dev = 1;
+    cudaCheck(cudaGetDeviceCount(&n_dev));
+    int device = c.local_rank % n_dev;
+    cuda_device_init(device);
+    printf("nccl_check: rank %d of %d (stage %d of %d, replica %d of %d): NCCL %d (header %d), device %d %s%s%s\n", c.world_rank,
+           c.world_size, c.stage, c.P, c.replica, c.D, ver, NCCL_VERSION_CODE, device, g_device_prop.name,
+           getenv("NCCL_HOSTID") ? ", NCCL_HOSTID " : "", getenv("NCCL_HOSTID") ? getenv("NCCL_HOSTID") : "");
 
-    check_round_trip(&cn, ((size_t)3 << 20) + 5);
-
-    cudaStream_t st;
-    cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const size_t lens[] = {1, 3, 1001, 65537, 1000003};
-    for (int D = 1; D <= 4; D++)
-        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) check_ordered_average(D, lens[k], st);
-    cudaCheck(cudaStreamDestroy(st));
-
-    check_dp_average_single(&cn, 100003);
-
-    comm_nccl_free(&cn);
-    report("comm_nccl_free", cn.pipe == NULL && cn.dp == NULL && cn.stream == NULL, "");
-    printf("nccl_check: %d passed, %d failed\n", g_passed, g_failed);
+    if (c.P == 2) {
+        check_link(&c, device);
+    } else {
+        if (c.world_size == 1) { // the kernel alone, against the CPU
+            cudaStream_t st;
+            cudaCheck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+            const size_t lens[] = {1, 3, 1001, 65537, 1000003};
+            for (int D = 1; D <= 4; D++)
+                for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) check_ordered_average(D, lens[k], st);
+            cudaCheck(cudaStreamDestroy(st));
+        }
+        CommNccl cn;
+        comm_nccl_init(&cn, &c, device);
+        report("comm_nccl_init data-parallel communicator", cn.D == c.D && cn.dp && cn.stream, "");
+        check_dp_average(&c, &cn, 100003);
+        check_dp_average(&c, &cn, COMM_DP_PIECE + 3); // two rounds of the chunk plan
+        comm_nccl_free(&cn);
+        report("comm_nccl_free", cn.dp == NULL && cn.stream == NULL, "");
+    }
+    printf("nccl_check: rank %d: %d passed, %d failed\n", c.world_rank, g_passed, g_failed);
     comm_finalize(&c);
     return g_failed ? 1 : 0;
 }
