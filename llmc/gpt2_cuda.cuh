@@ -142,6 +142,7 @@ void gpt2_cuda_init(GPT2Cuda* m, const GPT2Config* cfg, const GPT2Range* r, cons
     memset(m, 0, sizeof(*m));
     if (r->l1 <= r->l0) td_fatal("gpt2_cuda_init: empty layer range [%d, %d)", r->l0, r->l1);
     cuda_device_init(0);
+    matmul_cuda_setup(); // no device-wide synchronisation inside a step
     m->cfg = *cfg;
     m->range = *r;
     m->num_params = gpt2_param_sizes(cfg, r, m->sizes);

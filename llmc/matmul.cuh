@@ -655,6 +655,22 @@ static inline void gemm_check_shapes(const GemmParams& p, const char* what) {
     if (((uintptr_t)p.A | (uintptr_t)p.B | (uintptr_t)p.C | (uintptr_t)p.bias) & 15) td_fatal("%s: pointers must be 16-byte aligned", what);
 }
 
+// What the products would otherwise set up at their first call, done at once: the wgmma probe, the
+// split-K workspace at its cap, cuBLASLt's handle and workspace (for the backend in use). Their
+// cudaMalloc and cudaFree synchronise the whole device; inside a training step that could wait on an
+// NCCL receive posted ahead whose sender waits on this rank (a deadlock), so models call this at init.
+static inline void matmul_cuda_setup(void) {
+#ifndef ENABLE_FP32
+    gemm_wgmma_available();
+    if (g_splitk_floats < SPLITK_MAX_FLOATS) { // every split plan fits the cap (gemm_splits)
+        if (g_splitk_ws) cudaCheck(cudaFree(g_splitk_ws));
+        cudaCheck(cudaMalloc(&g_splitk_ws, (size_t)SPLITK_MAX_FLOATS * sizeof(float)));
+        g_splitk_floats = SPLITK_MAX_FLOATS;
+    }
+#endif
+    if (g_matmul_backend == MATMUL_CUBLASLT) cublaslt_init();
+}
+
 static inline void gemm_run(const GemmParams& p, int a_kmajor, int b_kmajor, int c_fp32, const char* what) {
     gemm_check_shapes(p, what);
     if (g_matmul_backend == MATMUL_CUBLASLT)

@@ -83,6 +83,7 @@ static void sleep_seconds(double s) {
 // the time an op takes: real compute plus --jitter's extra wait, or the synthetic cost model
 static void finish_compute(Run* r, const Op* op, double t0, int step0) {
     Executor* ex = r->ex;
+    if (ex->stage) stage_finish(ex->stage);
     double measured = now_seconds() - t0;
     uint64_t seed = ex->seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(step0 + 1));
     int backward = op->kind != OP_F;

@@ -194,6 +194,10 @@ void stage_dx_in(Stage* s, int gacts, float* dst) {
     else memcpy(dst, s->gacts[gacts].dx_in, (size_t)s->B * s->T * s->cfg.channels * sizeof(float));
 }
 
+void stage_finish(Stage* s) {
+    if (s->be && s->be->finish) s->be->finish(s);
+}
+
 int stage_has_device_msgs(const Stage* s) { return s->be && s->be->msg_bytes; }
 
 static const StageBackend* msgs_of(const Stage* s, const char* what) {

@@ -39,6 +39,7 @@ typedef struct {
     const void* (*output_msg)(Stage* s, int slot);           // slot's stage output
     void* (*grad_msg)(Stage* s, int gacts);                  // dL/d(output): backward_input (dx_out NULL) reads it there
     const void* (*dx_in_msg)(Stage* s, int gacts, int slot); // dL/d(input) of gacts, copied into slot's send buffer
+    void (*finish)(Stage* s); // waits until the compute enqueued so far has run (NULL: calls return when done)
 } StageBackend;
 
 struct Stage {
@@ -125,6 +126,9 @@ void* stage_input_msg(Stage* s, int slot);
 const void* stage_output_msg(Stage* s, int slot);
 void* stage_grad_msg(Stage* s, int gacts);
 const void* stage_dx_in_msg(Stage* s, int gacts, int slot);
+// returns when the compute given to the stage's device so far has run: an op's measured time is then
+// its compute, not the time to enqueue it (a no-op on the CPU)
+void stage_finish(Stage* s);
 // host staging of the gradient around exchanges over MPI (no-ops on the CPU)
 void stage_grads_to_host(Stage* s);
 void stage_grads_from_host(Stage* s);

@@ -159,11 +159,13 @@ static const void* cuda_dx_in_msg(Stage* s, int gacts, int slot) { // a copy: th
     return c->dx_send[slot];
 }
 
+static void cuda_finish(Stage* s) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
+
 static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
                                           cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
                                           cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
                                           cuda_stash, cuda_use_grad_slot, cuda_msg_bytes, cuda_input_msg,
-                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg};
+                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg, cuda_finish};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {

@@ -123,7 +123,7 @@ static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backwar
                                     staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
                                     staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host,
                                     staged_stash, staged_use_grad_slot, staged_msg_bytes, staged_input_msg,
-                                    staged_output_msg, staged_grad_msg, staged_dx_in_msg};
+                                    staged_output_msg, staged_grad_msg, staged_dx_in_msg, NULL};
 
 void stage_staged_dp_average(void* comm, Stage* s) {
     Stage* d = inner(s);
