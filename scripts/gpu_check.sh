@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check, in one go on a GPU machine (under 8 minutes on an H200): builds the CUDA targets, runs
-# the GPU tests (bf16 and fp32 builds; the model again on the mma.sync fallback), the kernel benchmarks
-# and a short training run, and writes everything to one log; a summary of the verdicts comes last.
+# The GPU check, in one go on a GPU machine (never run yet; its step limits add up to far more than a
+# normal run should take): builds the CUDA targets, runs the GPU tests (bf16 and fp32 builds; the model
+# again on the mma.sync fallback), NCCL's checks with two ranks on one GPU, the kernel benchmarks,
+# pipelines on the one GPU (host-staged and over NCCL) and a short 124M training, and writes
+# everything to one log; a summary of the verdicts comes last.
 # Usage: scripts/gpu_check.sh [--quick] [log file, default gpu_check.log]. --quick (for a rerun after a
 # fix) leaves out the kernel benchmarks and the 124M training. Exit code: the number of steps that failed.
 set -u
@@ -71,13 +73,10 @@ if run build 300 make -j"$(nproc)" cuda; then
         run bench_attention 60 ./build/dev/cuda/attention
         run bench_layernorm 60 ./build/dev/cuda/layernorm
     fi
-    # ---- GPT-2 124M (d12, V 50257 from Tiny Shakespeare's GPT-2 shards) for 30 steps with each matmul
-    if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards && { [ $QUICK = 1 ] || run data 120 bash dev/data/prepare_tinyshakespeare.sh; }; then
-        for mm in $([ $QUICK = 0 ] && echo tdpipe cublaslt); do
-            run "train_gpt2_124m_$mm" 240 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
-                -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
-        done
-        # ---- pipelines on the one GPU: two ranks share it (host-staged MPI), 1f1b and TD-Pipe W = 2
+    # ---- pipelines first (the newest code), then GPT-2 124M (d12, V 50257 from Tiny Shakespeare's
+    # GPT-2 shards) for 30 steps with each matmul
+    if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards; then
+        # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
         # (weight stashes and the gradient ring on the device), against one rank, and one rank
         # against the CPU (bf16 against fp32: close, not equal). Mismatches are reported, not
         # failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
@@ -102,6 +101,12 @@ if run build 300 make -j"$(nproc)" cuda; then
                 run gpu_d2_nccl 180 nccl2 ./train_tdpipe --device cuda $SM --micro-batches 2 -o build/gpu_d2_nccl &&
                 run gpu_d2_nccl_used 5 said gpu_d2_nccl "averaged over the 2 replicas in GPU memory, NCCL" &&
                 run gpu_d2_nccl_equal 5 same "D = 2: average over NCCL vs over host memory" build/gpu_d2_mpi build/gpu_d2_nccl
+        fi
+        if [ $QUICK = 0 ] && run data 120 bash dev/data/prepare_tinyshakespeare.sh; then
+            for mm in tdpipe cublaslt; do
+                run "train_gpt2_124m_$mm" 240 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
+                    -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
+            done
         fi
     fi
     # ---- end of the training runs
