@@ -460,6 +460,12 @@ static void check_grad_cache(const TrainArgs* a, const Schedule* sch, int s) {
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
 int main(int argc, char** argv) {
+#ifdef TD_CUDA
+    // every kernel loaded when the context is made (unless the user chose otherwise): lazy loading may
+    // synchronise the context at a kernel's first launch, which inside a step could wait on an NCCL
+    // receive posted ahead whose sender waits on this rank. Set before MPI_Init, which may touch CUDA.
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+#endif
     Comm comm;
     comm_init(&comm, &argc, &argv);
     TrainArgs a;
@@ -552,7 +558,7 @@ int main(int argc, char** argv) {
         gpt2_acts_alloc(&sample_acts, &cfg, &range, 1, a.T);
         st = &stage;
     }
-    Pipeline pl = {&comm, st, P, ranges};
+    Pipeline pl = {&comm, st, P, ranges, NULL};
     // a device stage's data-parallel average runs where its gradient lives when it can: NCCL between
     // GPUs (each replica on its own GPU), the private stage's memory for cpu-staged; else through
     // host memory over MPI (--comm mpi, or replicas sharing a GPU)
@@ -590,6 +596,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    pl.link = link; // validation's messages travel as training's do
     FILE* log = NULL;
     int bad_out = 0;
     if (g_rank == 0 && !(bad_out = ensure_out_dir(a.out_dir) != 0) && !a.resume) {

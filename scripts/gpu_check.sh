@@ -32,25 +32,26 @@ run() {
     return "$rc"
 }
 
-# nccl2 CMD...: CMD as two ranks on this machine's GPU(s) with NCCL between them. On one GPU each rank
-# gets its own NCCL_HOSTID, so NCCL takes them for two hosts and connects them over sockets on the
-# loopback interface (slow, but the same NCCL calls as between two GPUs).
-nccl2() { mpirun --oversubscribe -np 2 bash -c 'NCCL_HOSTID=tdpipe-rank-$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo exec "$@"' nccl2 "$@"; }
-# compare LABEL A B: the step losses of two runs' log.jsonl side by side
+# ncclN N CMD...: CMD as N ranks on this machine's GPU(s) with NCCL between them. On one GPU each rank
+# gets its own NCCL_HOSTID, so NCCL takes them for N hosts and connects them over sockets on the
+# loopback interface (slow, but the same NCCL calls as between N GPUs). nccl2: N = 2.
+ncclN() { local n=$1; shift; mpirun --oversubscribe -np "$n" bash -c 'NCCL_HOSTID=tdpipe-rank-$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo exec "$@"' ncclN "$@"; }
+nccl2() { ncclN 2 "$@"; }
+# compare LABEL A B: the training and validation losses of two runs' log.jsonl side by side
 compare() {
-    paste <(grep -o '"loss": [^,]*' "$2/log.jsonl" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$3/log.jsonl" | cut -d' ' -f2) |
-        awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
-            END { printf "pipeline on one GPU, %s over %d steps: %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }'
+    paste <(grep -Eo '"(val_)?loss": [^,}]*' "$2/log.jsonl" | cut -d' ' -f2) <(grep -Eo '"(val_)?loss": [^,}]*' "$3/log.jsonl" | cut -d' ' -f2) |
+        awk -v t="$1" '{ d = $1 - $2; if (d < 0) d = -d; r = $1 != 0 ? d / $1 : d; if (r > mx) mx = r; if ($1 != $2) ne++; n++ }
+            END { printf "pipeline on one GPU, %s over %d losses (training and validation): %s (max relative difference %.3g)\n", t, n, ne ? ne " losses differ" : "bitwise equal", mx }'
 }
-# same LABEL A B: the step losses of two runs are bitwise equal (exit 1 when not)
+# same LABEL A B: the training and validation losses of two runs are bitwise equal (exit 1 when not)
 same() {
     compare "$@"
-    cmp -s <(grep -o '"loss": [^,]*' "$2/log.jsonl") <(grep -o '"loss": [^,]*' "$3/log.jsonl") && [ -s "$3/log.jsonl" ]
+    cmp -s <(grep -Eo '"(val_)?loss": [^,}]*' "$2/log.jsonl") <(grep -Eo '"(val_)?loss": [^,}]*' "$3/log.jsonl") && [ -s "$3/log.jsonl" ]
 }
 # said STEP REGEX: what step STEP printed into the log matches REGEX
 said() { sed -n "/^=== $1: /,/^=== $1: exit/p" "$LOG" | grep -q "$2"; }
 export LOG
-export -f nccl2 compare same said
+export -f ncclN nccl2 compare same said
 
 {
     date
@@ -82,7 +83,7 @@ if run build 300 make -j"$(nproc)" cuda; then
         # failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
         if command -v mpirun >/dev/null && ldd ./train_tdpipe | grep -q libmpi; then
             export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-            SM="-e d4 -b 4 -t 64 -x 20 -v 0 -s 0 --micro-batches 4"
+            SM="-e d4 -b 4 -t 64 -x 20 -v 10 -s 0 --micro-batches 4"
             for sch in "1f1b --aew 0" "tdpipe --aew 2"; do
                 tag=${sch%% *}
                 run "gpu_p1_$tag" 60 ./train_tdpipe --device cuda $SM --schedule $sch -o "build/gpu_p1_$tag" &&
@@ -96,6 +97,13 @@ if run build 300 make -j"$(nproc)" cuda; then
                     run "gpu_p2_nccl_${tag}_used" 5 said "gpu_p2_nccl_$tag" "between stages in GPU memory, NCCL" &&
                     run "gpu_p2_nccl_${tag}_equal" 5 same "$tag: P = 2 over NCCL vs over host memory" "build/gpu_p2_$tag" "build/gpu_p2n_$tag"
             done
+            # three stages (a middle stage receives ahead from both sides) with jitter reordering TD-Pipe's
+            # ops, over NCCL and over host memory: bitwise
+            P3="--stages 3 --schedule tdpipe --aew 2 --jitter 0.3"
+            run gpu_p3_mpi 180 mpirun --oversubscribe -np 3 ./train_tdpipe --device cuda $SM $P3 --comm mpi -o build/gpu_p3_mpi &&
+                run gpu_p3_nccl 240 ncclN 3 ./train_tdpipe --device cuda $SM $P3 -o build/gpu_p3_nccl &&
+                run gpu_p3_nccl_used 5 said gpu_p3_nccl "between stages in GPU memory, NCCL" &&
+                run gpu_p3_nccl_equal 5 same "tdpipe W = 2, P = 3, jitter: over NCCL vs over host memory" build/gpu_p3_mpi build/gpu_p3_nccl
             # the data-parallel average over NCCL (D = 2 on the one GPU) against the host path: bitwise
             run gpu_d2_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --micro-batches 2 --comm mpi -o build/gpu_d2_mpi &&
                 run gpu_d2_nccl 180 nccl2 ./train_tdpipe --device cuda $SM --micro-batches 2 -o build/gpu_d2_nccl &&

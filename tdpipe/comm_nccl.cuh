@@ -198,6 +198,9 @@ static inline cudaStream_t comm_nccl_stream(void) {
     return st;
 }
 
+static inline void comm_nccl_dp_average(CommNccl* cn, float* dbuf, size_t n, float* dscratch);
+static inline void comm_nccl_sync(CommNccl* cn);
+
 // Sets `device` current and builds the data-parallel group's communicator of c's grid (after
 // comm_grid), plus the module's stream. Without MPI (c->mpi == 0): a one-rank communicator, D = 1.
 static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
@@ -230,6 +233,14 @@ static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
     comm_nccl_make(&cn->dp, c->D, c->replica, dp_mpi);
     cn->stream = comm_nccl_stream();
     cudaCheck(cudaEventCreateWithFlags(&cn->order, cudaEventDisableTiming));
+    if (c->D > 1) { // connect every pair now (NCCL does it at first use, blocking): an average of D floats
+        float* tiny; // (D) device, then its scratch (D)
+        cudaCheck(cudaMalloc((void**)&tiny, 2 * (size_t)c->D * sizeof(float)));
+        cudaCheck(cudaMemset(tiny, 0, 2 * (size_t)c->D * sizeof(float)));
+        comm_nccl_dp_average(cn, tiny, (size_t)c->D, tiny + c->D);
+        comm_nccl_sync(cn);
+        cudaCheck(cudaFree(tiny));
+    }
 }
 
 // waits for everything enqueued, then releases the communicator, the stream and the event
@@ -265,8 +276,15 @@ static inline int comm_nccl_done(CommNccl* cn, cudaEvent_t ev) {
     return 0;
 }
 
-// blocks the host until everything on the module's stream has completed
-static inline void comm_nccl_sync(CommNccl* cn) { cudaCheck(cudaStreamSynchronize(cn->stream)); }
+// blocks the host until everything on the module's stream has completed; polls, so that a failed
+// peer ends the process with NCCL's error instead of a wait that never ends
+static inline void comm_nccl_sync(CommNccl* cn) {
+    while (cudaStreamQuery(cn->stream) == cudaErrorNotReady) {
+        comm_nccl_check_async(cn->dp, "data-parallel");
+        usleep(20);
+    }
+    cudaCheck(cudaStreamSynchronize(cn->stream)); // reports the stream's error, if it has one
+}
 
 // ---- the data-parallel group ---------------------------------------------------------------------
 
@@ -395,6 +413,24 @@ static inline int comm_nccl_link_test(void* ctx, CommRequest* r) {
 // NCCL_HOSTID); collective over the pipeline
 static inline int comm_nccl_link_possible(const Comm* c, int device) { return c->P == 1 || comm_nccl_possible(c->pipe_comm, device); }
 
+// One byte each way over a link's two new communicators, waited for: NCCL connects a communicator's
+// peers at its first send or receive, blocking the calling thread until the peer's first call on it.
+// Done here, in the order both ends follow (first / second: the directions in the order this end
+// uses them), that wait can never meet a receive posted ahead by the executor.
+static inline void comm_nccl_link_connect(CommNcclLink* l, int first, int second) {
+    void* byte; // (1) device
+    cudaCheck(cudaMalloc(&byte, 1));
+    const int dirs[2] = {first, second};
+    for (int i = 0; i < 2; i++) {
+        int d = dirs[i], peer = d == NCCL_ACT_OUT || d == NCCL_GRAD_IN; // the other end's rank
+        l->stream[d] = comm_nccl_stream();
+        if (d == NCCL_ACT_OUT || d == NCCL_GRAD_OUT) ncclCheck(ncclSend(byte, 1, ncclChar, peer, l->comm[d], l->stream[d]));
+        else ncclCheck(ncclRecv(byte, 1, ncclChar, peer, l->comm[d], l->stream[d]));
+        cudaCheck(cudaStreamSynchronize(l->stream[d]));
+    }
+    cudaCheck(cudaFree(byte));
+}
+
 // Builds this stage's communicators with its neighbours (call comm_nccl_link_possible first) and the
 // CommLink in l->link; `compute`: the stream the model's kernels run on. Collective over the pipeline.
 static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int device, cudaStream_t compute) {
@@ -414,6 +450,7 @@ static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int devic
             MPI_CHECK(MPI_Recv(ids, (int)sizeof ids, MPI_BYTE, c->stage - 1, tag, pipe, MPI_STATUS_IGNORE));
             ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_IN], 2, ids[0], 1));
             ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_OUT], 2, ids[1], 1));
+            comm_nccl_link_connect(l, NCCL_ACT_IN, NCCL_GRAD_OUT);
         }
         if (c->stage < c->P - 1) {
             ncclCheck(ncclGetUniqueId(&ids[0]));
@@ -421,13 +458,12 @@ static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int devic
             MPI_CHECK(MPI_Send(ids, (int)sizeof ids, MPI_BYTE, c->stage + 1, tag, pipe));
             ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_OUT], 2, ids[0], 0));
             ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_IN], 2, ids[1], 0));
+            comm_nccl_link_connect(l, NCCL_ACT_OUT, NCCL_GRAD_IN);
         }
     }
 #else
     if (c->P > 1) td_fatal("comm_nccl_link_init: P = %d without MPI", c->P);
 #endif
-    for (int d = 0; d < NCCL_DIRS; d++)
-        if (l->comm[d]) l->stream[d] = comm_nccl_stream();
     cudaCheck(cudaEventCreateWithFlags(&l->after_compute, cudaEventDisableTiming));
     l->link.name = "NCCL between GPUs";
     l->link.ctx = l;

@@ -433,7 +433,11 @@ static void run_event_driven(Run* r, int step0) {
     OpKind last = OP_F;
     while (v < sch->n_steps) {
         int nf = r->next_f;
-        if (!r->first && nf < nM && nf - nb < (P - s) + W && act_for != nf) {
+        StepState* ss = &r->steps[v];
+        int may_f = nf < nM && schedule_forward_allowed(P, s, M, W, nf, nb, v);
+        // a forward's input is received only once the forward may run: its sender may need this
+        // stage's own progress first, and a receive posted on a GPU waits on the device meanwhile
+        if (!r->first && may_f && act_for != nf) {
             msg_irecv(r, input_buf(r, forward_slot(r, nf)), s - 1, TAG_ACT, &act);
             act_for = nf;
         }
@@ -441,8 +445,6 @@ static void run_event_driven(Run* r, int step0) {
             msg_irecv(r, grad_in_buf(r, 0), s + 1, TAG_GRAD, &grad); // one buffer: tdpipe does not split backward
             grad_for = nb;
         }
-        StepState* ss = &r->steps[v];
-        int may_f = nf < nM && schedule_forward_allowed(P, s, M, W, nf, nb, v);
         int u_ready = ss->posted && comm_test(c, &ss->pipe_req);
         int b_ready = nb < nf && (r->last || comm_test(c, &grad));
         int f_ready = may_f && (r->first || comm_test(c, &act));

@@ -16,15 +16,27 @@ static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int 
 }
 
 // one forward of acts a (the stage's slot 0 when a is NULL; inputs already loaded on the first
-// stage), passing activations along; returns the last stage's mean loss
+// stage), passing activations along; returns the last stage's mean loss. Slot 0's messages stay in
+// the backend's memory when the stage keeps them there (over pl->link), as the executor's do.
 static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
     Stage* st = pl->stage;
     int s = pl->comm->stage;
     GPT2Acts* x = a ? a : &st->acts[0];
-    size_t bytes = (size_t)x->B * x->T * st->cfg.channels * sizeof(float);
-    if (s > 0) comm_recv(pl->comm, x->x_in, bytes, s - 1, TAG_EVAL_ACT);
+    int dev = !a && st->device_msgs;
+    const CommLink* link = dev ? pl->link : NULL;
+    size_t bytes = dev ? stage_msg_bytes(st) : (size_t)x->B * x->T * st->cfg.channels * sizeof(float);
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    if (s > 0) {
+        comm_link_irecv(pl->comm, link, dev ? stage_input_msg(st, 0) : (void*)x->x_in, bytes, s - 1, TAG_EVAL_ACT, &r);
+        comm_wait(pl->comm, &r);
+    }
     float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, st->version, targets_valid);
-    if (s < pl->P - 1) send_blocking(pl->comm, a ? gpt2_stage_output(&st->cfg, &st->range, a) : stage_output(st, 0), bytes, s + 1, TAG_EVAL_ACT);
+    if (s < pl->P - 1) {
+        const void* out = dev ? stage_output_msg(st, 0) : a ? gpt2_stage_output(&st->cfg, &st->range, a) : stage_output(st, 0);
+        comm_link_isend(pl->comm, link, out, bytes, s + 1, TAG_EVAL_ACT, &r);
+        comm_wait(pl->comm, &r);
+    }
     return loss;
 }
 

@@ -15,6 +15,7 @@ typedef struct {
     Stage* stage;
     int P;
     GPT2Range* ranges; // (P) every stage's layer range (to assemble the full model on rank 0)
+    const CommLink* link; // the executor's link when the stage keeps its messages on the device, else NULL
 } Pipeline;
 
 // mean loss over `batches` micro-batches of `val` (read on the first and last stage), forward only

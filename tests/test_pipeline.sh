@@ -15,6 +15,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="timeout 180 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
 losses() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f4; }
+vals() { grep -o '"val_loss": [^,}]*' "$1/log.jsonl" | cut -d' ' -f2; }
 SMALL="-e d4 -b 2 -t 16 -x 20 -v 0 -s 0 --micro-batches 4"
 
 # --- bitwise equality with one process, for the same D and global batch
@@ -67,12 +68,15 @@ for PD in "2 2" "4 1"; do
     check "--device cpu-staged, P = $1, D = $2" $MPI -np $(($1 * $2)) $BIN $STG --device cpu-staged --stages $1 -o "$TMP/st$1$2"
     cp "$TMP/out" "$TMP/st$1$2.txt"
 done
-staged_same() { diff <(losses "$1") <(losses "$TMP/sc1") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && cmp -s "$1/model.bin" "$2/model.bin"; }
-check "  P = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st1" "$TMP/sc1"
-check "  P = 4, D = 1: losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
-staged_same2() { diff <(losses "$1") <(losses "$TMP/sc2") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && cmp -s "$1/model.bin" "$TMP/sc2/model.bin"; }
-d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && diff <(losses "$TMP/st22") <(losses "$TMP/sc2") >/dev/null && cmp -s "$TMP/st22/model.bin" "$TMP/sc2/model.bin"; }
-check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" d2_ref
+# training losses, validation losses (every stage's forward outside the executor) and the model
+staged_same() { diff <(losses "$1") <(losses "$TMP/sc1") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && [ "$(vals "$1" | wc -l)" -eq 2 ] &&
+    diff <(vals "$1") <(vals "$TMP/sc1") >/dev/null && cmp -s "$1/model.bin" "$2/model.bin"; }
+check "  P = 1: losses, validation losses and model bitwise equal to the CPU path" staged_same "$TMP/st1" "$TMP/sc1"
+check "  P = 4, D = 1: losses, validation losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
+staged_same2() { diff <(losses "$1") <(losses "$TMP/sc2") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && [ "$(vals "$1" | wc -l)" -eq 2 ] &&
+    diff <(vals "$1") <(vals "$TMP/sc2") >/dev/null && cmp -s "$1/model.bin" "$TMP/sc2/model.bin"; }
+d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && staged_same2 "$TMP/st22"; }
+check "  P = 2, D = 2: losses, validation losses and model bitwise equal to the CPU path with D = 2" d2_ref
 check "  it averaged where the gradient lives (what NCCL does on GPUs)" grep -q "averaged over the 2 replicas in the backend's memory" "$TMP/st22.txt"
 check "  activations and gradients stayed in the backend's memory (what NCCL does between GPUs)" grep -q "between stages in the backend's memory" "$TMP/st41.txt"
 check "--device cpu-staged, P = 4, --comm mpi (messages through host memory)" $MPI -np 4 $BIN $STG --device cpu-staged --stages 4 --comm mpi -o "$TMP/st41m"

@@ -91,9 +91,11 @@ static long first_byte_diff(const unsigned char* a, const unsigned char* b, size
 }
 
 // The pipeline link between stage 0 and stage 1 (P = 2): K activation messages 0 -> 1 and K gradient
-// messages 1 -> 0 of different sizes. Every receive is posted ahead (the event-driven executor does),
-// every send's buffer is written on the compute stream just before it is handed to the link (no host
-// wait between), stage 1 answers message k only after receiving it; all polled through comm.h.
+// messages 1 -> 0 of different sizes. Every receive is posted before any message of its direction is
+// sent (more than the executor ever has in flight: it runs only because comm_nccl_link_init connected
+// both communicators), every send's buffer is written on the compute stream just before it is handed
+// to the link (no host wait between), stage 1 answers message k only after receiving it; all polled
+// through comm.h.
 static void check_link(Comm* c, int device) {
     enum { K = 6 };
     CommNcclLink l;
@@ -156,7 +158,6 @@ static void check_link(Comm* c, int device) {
         cudaCheck(cudaFree(d_in[k]));
     }
     comm_nccl_link_free(&l);
-    report("comm_nccl_link_free", l.cap == 0 && l.comm[0] == NULL && l.comm[1] == NULL, "");
 }
 
 // the ordered-average kernel on D simulated replica buffers of `len` floats: (a) in one launch over
@@ -247,6 +248,7 @@ static void check_dp_average(Comm* c, CommNccl* cn, size_t n) {
 }
 
 int main(int argc, char** argv) {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0); // as train_tdpipe: no context synchronisation at a first launch
     Comm c;
     comm_init(&c, &argc, &argv);
     int P = argc > 2 && !strcmp(argv[1], "--stages") ? atoi(argv[2]) : 1;
@@ -280,7 +282,6 @@ int main(int argc, char** argv) {
         check_dp_average(&c, &cn, 100003);
         check_dp_average(&c, &cn, COMM_DP_PIECE + 3); // two rounds of the chunk plan
         comm_nccl_free(&cn);
-        report("comm_nccl_free", cn.dp == NULL && cn.stream == NULL, "");
     }
     printf("nccl_check: rank %d: %d passed, %d failed\n", c.world_rank, g_passed, g_failed);
     comm_finalize(&c);
