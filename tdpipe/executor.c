@@ -417,10 +417,11 @@ static void run_op(Run* r, const Op* op, int step0, int have_input) {
     if (r->report) report_ready(r, step0, 0);
 }
 
-// tdpipe with W > 0: the policy of schedule.h, live. The receives of the next forward's input and
-// the next backward's gradient are posted as soon as the window has room for them; the stage runs
-// U when the step's pipeline sum has arrived, else the ready one of F and B (both ready: 1F1B's
-// rhythm), else it sleeps in MPI until one of those messages lands.
+// tdpipe with W > 0: the policy of schedule.h, live. The receive of the next forward's input is
+// posted as soon as that forward may run (window and weight version), the next backward's gradient
+// as soon as its forward has run; the stage runs U when the step's pipeline sum has arrived, else
+// the ready one of F and B (both ready: 1F1B's rhythm), else it sleeps until one of those messages
+// lands (in MPI, or polling a device link).
 static void run_event_driven(Run* r, int step0) {
     const Schedule* sch = r->sch;
     Comm* c = r->ex->comm;
