@@ -305,13 +305,16 @@ int comm_test(Comm* c, CommRequest* r) {
 }
 
 // --- the MPI link: comm_isend / comm_irecv on the backend's buffers, their requests behind the
-// link's interface (so the executor polls them as it would a device's)
+// link's interface (so the executor polls them as it would a device's). Like NCCL's, its messages
+// match by order: one MPI tag per channel (MPI keeps the order of messages between two ranks on one
+// tag), so a test on the CPU finds any use of the link that relies on more to keep messages apart.
+#define MPI_LINK_TAG 1000 // + channel
 
-static void mpi_link_isend(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    comm_isend((Comm*)ctx, buf, bytes, peer_stage, tag, r);
+static void mpi_link_isend(void* ctx, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    comm_isend((Comm*)ctx, buf, bytes, peer_stage, MPI_LINK_TAG + channel, r);
 }
-static void mpi_link_irecv(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    comm_irecv((Comm*)ctx, buf, bytes, peer_stage, tag, r);
+static void mpi_link_irecv(void* ctx, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    comm_irecv((Comm*)ctx, buf, bytes, peer_stage, MPI_LINK_TAG + channel, r);
 }
 static int mpi_link_test(void* ctx, CommRequest* r) {
     CommRequest mpi = *r; // the MPI request inside, tested as one
@@ -330,23 +333,29 @@ void comm_mpi_link(Comm* c, CommLink* out) {
     out->test = mpi_link_test;
 }
 
-void comm_link_isend(Comm* c, const CommLink* link, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+static void check_channel(int channel, const char* what) {
+    if (channel < 0 || channel >= COMM_LINK_CHANNELS) td_fatal("%s: channel %d does not exist", what, channel);
+}
+
+void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
     if (!link) {
         comm_isend(c, buf, bytes, peer_stage, tag, r);
         return;
     }
     check_peer(c, peer_stage, tag, bytes, "comm_link_isend");
-    link->isend(link->ctx, buf, bytes, peer_stage, tag, r);
+    check_channel(channel, "comm_link_isend");
+    link->isend(link->ctx, channel, buf, bytes, peer_stage, r);
     if (r->active) r->link = link;
 }
 
-void comm_link_irecv(Comm* c, const CommLink* link, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
     if (!link) {
         comm_irecv(c, buf, bytes, peer_stage, tag, r);
         return;
     }
     check_peer(c, peer_stage, tag, bytes, "comm_link_irecv");
-    link->irecv(link->ctx, buf, bytes, peer_stage, tag, r);
+    check_channel(channel, "comm_link_irecv");
+    link->irecv(link->ctx, channel, buf, bytes, peer_stage, r);
     if (r->active) r->link = link;
 }
 

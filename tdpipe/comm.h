@@ -34,12 +34,17 @@ typedef struct {
 // comm_nccl.cuh). The executor hands it the backend's message buffers instead of host copies.
 // Sends and receives are enqueued behind the work already given to the device, so a buffer that
 // the compute is still writing (a send) or reading (a receive) is safe; completion is polled.
+// Messages have no tags: on each channel and direction they match in the order they were posted.
+enum {
+    COMM_LINK_NEIGHBOURS, // activations from stage s to s + 1, gradients back
+    COMM_LINK_TIED,       // the tied embedding's gradient shares, between the first and the last stage
+    COMM_LINK_CHANNELS
+};
 typedef struct CommLink {
     const char* name;
     void* ctx;
-    // tag: as comm_isend's (a link that keeps one channel per direction may ignore it)
-    void (*isend)(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
-    void (*irecv)(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+    void (*isend)(void* ctx, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r);
+    void (*irecv)(void* ctx, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r);
     // 1 when r has completed (the buffer may be read or reused), else 0; never blocks
     int (*test)(void* ctx, CommRequest* r);
 } CommLink;
@@ -68,11 +73,13 @@ void comm_progress(Comm* c);
 // skipped) completes; returns its index, now inactive. Fatal when none is active.
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n);
 // a CommLink over MPI between buffers in host memory: what cpu-staged uses in place of NCCL, so the
-// executor's device-message path runs (and is tested) on a machine without a GPU
+// executor's device-message path runs (and is tested) on a machine without a GPU. As with NCCL, its
+// messages between two stages match in the order they were posted, one MPI tag per channel.
 void comm_mpi_link(Comm* c, CommLink* out);
-// a pipeline message over `link` from / into its buffers, or over MPI from host memory (link NULL)
-void comm_link_isend(Comm* c, const CommLink* link, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
-void comm_link_irecv(Comm* c, const CommLink* link, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+// a pipeline message over `link`'s `channel` from / into its buffers, or (link NULL) over MPI from
+// host memory with `tag`
+void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
 // sum of n doubles over this replica's stages, nonblocking; start, then wait on r
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 

@@ -70,6 +70,20 @@ static inline void comm_nccl_ordered_average(float* dout, const float* din, size
     cudaCheckLaunch("comm_nccl_ordered_average_kernel");
 }
 
+// out (n) <- a + b, exactly as the CPU adds (no flush to zero): the tied embedding's two gradient shares
+__global__ static void comm_nccl_sum_kernel(float* out, const float* a, const float* b, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = comm_nccl_add_exact(a[i], b[i]);
+}
+
+static inline void comm_nccl_sum(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    comm_nccl_sum_kernel<<<(unsigned)blocks, 256, 0, stream>>>(out, a, b, n);
+    cudaCheckLaunch("comm_nccl_sum_kernel");
+}
+
 // ---- the data-parallel chunk plan --------------------------------------------------------------------
 
 // floats of scratch comm_nccl_dp_average needs for n floats over D replicas: (D, largest chunk)
@@ -334,15 +348,16 @@ static inline void comm_nccl_dp_average(CommNccl* cn, float* dbuf, size_t n, flo
 
 // ---- pipeline messages between GPUs: a CommLink ------------------------------------------------------
 
-// Activations go from stage s to s + 1, gradients from s + 1 to s. Each direction of each link has its
+// Activations go from stage s to s + 1, gradients from s + 1 to s, and the tied embedding's gradient
+// shares both ways between the first and the last stage. Each direction of each of those links has its
 // own two-rank communicator and stream. NCCL matches a communicator's sends and receives in the order
 // they were issued, and a receive posted ahead holds its stream until the matching send: with one
-// channel per direction, every message in flight waits only for its own partner, never for one going
-// the other way, whatever order the event-driven stages run their ops in.
-enum { NCCL_ACT_IN, NCCL_ACT_OUT, NCCL_GRAD_IN, NCCL_GRAD_OUT, NCCL_DIRS };
+// communicator per direction, every message in flight waits only for its own partner, never for one
+// going the other way or on another channel, whatever order the event-driven stages run their ops in.
+enum { NCCL_ACT_IN, NCCL_ACT_OUT, NCCL_GRAD_IN, NCCL_GRAD_OUT, NCCL_TIED_IN, NCCL_TIED_OUT, NCCL_DIRS };
 
 typedef struct {
-    ncclComm_t comm[NCCL_DIRS];     // NULL where there is no neighbour (first / last stage)
+    ncclComm_t comm[NCCL_DIRS];     // NULL where the link does not exist (no neighbour; not an end stage)
     cudaStream_t stream[NCCL_DIRS];
     cudaStream_t compute;           // the stream whose kernels write and read the message buffers
     cudaEvent_t after_compute;      // recorded on `compute` before each send or receive is enqueued
@@ -353,8 +368,13 @@ typedef struct {
     CommLink link;                  // what the executor is given (ctx: this struct)
 } CommNcclLink;
 
-// the direction of a message to / from peer_stage, which must be a neighbour
-static inline int comm_nccl_link_dir(const CommNcclLink* l, int peer_stage, int send) {
+// the direction of a message on `channel` to / from peer_stage (a neighbour, or the other end stage)
+static inline int comm_nccl_link_dir(const CommNcclLink* l, int channel, int peer_stage, int send) {
+    if (channel == COMM_LINK_TIED) {
+        int other = l->stage == 0 ? l->P - 1 : 0;
+        if (l->P > 1 && (l->stage == 0 || l->stage == l->P - 1) && peer_stage == other) return send ? NCCL_TIED_OUT : NCCL_TIED_IN;
+        td_fatal("NCCL link: the tied channel joins stages 0 and %d, not %d and %d", l->P - 1, l->stage, peer_stage);
+    }
     if (peer_stage == l->stage + 1) return send ? NCCL_ACT_OUT : NCCL_GRAD_IN;
     if (peer_stage == l->stage - 1) return send ? NCCL_GRAD_OUT : NCCL_ACT_IN;
     td_fatal("NCCL link: stage %d is not a neighbour of stage %d (P = %d)", peer_stage, l->stage, l->P);
@@ -364,8 +384,8 @@ static inline int comm_nccl_link_dir(const CommNcclLink* l, int peer_stage, int 
 // enqueues one transfer of `bytes` to / from peer_stage on its direction's stream, behind everything
 // already enqueued on the compute stream (the kernels that write a buffer before it is sent, or still
 // read one that a receive will overwrite); r polls its completion
-static inline void comm_nccl_link_post(CommNcclLink* l, void* buf, size_t bytes, int peer_stage, int send, CommRequest* r) {
-    int d = comm_nccl_link_dir(l, peer_stage, send);
+static inline void comm_nccl_link_post(CommNcclLink* l, int channel, void* buf, size_t bytes, int peer_stage, int send, CommRequest* r) {
+    int d = comm_nccl_link_dir(l, channel, peer_stage, send);
     int peer = peer_stage > l->stage; // rank in the two-rank communicator: the lower stage is 0
     cudaCheck(cudaEventRecord(l->after_compute, l->compute));
     cudaCheck(cudaStreamWaitEvent(l->stream[d], l->after_compute, 0));
@@ -386,13 +406,11 @@ static inline void comm_nccl_link_post(CommNcclLink* l, void* buf, size_t bytes,
     r->active = 1;
 }
 
-static inline void comm_nccl_link_isend(void* ctx, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    (void)tag; // the direction is the channel
-    comm_nccl_link_post((CommNcclLink*)ctx, (void*)buf, bytes, peer_stage, 1, r);
+static inline void comm_nccl_link_isend(void* ctx, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    comm_nccl_link_post((CommNcclLink*)ctx, channel, (void*)buf, bytes, peer_stage, 1, r);
 }
-static inline void comm_nccl_link_irecv(void* ctx, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    (void)tag;
-    comm_nccl_link_post((CommNcclLink*)ctx, buf, bytes, peer_stage, 0, r);
+static inline void comm_nccl_link_irecv(void* ctx, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    comm_nccl_link_post((CommNcclLink*)ctx, channel, buf, bytes, peer_stage, 0, r);
 }
 
 // 1 when r's transfer has completed on the device (its event is then free again); never blocks
@@ -413,26 +431,43 @@ static inline int comm_nccl_link_test(void* ctx, CommRequest* r) {
 // NCCL_HOSTID); collective over the pipeline
 static inline int comm_nccl_link_possible(const Comm* c, int device) { return c->P == 1 || comm_nccl_possible(c->pipe_comm, device); }
 
-// One byte each way over a link's two new communicators, waited for: NCCL connects a communicator's
-// peers at its first send or receive, blocking the calling thread until the peer's first call on it.
-// Done here, in the order both ends follow (first / second: the directions in the order this end
-// uses them), that wait can never meet a receive posted ahead by the executor.
-static inline void comm_nccl_link_connect(CommNcclLink* l, int first, int second) {
+#ifdef TD_MPI
+// The two communicators of the link between this stage and peer_stage (`out`: this stage's sending
+// direction, `in`: its receiving one). The lower stage makes the ids and sends them over MPI; both ends
+// create the lower-to-higher communicator first. Then one byte each way, waited for: NCCL connects a
+// communicator's peers at its first send or receive, blocking the calling thread until the peer's
+// first call on it; done here, in an order both ends follow, that wait never meets a receive posted
+// ahead by the executor.
+static inline void comm_nccl_link_pair(CommNcclLink* l, MPI_Comm pipe, int peer_stage, int out, int in) {
+    const int tag = 91; // only during setup: no other message is in flight
+    int lower = l->stage < peer_stage;
+    ncclUniqueId ids[2]; // lower to higher, higher to lower
+    if (lower) {
+        ncclCheck(ncclGetUniqueId(&ids[0]));
+        ncclCheck(ncclGetUniqueId(&ids[1]));
+        MPI_CHECK(MPI_Send(ids, (int)sizeof ids, MPI_BYTE, peer_stage, tag, pipe));
+    } else {
+        MPI_CHECK(MPI_Recv(ids, (int)sizeof ids, MPI_BYTE, peer_stage, tag, pipe, MPI_STATUS_IGNORE));
+    }
+    int me = !lower, first = lower ? out : in, second = lower ? in : out;
+    ncclCheck(ncclCommInitRank(&l->comm[first], 2, ids[0], me));
+    ncclCheck(ncclCommInitRank(&l->comm[second], 2, ids[1], me));
     void* byte; // (1) device
     cudaCheck(cudaMalloc(&byte, 1));
-    const int dirs[2] = {first, second};
     for (int i = 0; i < 2; i++) {
-        int d = dirs[i], peer = d == NCCL_ACT_OUT || d == NCCL_GRAD_IN; // the other end's rank
+        int d = i == 0 ? first : second;
         l->stream[d] = comm_nccl_stream();
-        if (d == NCCL_ACT_OUT || d == NCCL_GRAD_OUT) ncclCheck(ncclSend(byte, 1, ncclChar, peer, l->comm[d], l->stream[d]));
-        else ncclCheck(ncclRecv(byte, 1, ncclChar, peer, l->comm[d], l->stream[d]));
+        if (d == out) ncclCheck(ncclSend(byte, 1, ncclChar, !me, l->comm[d], l->stream[d]));
+        else ncclCheck(ncclRecv(byte, 1, ncclChar, !me, l->comm[d], l->stream[d]));
         cudaCheck(cudaStreamSynchronize(l->stream[d]));
     }
     cudaCheck(cudaFree(byte));
 }
+#endif
 
-// Builds this stage's communicators with its neighbours (call comm_nccl_link_possible first) and the
-// CommLink in l->link; `compute`: the stream the model's kernels run on. Collective over the pipeline.
+// Builds this stage's communicators with its neighbours and, on the first and last stage, with each
+// other (call comm_nccl_link_possible first), and the CommLink in l->link; `compute`: the stream the
+// model's kernels run on. Collective over the pipeline.
 static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int device, cudaStream_t compute) {
     memset(l, 0, sizeof *l);
     l->stage = c->stage;
@@ -442,24 +477,12 @@ static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int devic
 #ifdef TD_MPI
     if (c->P > 1) {
         MPI_Comm pipe = *(MPI_Comm*)c->pipe_comm;
-        const int tag = 91; // only during setup: no other message is in flight
-        // the link with the stage before first (it made the ids), then the one after (this stage makes
-        // them): stage 0 starts the chain, so no stage waits in a cycle
-        ncclUniqueId ids[2]; // activations, gradients
-        if (c->stage > 0) {
-            MPI_CHECK(MPI_Recv(ids, (int)sizeof ids, MPI_BYTE, c->stage - 1, tag, pipe, MPI_STATUS_IGNORE));
-            ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_IN], 2, ids[0], 1));
-            ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_OUT], 2, ids[1], 1));
-            comm_nccl_link_connect(l, NCCL_ACT_IN, NCCL_GRAD_OUT);
-        }
-        if (c->stage < c->P - 1) {
-            ncclCheck(ncclGetUniqueId(&ids[0]));
-            ncclCheck(ncclGetUniqueId(&ids[1]));
-            MPI_CHECK(MPI_Send(ids, (int)sizeof ids, MPI_BYTE, c->stage + 1, tag, pipe));
-            ncclCheck(ncclCommInitRank(&l->comm[NCCL_ACT_OUT], 2, ids[0], 0));
-            ncclCheck(ncclCommInitRank(&l->comm[NCCL_GRAD_IN], 2, ids[1], 0));
-            comm_nccl_link_connect(l, NCCL_ACT_OUT, NCCL_GRAD_IN);
-        }
+        // the link with the stage before, then the one after, then the tied one: stage 0 starts the
+        // chain and the tied link comes after it on both ends, so no stage waits in a cycle
+        if (c->stage > 0) comm_nccl_link_pair(l, pipe, c->stage - 1, NCCL_GRAD_OUT, NCCL_ACT_IN);
+        if (c->stage < c->P - 1) comm_nccl_link_pair(l, pipe, c->stage + 1, NCCL_ACT_OUT, NCCL_GRAD_IN);
+        if (c->stage == 0) comm_nccl_link_pair(l, pipe, c->P - 1, NCCL_TIED_OUT, NCCL_TIED_IN);
+        if (c->stage == c->P - 1) comm_nccl_link_pair(l, pipe, 0, NCCL_TIED_OUT, NCCL_TIED_IN);
     }
 #else
     if (c->P > 1) td_fatal("comm_nccl_link_init: P = %d without MPI", c->P);

@@ -49,6 +49,7 @@ typedef struct {
     const Schedule* sch;
     int s, P, D, n_slots, split, first, last, report;
     int dev_msgs;           // activations and gradients come and go in the backend's memory (ex->link)
+    int dev_tied;           // so do the tied embedding's gradient shares (first and last stage)
     int v0;                 // the stage's weight version when the run began (op versions count from it)
     size_t btc;             // B*T*C floats of one activation message
     int* slot_of;           // (n_steps*M) activation slot of each micro-batch, -1 when none
@@ -164,10 +165,10 @@ static void* grad_in_buf(Run* r, int ga) {
 }
 static const CommLink* link_of(const Run* r) { return r->dev_msgs ? r->ex->link : NULL; }
 static void msg_send(Run* r, const void* buf, int peer, int tag, CommRequest* req) {
-    comm_link_isend(r->ex->comm, link_of(r), buf, msg_bytes(r), peer, tag, req);
+    comm_link_isend(r->ex->comm, link_of(r), COMM_LINK_NEIGHBOURS, buf, msg_bytes(r), peer, tag, req);
 }
 static void msg_irecv(Run* r, void* buf, int peer, int tag, CommRequest* req) {
-    comm_link_irecv(r->ex->comm, link_of(r), buf, msg_bytes(r), peer, tag, req);
+    comm_link_irecv(r->ex->comm, link_of(r), COMM_LINK_NEIGHBOURS, buf, msg_bytes(r), peer, tag, req);
 }
 static void msg_recv(Run* r, void* buf, int peer, int tag) {
     CommRequest req;
@@ -296,14 +297,24 @@ static void post_step(Run* r, int t) {
         if (dp_device) ex->dp_average_device(ex->dp_ctx, st);
         // a device backend's gradient goes through host memory for the exchanges over MPI: the
         // tied embedding's (first and last stage) and the replicas' average unless done on the device
-        int staged = st->be && ((r->P > 1 && (r->first || r->last)) || (r->D > 1 && !dp_device));
+        int staged = st->be && ((r->P > 1 && (r->first || r->last) && !r->dev_tied) || (r->D > 1 && !dp_device));
         if (staged) stage_grads_to_host(st);
         if (r->D > 1 && !dp_device) {
             comm_dp_average(ex->comm, st->grads, st->num_params);
             if (st->dwte_head) comm_dp_average(ex->comm, st->dwte_head, vc);
         }
         // the tied embedding: both ends end up with encoder share + head share (a + b == b + a, bitwise)
-        if (r->P == 1) {
+        if (r->dev_tied) { // the shares move in the backend's memory; the last stage sums them at U
+            int other = r->first ? r->P - 1 : 0;
+            size_t bytes = vc * sizeof(float);
+            comm_link_isend(ex->comm, ex->link, COMM_LINK_TIED, stage_tied_share(st), bytes, other, TAG_TIED, &r->tied_sreq[k]);
+            comm_link_irecv(ex->comm, ex->link, COMM_LINK_TIED, stage_tied_other(st, k), bytes, other, TAG_TIED, &r->tied_rreq[k]);
+            if (r->first) { // our share is summed in place: once it has left
+                comm_wait(ex->comm, &r->tied_rreq[k]);
+                comm_wait(ex->comm, &r->tied_sreq[k]);
+                stage_tied_sum(st, k);
+            }
+        } else if (r->P == 1) {
             if (staged) stage_tie_embedding_host(st);
             else stage_tie_embedding_local(st);
         } else if (r->first) {
@@ -345,8 +356,12 @@ static void op_update(Run* r, const Op* op, int step0) {
         if (r->P > 1 && r->last) { // wte's gradient = the first stage's share + ours, in that order
             comm_wait(ex->comm, &r->tied_rreq[k]);
             comm_wait(ex->comm, &r->tied_sreq[k]);
-            for (size_t i = 0; i < st->sizes[0]; i++) st->g.wte[i] = r->tied_buf[k][i] + st->dwte_head[i];
-            stage_grads_from_host(st);
+            if (r->dev_tied) {
+                stage_tied_sum(st, k);
+            } else {
+                for (size_t i = 0; i < st->sizes[0]; i++) st->g.wte[i] = r->tied_buf[k][i] + st->dwte_head[i];
+                stage_grads_from_host(st);
+            }
         }
         if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
         if (version_needed(r, st->version)) stage_stash_current(st); // weight stashing
@@ -507,7 +522,7 @@ static void run_reserve(Run* r, int n_slots, int ng, int n_steps, int nmb) {
         r->tied_rreq = (CommRequest*)realloc(r->tied_rreq, ng * sizeof(CommRequest));
         if (!r->tied_buf || !r->tied_send || !r->tied_sreq || !r->tied_rreq) td_fatal("out of memory for %d gradient slots", ng);
         for (int k = r->cap_ng; k < ng; k++) {
-            int tied = st && P > 1 && (r->first || r->last);
+            int tied = st && P > 1 && (r->first || r->last) && !r->dev_tied;
             r->tied_buf[k] = tied ? (float*)malloc_check(st->sizes[0] * sizeof(float)) : NULL;
             r->tied_send[k] = tied && r->first ? (float*)malloc_check(st->sizes[0] * sizeof(float)) : NULL;
             memset(&r->tied_sreq[k], 0, sizeof(CommRequest));
@@ -546,6 +561,8 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     r->split = sch->kind == SCHED_ZBH1;
     r->btc = (size_t)ex->B * ex->T * ex->C;
     r->dev_msgs = ex->link && st;
+    // with the replicas' average done on the host (replicas sharing a GPU), the tied shares follow it there
+    r->dev_tied = r->dev_msgs && r->P > 1 && (r->first || r->last) && (c->D == 1 || ex->dp_average_device);
     if (r->dev_msgs && !st->device_msgs) td_fatal("stage %d: a message link was given, but the stage keeps its messages on the host", r->s);
     int stashes, grad_slots;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);

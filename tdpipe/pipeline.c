@@ -28,13 +28,13 @@ static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
     CommRequest r;
     memset(&r, 0, sizeof(r));
     if (s > 0) {
-        comm_link_irecv(pl->comm, link, dev ? stage_input_msg(st, 0) : (void*)x->x_in, bytes, s - 1, TAG_EVAL_ACT, &r);
+        comm_link_irecv(pl->comm, link, COMM_LINK_NEIGHBOURS, dev ? stage_input_msg(st, 0) : (void*)x->x_in, bytes, s - 1, TAG_EVAL_ACT, &r);
         comm_wait(pl->comm, &r);
     }
     float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, st->version, targets_valid);
     if (s < pl->P - 1) {
         const void* out = dev ? stage_output_msg(st, 0) : a ? gpt2_stage_output(&st->cfg, &st->range, a) : stage_output(st, 0);
-        comm_link_isend(pl->comm, link, out, bytes, s + 1, TAG_EVAL_ACT, &r);
+        comm_link_isend(pl->comm, link, COMM_LINK_NEIGHBOURS, out, bytes, s + 1, TAG_EVAL_ACT, &r);
         comm_wait(pl->comm, &r);
     }
     return loss;

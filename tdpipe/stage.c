@@ -215,6 +215,9 @@ void* stage_input_msg(Stage* s, int slot) { return msgs_of(s, "stage_input_msg")
 const void* stage_output_msg(Stage* s, int slot) { return msgs_of(s, "stage_output_msg")->output_msg(s, slot); }
 void* stage_grad_msg(Stage* s, int gacts) { return msgs_of(s, "stage_grad_msg")->grad_msg(s, gacts); }
 const void* stage_dx_in_msg(Stage* s, int gacts, int slot) { return msgs_of(s, "stage_dx_in_msg")->dx_in_msg(s, gacts, slot); }
+float* stage_tied_share(Stage* s) { return msgs_of(s, "stage_tied_share")->tied_share(s); }
+float* stage_tied_other(Stage* s, int k) { return msgs_of(s, "stage_tied_other")->tied_other(s, k); }
+void stage_tied_sum(Stage* s, int k) { msgs_of(s, "stage_tied_sum")->tied_sum(s, k); }
 
 void stage_grads_to_host(Stage* s) {
     if (s->be) s->be->grads_to_host(s);

@@ -39,6 +39,10 @@ typedef struct {
     const void* (*output_msg)(Stage* s, int slot);           // slot's stage output
     void* (*grad_msg)(Stage* s, int gacts);                  // dL/d(output): backward_input (dx_out NULL) reads it there
     const void* (*dx_in_msg)(Stage* s, int gacts, int slot); // dL/d(input) of gacts, copied into slot's send buffer
+    // the tied embedding's gradient shares in the backend's memory (first and last stage, device messages)
+    float* (*tied_share)(Stage* s);        // (Vp, C) this end's share in the active slot: wte's (first) or the LM head's (last)
+    float* (*tied_other)(Stage* s, int k); // (Vp, C) where the other end's share for gradient slot k is received
+    void (*tied_sum)(Stage* s, int k);     // wte's gradient in slot k (active) = first stage's share + last stage's
     void (*finish)(Stage* s); // waits until the compute enqueued so far has run (NULL: calls return when done)
 } StageBackend;
 
@@ -126,6 +130,13 @@ void* stage_input_msg(Stage* s, int slot);
 const void* stage_output_msg(Stage* s, int slot);
 void* stage_grad_msg(Stage* s, int gacts);
 const void* stage_dx_in_msg(Stage* s, int gacts, int slot);
+// The tied embedding's exchange between the first and last stage with device messages: this end's
+// share of wte's gradient (the encoder's on the first stage, the LM head's on the last) is sent from
+// stage_tied_share, the other's received into stage_tied_other(k); stage_tied_sum then makes wte's
+// gradient in slot k the first stage's share + the last stage's on both ends (bitwise equal copies).
+float* stage_tied_share(Stage* s);
+float* stage_tied_other(Stage* s, int k);
+void stage_tied_sum(Stage* s, int k);
 // returns when the compute given to the stage's device so far has run: an op's measured time is then
 // its compute, not the time to enqueue it (a no-op on the CPU)
 void stage_finish(Stage* s);

@@ -21,7 +21,8 @@ typedef struct {
     float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
     float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
     floatX** dx_send;     // (n_dx_send)[B*T*C] per activation slot: dL/d(input) being sent (device messages)
-    int n_stash, n_ring, n_dx_send;
+    float** tied;         // (n_tied)[Vp*C] per gradient slot: the other end's share of wte's gradient (device messages)
+    int n_stash, n_ring, n_dx_send, n_tied;
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
@@ -69,6 +70,11 @@ static void cuda_grow(Stage* s) {
         for (int i = c->n_dx_send; i < s->n_slots; i++)
             cudaCheck(cudaMalloc((void**)&c->dx_send[i], (size_t)s->B * s->T * s->cfg.channels * sizeof(floatX)));
         c->n_dx_send = s->n_slots;
+    }
+    if (s->device_msgs && s->range.has_embed != s->range.has_head && s->n_grad_slots > c->n_tied) {
+        c->tied = (float**)realloc(c->tied, s->n_grad_slots * sizeof(float*));
+        for (int k = c->n_tied; k < s->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], s->sizes[0] * sizeof(float)));
+        c->n_tied = s->n_grad_slots;
     }
 }
 
@@ -159,13 +165,26 @@ static const void* cuda_dx_in_msg(Stage* s, int gacts, int slot) { // a copy: th
     return c->dx_send[slot];
 }
 
+// the tied embedding's shares: wte's gradient in the active slot (first stage) or the LM head's share (last)
+static float* cuda_tied_share(Stage* s) { return s->range.has_embed ? cuda_of(s)->m.grads.wte : cuda_of(s)->m.dwte_head; }
+static float* cuda_tied_other(Stage* s, int k) {
+    cuda_grow(s);
+    return cuda_of(s)->tied[k];
+}
+static void cuda_tied_sum(Stage* s, int k) { // first stage's share + last stage's, added as the CPU adds
+    CudaStage* c = cuda_of(s);
+    const float* first = s->range.has_embed ? c->m.grads.wte : c->tied[k];
+    const float* last = s->range.has_embed ? c->tied[k] : c->m.dwte_head;
+    comm_nccl_sum(c->m.grads.wte, first, last, s->sizes[0], g_cuda_stream);
+}
 static void cuda_finish(Stage* s) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
 
 static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
                                           cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
                                           cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
                                           cuda_stash, cuda_use_grad_slot, cuda_msg_bytes, cuda_input_msg,
-                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg, cuda_finish};
+                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg, cuda_tied_share,
+                                          cuda_tied_other, cuda_tied_sum, cuda_finish};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {
@@ -204,8 +223,10 @@ static void cuda_stage_free(Stage* st) {
         if (c->dwte_ring[k]) cudaCheck(cudaFree(c->dwte_ring[k]));
     }
     for (int i = 0; i < c->n_dx_send; i++) cudaCheck(cudaFree(c->dx_send[i]));
+    for (int k = 0; k < c->n_tied; k++) cudaCheck(cudaFree(c->tied[k]));
     gpt2_cuda_free(&c->m); // after the ring: m's gradient pointers may name a ring slot, its memory is slot 0
     free(c->dx_send);
+    free(c->tied);
     free(c->acts);
     free(c->ga);
     free(c->stash);

@@ -12,19 +12,20 @@ typedef struct {
     Stage inner;      // the "device": model, slots, stashes and gradient ring
     float** dx_out;   // (n_gacts)[B*T*C] received gradients of the stage output (device messages)
     float** dx_send;  // (n_slots)[B*T*C] gradients of the stage input being sent (device messages)
-    int n_dx_out, n_dx_send;
+    float** tied;     // (n_grad_slots)[Vp*C] the other end's share of wte's gradient (device messages)
+    int n_dx_out, n_dx_send, n_tied;
 } Staged;
 
 static Staged* staged_of(const Stage* s) { return (Staged*)s->dev; }
 static Stage* inner(const Stage* s) { return &staged_of(s)->inner; }
 static size_t btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
 
-// n buffers of B*T*C floats in *bufs (holding *have), grown to n
-static void grow_msgs(const Stage* s, float*** bufs, int* have, int n) {
+// n buffers of `floats` floats in *bufs (holding *have), grown to n
+static void grow_msgs(float*** bufs, int* have, int n, size_t floats) {
     if (n <= *have) return;
     *bufs = (float**)realloc(*bufs, n * sizeof(float*));
     if (!*bufs) td_fatal("out of memory for %d message buffers", n);
-    for (int i = *have; i < n; i++) (*bufs)[i] = (float*)calloc_check(btc(s), sizeof(float));
+    for (int i = *have; i < n; i++) (*bufs)[i] = (float*)calloc_check(floats, sizeof(float));
     *have = n;
 }
 
@@ -33,8 +34,9 @@ static void grow(Stage* s) {
     stage_reserve(inner(s), s->n_slots, s->n_gacts, s->n_grad_slots, s->n_stash);
     if (!s->device_msgs) return;
     Staged* d = staged_of(s);
-    grow_msgs(s, &d->dx_out, &d->n_dx_out, s->n_gacts);
-    grow_msgs(s, &d->dx_send, &d->n_dx_send, s->n_slots);
+    grow_msgs(&d->dx_out, &d->n_dx_out, s->n_gacts, btc(s));
+    grow_msgs(&d->dx_send, &d->n_dx_send, s->n_slots, btc(s));
+    if (s->range.has_embed != s->range.has_head) grow_msgs(&d->tied, &d->n_tied, s->n_grad_slots, s->sizes[0]);
 }
 
 // the inner stage's version of the weights `stash` names (-1: current)
@@ -119,11 +121,25 @@ static const void* staged_dx_in_msg(Stage* s, int gacts, int slot) {
     return dst;
 }
 
+static float* staged_tied_share(Stage* s) { return s->range.has_embed ? inner(s)->g.wte : inner(s)->dwte_head; }
+static float* staged_tied_other(Stage* s, int k) {
+    grow(s);
+    return staged_of(s)->tied[k];
+}
+static void staged_tied_sum(Stage* s, int k) {
+    Stage* d = inner(s);
+    const float* other = staged_of(s)->tied[k];
+    const float* first = s->range.has_embed ? d->g.wte : other; // the encoder's share
+    const float* last = s->range.has_embed ? other : d->dwte_head; // the LM head's
+    for (size_t i = 0; i < s->sizes[0]; i++) d->g.wte[i] = first[i] + last[i];
+}
+
 static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backward_input, staged_backward_weight, staged_tie,
                                     staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
                                     staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host,
                                     staged_stash, staged_use_grad_slot, staged_msg_bytes, staged_input_msg,
-                                    staged_output_msg, staged_grad_msg, staged_dx_in_msg, NULL};
+                                    staged_output_msg, staged_grad_msg, staged_dx_in_msg, staged_tied_share,
+                                    staged_tied_other, staged_tied_sum, NULL};
 
 void stage_staged_dp_average(void* comm, Stage* s) {
     Stage* d = inner(s);
@@ -145,7 +161,9 @@ void stage_free_staged(Stage* s) {
     stage_free(&d->inner);
     for (int i = 0; i < d->n_dx_out; i++) free(d->dx_out[i]);
     for (int i = 0; i < d->n_dx_send; i++) free(d->dx_send[i]);
+    for (int k = 0; k < d->n_tied; k++) free(d->tied[k]);
     free(d->dx_out);
     free(d->dx_send);
+    free(d->tied);
     free(d);
 }

@@ -2,7 +2,8 @@
 // COMM_ORDERED_AVERAGE (comm.h; bitwise, subnormals included, D = 1..4, odd lengths, directly and through
 // the data-parallel chunk plan) and comm_nccl_dp_average with D = 1 leaving data unchanged. Two ranks,
 // --stages 1: comm_nccl_dp_average over D = 2 against the CPU, bitwise. Two ranks, --stages 2: the
-// pipeline link (activations one way, gradients back, receives posted ahead), byte for byte. Two ranks
+// pipeline link (activations one way, gradients back, receives posted ahead; the tied channel both
+// ways at once), byte for byte. Two ranks
 // may share one GPU when each has its own NCCL_HOSTID (NCCL then connects them over its socket transport).
 // Prints one line per check, then "nccl_check: rank R: N passed, M failed"; exit code 1 on any failure.
 // Usage: build/dev/cuda/nccl_check, or mpirun -np 2 [env NCCL_HOSTID=...] build/dev/cuda/nccl_check --stages 1|2
@@ -120,13 +121,13 @@ static void check_link(Comm* c, int device) {
     cudaCheck(cudaDeviceSynchronize());
     int me = c->stage, peer = 1 - me;
     uint64_t mine = me == 0 ? 100 : 200, theirs = me == 0 ? 200 : 100; // activations 100 + k, gradients 200 + k
-    for (int k = 0; k < K; k++) comm_link_irecv(c, &l.link, d_in[k], bytes[k], peer, 1, &rreq[k]);
+    for (int k = 0; k < K; k++) comm_link_irecv(c, &l.link, COMM_LINK_NEIGHBOURS, d_in[k], bytes[k], peer, 1, &rreq[k]);
     double t0 = now_seconds();
     for (int k = 0; k < K; k++) {
         if (me == 1) comm_wait(c, &rreq[k]); // a gradient answers its activation
         unsigned char* h = pattern(bytes[k], mine + k);
         cudaCheck(cudaMemcpyAsync(d_out[k], h, bytes[k], cudaMemcpyHostToDevice, g_cuda_stream));
-        comm_link_isend(c, &l.link, d_out[k], bytes[k], peer, 1, &sreq[k]);
+        comm_link_isend(c, &l.link, COMM_LINK_NEIGHBOURS, d_out[k], bytes[k], peer, 1, &sreq[k]);
         cudaCheck(cudaStreamSynchronize(g_cuda_stream)); // h may go once the copy has run
         free(h);
     }
@@ -153,6 +154,23 @@ static void check_link(Comm* c, int device) {
     else snprintf(detail, sizeof detail, "(message %d differs at byte %ld)", bad_k, bad);
     report(me == 0 ? "pipeline link: stage 0 sent activations, got gradients" : "pipeline link: stage 1 got activations, sent gradients",
            bad < 0, detail);
+
+    // the tied channel (P = 2: both stages are its ends): both post the receive, then send, at once
+    size_t tb = ((size_t)1 << 22) + 12; // 4 MiB and 3 floats
+    unsigned char* want = pattern(tb, 300 + (uint64_t)peer);
+    unsigned char* h_tied = pattern(tb, 300 + (uint64_t)me);
+    cudaCheck(cudaMemcpy(d_out[K - 1], h_tied, tb, cudaMemcpyHostToDevice));
+    comm_link_irecv(c, &l.link, COMM_LINK_TIED, d_in[K - 1], tb, peer, 2, &rreq[0]);
+    comm_link_isend(c, &l.link, COMM_LINK_TIED, d_out[K - 1], tb, peer, 2, &sreq[0]);
+    comm_wait(c, &rreq[0]);
+    comm_wait(c, &sreq[0]);
+    cudaCheck(cudaMemcpy(h_tied, d_in[K - 1], tb, cudaMemcpyDeviceToHost));
+    long tbad = first_byte_diff(h_tied, want, tb);
+    if (tbad < 0) snprintf(detail, sizeof detail, "(%zu bytes each way)", tb);
+    else snprintf(detail, sizeof detail, "(differs at byte %ld)", tbad);
+    report("pipeline link: the tied channel, both ways at once", tbad < 0, detail);
+    free(want);
+    free(h_tied);
     for (int k = 0; k < K; k++) {
         cudaCheck(cudaFree(d_out[k]));
         cudaCheck(cudaFree(d_in[k]));
