@@ -465,6 +465,9 @@ int main(int argc, char** argv) {
     // synchronise the context at a kernel's first launch, which inside a step could wait on an NCCL
     // receive posted ahead whose sender waits on this rank. Set before MPI_Init, which may touch CUDA.
     setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    // a hardware queue per stream (compute, up to six link directions, the replicas' average, NCCL's
+    // own): with CUDA's default of 8, streams can share a queue and wait on each other for nothing
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 #endif
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -596,6 +599,11 @@ int main(int argc, char** argv) {
         }
     }
 
+    // the tied embedding's shares move on the device too, unless some stage averages its replicas on the
+    // host (replicas sharing a GPU): then the shares follow the average there. Decided by every rank
+    // together: a first stage on the device and a last stage on the host would wait for each other.
+    int host_average = st && st->be && D > 1 && !dp_fn;
+    if (!comm_any(&comm, host_average) && link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
     pl.link = link; // validation's messages travel as training's do
     FILE* log = NULL;
     int bad_out = 0;

@@ -561,8 +561,7 @@ void executor_run(Executor* ex, const Schedule* sch, int step0) {
     r->split = sch->kind == SCHED_ZBH1;
     r->btc = (size_t)ex->B * ex->T * ex->C;
     r->dev_msgs = ex->link && st;
-    // with the replicas' average done on the host (replicas sharing a GPU), the tied shares follow it there
-    r->dev_tied = r->dev_msgs && r->P > 1 && (r->first || r->last) && (c->D == 1 || ex->dp_average_device);
+    r->dev_tied = r->dev_msgs && r->P > 1 && (r->first || r->last) && st->device_tied;
     if (r->dev_msgs && !st->device_msgs) td_fatal("stage %d: a message link was given, but the stage keeps its messages on the host", r->s);
     int stashes, grad_slots;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);

@@ -210,14 +210,23 @@ void stage_use_device_msgs(Stage* s) {
     if (!stage_has_device_msgs(s)) td_fatal("stage_use_device_msgs: the %s backend keeps no pipeline messages", s->be ? s->be->name : "CPU");
     s->device_msgs = 1;
 }
+void stage_use_device_tied(Stage* s) {
+    msgs_of(s, "stage_use_device_tied");
+    if (s->range.has_embed == s->range.has_head) td_fatal("stage_use_device_tied: only the first or the last stage of a pipeline exchanges tied shares");
+    s->device_tied = 1;
+}
 size_t stage_msg_bytes(const Stage* s) { return msgs_of(s, "stage_msg_bytes")->msg_bytes(s); }
 void* stage_input_msg(Stage* s, int slot) { return msgs_of(s, "stage_input_msg")->input_msg(s, slot); }
 const void* stage_output_msg(Stage* s, int slot) { return msgs_of(s, "stage_output_msg")->output_msg(s, slot); }
 void* stage_grad_msg(Stage* s, int gacts) { return msgs_of(s, "stage_grad_msg")->grad_msg(s, gacts); }
 const void* stage_dx_in_msg(Stage* s, int gacts, int slot) { return msgs_of(s, "stage_dx_in_msg")->dx_in_msg(s, gacts, slot); }
-float* stage_tied_share(Stage* s) { return msgs_of(s, "stage_tied_share")->tied_share(s); }
-float* stage_tied_other(Stage* s, int k) { return msgs_of(s, "stage_tied_other")->tied_other(s, k); }
-void stage_tied_sum(Stage* s, int k) { msgs_of(s, "stage_tied_sum")->tied_sum(s, k); }
+static const StageBackend* tied_of(const Stage* s, const char* what) {
+    if (!s->device_tied) td_fatal("%s: this stage's tied shares are not in device memory (stage_use_device_tied)", what);
+    return msgs_of(s, what);
+}
+float* stage_tied_share(Stage* s) { return tied_of(s, "stage_tied_share")->tied_share(s); }
+float* stage_tied_other(Stage* s, int k) { return tied_of(s, "stage_tied_other")->tied_other(s, k); }
+void stage_tied_sum(Stage* s, int k) { tied_of(s, "stage_tied_sum")->tied_sum(s, k); }
 
 void stage_grads_to_host(Stage* s) {
     if (s->be) s->be->grads_to_host(s);

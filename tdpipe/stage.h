@@ -42,7 +42,7 @@ typedef struct {
     // the tied embedding's gradient shares in the backend's memory (first and last stage, device messages)
     float* (*tied_share)(Stage* s);        // (Vp, C) this end's share in the active slot: wte's (first) or the LM head's (last)
     float* (*tied_other)(Stage* s, int k); // (Vp, C) where the other end's share for gradient slot k is received
-    void (*tied_sum)(Stage* s, int k);     // wte's gradient in slot k (active) = first stage's share + last stage's
+    void (*tied_sum)(Stage* s, int k);     // wte's gradient in slot k (the active one) = first stage's share + last stage's
     void (*finish)(Stage* s); // waits until the compute enqueued so far has run (NULL: calls return when done)
 } StageBackend;
 
@@ -52,6 +52,7 @@ struct Stage {
     int B, T;
     const StageBackend* be; // NULL: the CPU
     int device_msgs;        // 1: pipeline messages come and go in the backend's memory (the *_msg calls)
+    int device_tied;        // 1: so do the tied embedding's gradient shares (the stage_tied_* calls)
     void* dev;              // the backend's state
     float** out_host;       // (n_slots)[B*T*C] with a backend: host copies of stage outputs being sent
     size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
@@ -134,6 +135,9 @@ const void* stage_dx_in_msg(Stage* s, int gacts, int slot);
 // share of wte's gradient (the encoder's on the first stage, the LM head's on the last) is sent from
 // stage_tied_share, the other's received into stage_tied_other(k); stage_tied_sum then makes wte's
 // gradient in slot k the first stage's share + the last stage's on both ends (bitwise equal copies).
+// Slot k must be the active one (stage_use_grad_slot). Both ends must agree to use it (a collective
+// choice: one end on the device and the other on the host would wait for each other forever).
+void stage_use_device_tied(Stage* s);
 float* stage_tied_share(Stage* s);
 float* stage_tied_other(Stage* s, int k);
 void stage_tied_sum(Stage* s, int k);

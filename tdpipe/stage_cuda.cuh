@@ -71,7 +71,7 @@ static void cuda_grow(Stage* s) {
             cudaCheck(cudaMalloc((void**)&c->dx_send[i], (size_t)s->B * s->T * s->cfg.channels * sizeof(floatX)));
         c->n_dx_send = s->n_slots;
     }
-    if (s->device_msgs && s->range.has_embed != s->range.has_head && s->n_grad_slots > c->n_tied) {
+    if (s->device_tied && s->n_grad_slots > c->n_tied) {
         c->tied = (float**)realloc(c->tied, s->n_grad_slots * sizeof(float*));
         for (int k = c->n_tied; k < s->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], s->sizes[0] * sizeof(float)));
         c->n_tied = s->n_grad_slots;

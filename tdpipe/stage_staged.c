@@ -36,7 +36,7 @@ static void grow(Stage* s) {
     Staged* d = staged_of(s);
     grow_msgs(&d->dx_out, &d->n_dx_out, s->n_gacts, btc(s));
     grow_msgs(&d->dx_send, &d->n_dx_send, s->n_slots, btc(s));
-    if (s->range.has_embed != s->range.has_head) grow_msgs(&d->tied, &d->n_tied, s->n_grad_slots, s->sizes[0]);
+    if (s->device_tied) grow_msgs(&d->tied, &d->n_tied, s->n_grad_slots, s->sizes[0]);
 }
 
 // the inner stage's version of the weights `stash` names (-1: current)

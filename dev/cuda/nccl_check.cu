@@ -1,6 +1,7 @@
 // Check of tdpipe/comm_nccl.cuh. One process: the replica-ordered average kernel against the CPU's
 // COMM_ORDERED_AVERAGE (comm.h; bitwise, subnormals included, D = 1..4, odd lengths, directly and through
-// the data-parallel chunk plan) and comm_nccl_dp_average with D = 1 leaving data unchanged. Two ranks,
+// the data-parallel chunk plan), the tied shares' sum against the CPU's, and comm_nccl_dp_average with
+// D = 1 leaving data unchanged. Two ranks,
 // --stages 1: comm_nccl_dp_average over D = 2 against the CPU, bitwise. Two ranks, --stages 2: the
 // pipeline link (activations one way, gradients back, receives posted ahead; the tied channel both
 // ways at once), byte for byte. Two ranks
@@ -105,8 +106,9 @@ static void check_link(Comm* c, int device) {
         return;
     }
     comm_nccl_link_init(&l, c, device, g_cuda_stream);
-    report("pipeline link: two-rank communicators per direction", c->stage == 0 ? l.comm[NCCL_ACT_OUT] && l.comm[NCCL_GRAD_IN] && !l.comm[NCCL_ACT_IN]
-                                                                                  : l.comm[NCCL_ACT_IN] && l.comm[NCCL_GRAD_OUT] && !l.comm[NCCL_ACT_OUT], "");
+    int ends = l.comm[NCCL_TIED_IN] && l.comm[NCCL_TIED_OUT]; // P = 2: both stages are the tied channel's ends
+    report("pipeline link: two-rank communicators per direction", ends && (c->stage == 0 ? l.comm[NCCL_ACT_OUT] && l.comm[NCCL_GRAD_IN] && !l.comm[NCCL_ACT_IN]
+                                                                                        : l.comm[NCCL_ACT_IN] && l.comm[NCCL_GRAD_OUT] && !l.comm[NCCL_ACT_OUT]), "");
     size_t bytes[K];
     unsigned char *d_out[K], *d_in[K]; // (bytes[k]) device: what this stage sends, what it receives
     CommRequest sreq[K], rreq[K];
@@ -239,6 +241,28 @@ static void check_ordered_average(int D, size_t len, cudaStream_t st) {
     free(h_out);
 }
 
+// comm_nccl_sum (the tied embedding's two shares) against the CPU's a + b, bitwise: subnormal sums
+// included, which a flush-to-zero add would lose
+static void check_sum(size_t n, cudaStream_t st) {
+    float* h = (float*)malloc_check(3 * n * sizeof(float)); // (3, n) a, b, the GPU's sum
+    fill_values(h, n, 11);
+    fill_values(h + n, n, 12);
+    float* ref = (float*)malloc_check(n * sizeof(float)); // (n)
+    for (size_t i = 0; i < n; i++) ref[i] = h[i] + h[n + i];
+    float* d; // (3, n) device
+    cudaCheck(cudaMalloc(&d, 3 * n * sizeof(float)));
+    cudaCheck(cudaMemcpy(d, h, 2 * n * sizeof(float), cudaMemcpyHostToDevice));
+    comm_nccl_sum(d + 2 * n, d, d + n, n, st);
+    cudaCheck(cudaStreamSynchronize(st));
+    cudaCheck(cudaMemcpy(h + 2 * n, d + 2 * n, n * sizeof(float), cudaMemcpyDeviceToHost));
+    char name[64];
+    snprintf(name, sizeof name, "tied sum n=%zu", n);
+    report_bitwise(name, h + 2 * n, ref, n);
+    cudaCheck(cudaFree(d));
+    free(h);
+    free(ref);
+}
+
 // comm_nccl_dp_average over this rank's D replicas (D = 1: the data must not change) against the CPU's
 // COMM_ORDERED_AVERAGE of every replica's values (gathered over MPI), bitwise
 static void check_dp_average(Comm* c, CommNccl* cn, size_t n) {
@@ -292,6 +316,7 @@ int main(int argc, char** argv) {
             const size_t lens[] = {1, 3, 1001, 65537, 1000003};
             for (int D = 1; D <= 4; D++)
                 for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) check_ordered_average(D, lens[k], st);
+            check_sum(1000003, st);
             cudaCheck(cudaStreamDestroy(st));
         }
         CommNccl cn;
