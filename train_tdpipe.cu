@@ -589,15 +589,15 @@ int main(int argc, char** argv) {
     if (st && st->be && P > 1 && !strcmp(a.comm, "auto")) {
         if (staged) {
             comm_mpi_link(&comm, &staged_link);
-            stage_use_device_msgs(st);
             link = &staged_link;
             msg_where = "the backend's memory, MPI (cpu-staged: where NCCL would run between GPUs)";
-        } else if (cuda_link_init(&comm, st, &link)) {
+        } else if (cuda_link_init(&comm, &link)) {
             msg_where = "GPU memory, NCCL";
         } else {
             msg_where = "host memory, MPI (stages share a GPU: NCCL cannot connect them)";
         }
     }
+    if (link) stage_use_device_msgs(st);
 
     // the tied embedding's shares move on the device too, unless some stage averages its replicas on the
     // host (replicas sharing a GPU): then the shares follow the average there. Decided by every rank

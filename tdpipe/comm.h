@@ -41,7 +41,6 @@ enum {
     COMM_LINK_CHANNELS
 };
 typedef struct CommLink {
-    const char* name;
     void* ctx;
     void (*isend)(void* ctx, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r);
     void (*irecv)(void* ctx, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r);

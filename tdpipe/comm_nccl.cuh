@@ -29,8 +29,7 @@ typedef struct {
     ncclComm_t dp;        // this stage's D replicas, NCCL rank = replica
     cudaStream_t stream;  // every NCCL operation and the averaging kernel run here (non-blocking stream)
     cudaEvent_t order;    // internal: orders the module's stream after a producer stream
-    int P, D, stage, replica;
-    int device;
+    int D, replica;
 } CommNccl;
 
 // ---- the ordered average kernel ------------------------------------------------------------------
@@ -59,14 +58,18 @@ __global__ static void comm_nccl_ordered_average_kernel(float* out, const float*
     }
 }
 
+// blocks of 256 threads for n elements of a grid-stride kernel (at most 4096: the loop covers the rest)
+static inline unsigned comm_nccl_blocks(size_t n) {
+    size_t blocks = (n + 255) / 256;
+    return (unsigned)(blocks > 4096 ? 4096 : blocks);
+}
+
 // launches the kernel above on `stream`; out may alias row 0 of in (each element is read before written)
 static inline void comm_nccl_ordered_average(float* dout, const float* din, size_t stride, size_t count, int D,
                                              cudaStream_t stream) {
     if (count == 0) return;
     if (D < 1 || (D > 1 && stride < count)) td_fatal("comm_nccl_ordered_average: D = %d, stride %zu < count %zu", D, stride, count);
-    size_t blocks = (count + 255) / 256;
-    if (blocks > 4096) blocks = 4096; // grid-stride loop beyond
-    comm_nccl_ordered_average_kernel<<<(unsigned)blocks, 256, 0, stream>>>(dout, din, stride, count, D);
+    comm_nccl_ordered_average_kernel<<<comm_nccl_blocks(count), 256, 0, stream>>>(dout, din, stride, count, D);
     cudaCheckLaunch("comm_nccl_ordered_average_kernel");
 }
 
@@ -78,9 +81,7 @@ __global__ static void comm_nccl_sum_kernel(float* out, const float* a, const fl
 
 static inline void comm_nccl_sum(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    size_t blocks = (n + 255) / 256;
-    if (blocks > 4096) blocks = 4096;
-    comm_nccl_sum_kernel<<<(unsigned)blocks, 256, 0, stream>>>(out, a, b, n);
+    comm_nccl_sum_kernel<<<comm_nccl_blocks(n), 256, 0, stream>>>(out, a, b, n);
     cudaCheckLaunch("comm_nccl_sum_kernel");
 }
 
@@ -219,11 +220,8 @@ static inline void comm_nccl_sync(CommNccl* cn);
 // comm_grid), plus the module's stream. Without MPI (c->mpi == 0): a one-rank communicator, D = 1.
 static inline void comm_nccl_init(CommNccl* cn, const Comm* c, int device) {
     memset(cn, 0, sizeof *cn);
-    cn->P = c->P;
     cn->D = c->D;
-    cn->stage = c->stage;
     cn->replica = c->replica;
-    cn->device = device;
     cudaCheck(cudaSetDevice(device));
     void* dp_mpi = NULL;
     if (c->mpi) {
@@ -273,21 +271,6 @@ static inline void comm_nccl_free(CommNccl* cn) {
 static inline void comm_nccl_wait_for(CommNccl* cn, cudaStream_t producer) {
     cudaCheck(cudaEventRecord(cn->order, producer));
     cudaCheck(cudaStreamWaitEvent(cn->stream, cn->order, 0));
-}
-
-// records `ev` after everything enqueued so far on the module's stream (sends, receives, averages);
-// a consumer stream can cudaStreamWaitEvent on it, the host can poll it with comm_nccl_done
-static inline void comm_nccl_record(CommNccl* cn, cudaEvent_t ev) { cudaCheck(cudaEventRecord(ev, cn->stream)); }
-
-// 1 when the work before `ev` (recorded by comm_nccl_record) has completed, 0 while it is in flight;
-// never blocks. While it is in flight, an asynchronous NCCL error (a peer gone, a network failure) ends
-// the process here instead of leaving the poller waiting forever.
-static inline int comm_nccl_done(CommNccl* cn, cudaEvent_t ev) {
-    cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) return 1;
-    if (e != cudaErrorNotReady) td_fatal("cudaEventQuery(ev): %s", cudaGetErrorString(e));
-    comm_nccl_check_async(cn->dp, "data-parallel");
-    return 0;
 }
 
 // blocks the host until everything on the module's stream has completed; polls, so that a failed
@@ -488,7 +471,6 @@ static inline void comm_nccl_link_init(CommNcclLink* l, const Comm* c, int devic
     if (c->P > 1) td_fatal("comm_nccl_link_init: P = %d without MPI", c->P);
 #endif
     cudaCheck(cudaEventCreateWithFlags(&l->after_compute, cudaEventDisableTiming));
-    l->link.name = "NCCL between GPUs";
     l->link.ctx = l;
     l->link.isend = comm_nccl_link_isend;
     l->link.irecv = comm_nccl_link_irecv;

@@ -158,6 +158,12 @@ static void* input_buf(Run* r, int slot) {
     if (r->dev_msgs) return stage_input_msg(st, slot);
     return st ? (void*)st->acts[slot].x_in : (void*)syn(r, SYN_ACT_IN);
 }
+// slot's stage output, to send
+static const void* output_buf(Run* r, int slot) {
+    Stage* st = r->ex->stage;
+    if (r->dev_msgs) return stage_output_msg(st, slot);
+    return st ? (const void*)stage_output(st, slot) : (const void*)syn(r, SYN_ACT_OUT);
+}
 // where the gradient of the stage output for activation-gradient buffer ga is received
 static void* grad_in_buf(Run* r, int ga) {
     if (r->dev_msgs) return stage_grad_msg(r->ex->stage, ga);
@@ -206,10 +212,7 @@ static void op_forward(Run* r, const Op* op, int step0, int have_input) {
         if (r->last) ss->loss_sum += loss;
     }
     finish_compute(r, op, t0, step0);
-    if (!r->last) {
-        const void* out = r->dev_msgs ? stage_output_msg(st, slot) : st ? (const void*)stage_output(st, slot) : (const void*)syn(r, SYN_ACT_OUT);
-        msg_send(r, out, r->s + 1, TAG_ACT, &r->fwd_req[slot]);
-    }
+    if (!r->last) msg_send(r, output_buf(r, slot), r->s + 1, TAG_ACT, &r->fwd_req[slot]);
     ex->count_f++;
 }
 

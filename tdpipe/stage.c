@@ -226,7 +226,13 @@ static const StageBackend* tied_of(const Stage* s, const char* what) {
 }
 float* stage_tied_share(Stage* s) { return tied_of(s, "stage_tied_share")->tied_share(s); }
 float* stage_tied_other(Stage* s, int k) { return tied_of(s, "stage_tied_other")->tied_other(s, k); }
-void stage_tied_sum(Stage* s, int k) { tied_of(s, "stage_tied_sum")->tied_sum(s, k); }
+void stage_tied_sum(Stage* s, int k) {
+    const StageBackend* be = tied_of(s, "stage_tied_sum");
+    float* own = be->tied_share(s);
+    float* other = be->tied_other(s, k);
+    int first = s->range.has_embed; // the encoder's share comes first on both ends: bitwise equal copies
+    be->tied_sum(s, first ? own : other, first ? other : own);
+}
 
 void stage_grads_to_host(Stage* s) {
     if (s->be) s->be->grads_to_host(s);

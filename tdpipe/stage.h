@@ -42,7 +42,7 @@ typedef struct {
     // the tied embedding's gradient shares in the backend's memory (first and last stage, device messages)
     float* (*tied_share)(Stage* s);        // (Vp, C) this end's share in the active slot: wte's (first) or the LM head's (last)
     float* (*tied_other)(Stage* s, int k); // (Vp, C) where the other end's share for gradient slot k is received
-    void (*tied_sum)(Stage* s, int k);     // wte's gradient in slot k (the active one) = first stage's share + last stage's
+    void (*tied_sum)(Stage* s, const float* first, const float* last); // wte's gradient (active slot) = first + last
     void (*finish)(Stage* s); // waits until the compute enqueued so far has run (NULL: calls return when done)
 } StageBackend;
 

@@ -171,11 +171,8 @@ static float* cuda_tied_other(Stage* s, int k) {
     cuda_grow(s);
     return cuda_of(s)->tied[k];
 }
-static void cuda_tied_sum(Stage* s, int k) { // first stage's share + last stage's, added as the CPU adds
-    CudaStage* c = cuda_of(s);
-    const float* first = s->range.has_embed ? c->m.grads.wte : c->tied[k];
-    const float* last = s->range.has_embed ? c->tied[k] : c->m.dwte_head;
-    comm_nccl_sum(c->m.grads.wte, first, last, s->sizes[0], g_cuda_stream);
+static void cuda_tied_sum(Stage* s, const float* first, const float* last) { // added as the CPU adds
+    comm_nccl_sum(cuda_of(s)->m.grads.wte, first, last, s->sizes[0], g_cuda_stream);
 }
 static void cuda_finish(Stage* s) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
 
@@ -239,15 +236,14 @@ static void cuda_stage_free(Stage* st) {
 static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
 
 // Activations and gradients between stages over NCCL, GPU to GPU, when every stage of the pipeline
-// has a GPU NCCL can reach (collective over the pipeline): then 1, the stage keeps its messages on the
-// device, and *link is the executor's link; else 0 (host staging over MPI).
-static int cuda_link_init(const Comm* c, Stage* st, const CommLink** link) {
+// has a GPU NCCL can reach (collective over the pipeline): then 1 and *link is the executor's link
+// (the stage is to keep its messages on the device); else 0 (host staging over MPI).
+static int cuda_link_init(const Comm* c, const CommLink** link) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     if (!comm_nccl_link_possible(c, dev)) return 0;
     CommNcclLink* l = (CommNcclLink*)calloc_check(1, sizeof(CommNcclLink));
     comm_nccl_link_init(l, c, dev, g_cuda_stream);
-    stage_use_device_msgs(st);
     *link = &l->link;
     return 1;
 }
@@ -307,7 +303,7 @@ static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r
 }
 static void cuda_stage_free(Stage* st) {}
 static double cuda_peak(void) { return 0.0; }
-static int cuda_link_init(const Comm* c, Stage* st, const CommLink** link) { return 0; }
+static int cuda_link_init(const Comm* c, const CommLink** link) { return 0; }
 static void cuda_link_free(const CommLink* link) {}
 static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) { return 0; }
 static void cuda_dp_average(void* ctx, Stage* st) {}

@@ -126,12 +126,9 @@ static float* staged_tied_other(Stage* s, int k) {
     grow(s);
     return staged_of(s)->tied[k];
 }
-static void staged_tied_sum(Stage* s, int k) {
-    Stage* d = inner(s);
-    const float* other = staged_of(s)->tied[k];
-    const float* first = s->range.has_embed ? d->g.wte : other; // the encoder's share
-    const float* last = s->range.has_embed ? other : d->dwte_head; // the LM head's
-    for (size_t i = 0; i < s->sizes[0]; i++) d->g.wte[i] = first[i] + last[i];
+static void staged_tied_sum(Stage* s, const float* first, const float* last) {
+    float* wte = inner(s)->g.wte;
+    for (size_t i = 0; i < s->sizes[0]; i++) wte[i] = first[i] + last[i];
 }
 
 static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backward_input, staged_backward_weight, staged_tie,
