@@ -517,7 +517,8 @@ int main(int argc, char** argv) {
     Partition part;
     partition_make(&part, &a, &cfg, P);
     Schedule probe;
-    if (schedule_build(&probe, kind, P, a.grad_accum, W > 0 ? W : 0, 2, err, sizeof(err))) fatal_all("%s", err);
+    ScheduleShape probe_shape = {kind, P, a.grad_accum, W > 0 ? W : 0, 0, 2};
+    if (schedule_build(&probe, &probe_shape, err, sizeof(err))) fatal_all("%s", err);
     check_grad_cache(&a, &probe, comm.stage);
     if (a.print_schedule) {
         if (g_rank == 0) {
@@ -686,7 +687,8 @@ int main(int argc, char** argv) {
             }
         if (step + chunk > a.steps) chunk = a.steps - step;
         Schedule sch;
-        if (schedule_build(&sch, kind, P, a.grad_accum, W_now, chunk, err, sizeof(err))) fatal_all("%s", err);
+        ScheduleShape shape = {kind, P, a.grad_accum, W_now, step, chunk};
+        if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
         check_grad_cache(&a, &sch, s); // again: --aew auto has chosen its window by now
         executor_run(&ex, &sch, step);
         schedule_free(&sch);

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
         for (int r = 0; r < n_rows; r++) {
             Schedule sch;
             char err[512];
-            if (schedule_build(&sch, rows[r].kind, P, M, rows[r].W, n_steps, err, sizeof(err))) {
+            if (schedule_build(&sch, &(ScheduleShape){.kind = rows[r].kind, .P = P, .M = M, .W = rows[r].W, .n_steps = n_steps}, err, sizeof(err))) {
                 printf("%-8s %4d  %s\n", schedule_kind_name(rows[r].kind), rows[r].W, err);
                 continue;
             }

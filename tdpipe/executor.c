@@ -86,7 +86,7 @@ static void finish_compute(Run* r, const Op* op, double t0, int step0) {
     Executor* ex = r->ex;
     if (ex->stage) stage_finish(ex->stage);
     double measured = now_seconds() - t0;
-    uint64_t seed = ex->seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(step0 + 1));
+    uint64_t seed = ex->seed;
     int backward = op->kind != OP_F;
     if (ex->syn_f > 0) { // the op is a wait from the cost model, with CV beta
         double nominal = backward ? (op->kind == OP_B ? ex->syn_b : 0.5 * ex->syn_b) : ex->syn_f;
@@ -127,7 +127,7 @@ static void release_slot(Run* r, int slot) { r->slot_free[r->n_free++] = slot; }
 // 1 while weight version v (absolute) is still needed: a micro-batch in flight used it and has not
 // run its backward, or a forward still to come in this run will use it
 static int version_needed(const Run* r, int v) {
-    int M = r->sch->M, W = r->sch->W, nM = r->sch->n_steps * M, rel = v - r->v0;
+    int M = r->sch->M, W = r->sch->W, nM = r->sch->n_steps * M, rel = v - r->sch->first_step;
     if (r->next_f < nM && schedule_forward_version(r->sch->kind, r->next_f, M, W) <= rel &&
         rel <= schedule_forward_version(r->sch->kind, nM - 1, M, W))
         return 1;
@@ -193,13 +193,13 @@ static int forward_slot(Run* r, int g) {
 static void op_forward(Run* r, const Op* op, int step0, int have_input) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
-    int g = op->step * r->sch->M + op->mb;
+    int g = (op->step - r->sch->first_step) * r->sch->M + op->mb;
     if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
     int slot = forward_slot(r, g);
     r->next_f++;
-    r->slot_version[slot] = r->v0 + op->version;
+    r->slot_version[slot] = op->version;
     r->slot_needs_w[slot] = 1;
-    StepState* ss = &r->steps[op->step];
+    StepState* ss = &r->steps[op->step - r->sch->first_step];
     int stale = schedule_op_staleness(op);
     if (stale > ss->max_stale) ss->max_stale = stale;
     GPT2Acts* a = st ? &st->acts[slot] : NULL;
@@ -208,7 +208,7 @@ static void op_forward(Run* r, const Op* op, int step0, int have_input) {
     if (!r->first && !have_input) msg_recv(r, input_buf(r, slot), r->s - 1, TAG_ACT);
     double t0 = now_seconds();
     if (st) {
-        float loss = stage_forward(st, slot, r->v0 + op->version, r->last);
+        float loss = stage_forward(st, slot, op->version, r->last);
         if (r->last) ss->loss_sum += loss;
     }
     finish_compute(r, op, t0, step0);
@@ -261,13 +261,14 @@ static void accumulate_weight_grad(Run* r, const Op* op, int slot, int ga) {
 // the micro-batch is done on this stage: free its slot; the step's last one posts the step
 static void grad_done(Run* r, const Op* op, int slot) {
     r->ex->count_b++;
-    r->slot_of[op->step * r->sch->M + op->mb] = -1;
+    int t = op->step - r->sch->first_step;
+    r->slot_of[t * r->sch->M + op->mb] = -1;
     release_slot(r, slot);
-    if (--r->steps[op->step].grad_ops_left == 0) post_step(r, op->step);
+    if (--r->steps[t].grad_ops_left == 0) post_step(r, op->step);
 }
 
 static void op_backward(Run* r, const Op* op, int step0, int have_input) {
-    int slot = r->slot_of[op->step * r->sch->M + op->mb];
+    int slot = r->slot_of[(op->step - r->sch->first_step) * r->sch->M + op->mb];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
     double t0;
     if (op->kind == OP_BW) { // zero-bubble's deferred half: its activation gradients wait in gacts[slot]
@@ -289,7 +290,7 @@ static void op_backward(Run* r, const Op* op, int step0, int have_input) {
 static void post_step(Run* r, int t) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
-    StepState* ss = &r->steps[t];
+    StepState* ss = &r->steps[t - r->sch->first_step];
     int nu = ex->L + 3;
     memset(ss->units_in, 0, nu * sizeof(double));
     if (st) {
@@ -345,14 +346,14 @@ static void op_update(Run* r, const Op* op, int step0) {
     Executor* ex = r->ex;
     Stage* st = ex->stage;
     int t = op->step;
-    StepState* ss = &r->steps[t];
+    StepState* ss = &r->steps[t - r->sch->first_step];
     if (!ss->posted) td_fatal("stage %d: update of step %d before all its backward passes", r->s, t);
     comm_wait(ex->comm, &ss->pipe_req); // waiting here is bubble, not compute
     double sq = 0.0;
     for (int i = 0; i < ex->L + 2; i++) sq += ss->units_out[i];
     ss->loss = (float)ss->units_out[ex->L + 2];
     ss->norm = (float)sqrt(sq);
-    ss->lr = lr_schedule(step0 + t, ex->total_steps, ex->warmup, ex->opt.lr, ex->final_lr_frac);
+    ss->lr = lr_schedule(t, ex->total_steps, ex->warmup, ex->opt.lr, ex->final_lr_frac);
     if (st) {
         int k = t % st->n_grad_slots;
         stage_use_grad_slot(st, k);
@@ -369,7 +370,7 @@ static void op_update(Run* r, const Op* op, int step0) {
         if (r->P > 1 && r->first) comm_wait(ex->comm, &r->tied_sreq[k]);
         if (version_needed(r, st->version)) stage_stash_current(st); // weight stashing
         float scale = (ex->clip > 0 && ss->norm > ex->clip) ? ex->clip / ss->norm : 1.0f;
-        stage_update(st, &ex->opt, ss->lr, step0 + t + 1, scale);
+        stage_update(st, &ex->opt, ss->lr, t + 1, scale);
         stage_zero_grad(st);
     }
     double now = now_seconds();
@@ -424,12 +425,9 @@ static void run_op(Run* r, const Op* op, int step0, int have_input) {
     else if (op->kind == OP_U) op_update(r, op, step0);
     else op_backward(r, op, step0, have_input);
     Trace* tr = r->ex->trace;
-    if (tr && tr->enabled) { // named by the run's global step and version, not the chunk's
+    if (tr && tr->enabled) {
         char name[32];
-        Op global = *op;
-        global.step += step0;
-        global.version += r->v0;
-        schedule_op_name(&global, name, sizeof(name));
+        schedule_op_name(op, name, sizeof(name));
         trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds());
     }
     if (r->report) report_ready(r, step0, 0);
@@ -440,49 +438,55 @@ static void run_op(Run* r, const Op* op, int step0, int have_input) {
 // as soon as its forward has run; the stage runs U when the step's pipeline sum has arrived, else
 // the ready one of F and B (both ready: 1F1B's rhythm), else it sleeps until one of those messages
 // lands (in MPI, or polling a device link).
+typedef struct {
+    Run* r;
+    CommRequest *act, *grad; // the next forward's input and the next backward's output gradient
+} Readiness;
+
+// the executor's readiness for the policy: the message the op waits for has arrived
+static int ready_now(void* ctx, const Op* op) {
+    Readiness* q = (Readiness*)ctx;
+    Run* r = q->r;
+    Comm* c = r->ex->comm;
+    if (op->kind == OP_U) {
+        StepState* ss = &r->steps[op->step - r->sch->first_step];
+        return ss->posted && comm_test(c, &ss->pipe_req);
+    }
+    if (op->kind == OP_F) return r->first || comm_test(c, q->act);
+    return r->last || comm_test(c, q->grad);
+}
+
 static void run_event_driven(Run* r, int step0) {
     const Schedule* sch = r->sch;
     Comm* c = r->ex->comm;
-    int P = r->P, s = r->s, M = sch->M, W = sch->W, nM = sch->n_steps * M;
-    int nb = 0, v = 0;           // micro-batches backwarded, updates applied (this run)
+    int s = r->s;
     int act_for = -1, grad_for = -1; // the micro-batch whose input / output gradient is being received
     CommRequest act, grad;
     memset(&act, 0, sizeof(act));
     memset(&grad, 0, sizeof(grad));
-    OpKind last = OP_F;
-    while (v < sch->n_steps) {
-        int nf = r->next_f;
-        StepState* ss = &r->steps[v];
-        int may_f = nf < nM && schedule_forward_allowed(P, s, M, W, nf, nb, v);
+    TdpipeCursor cur = {0, 0, 0, OP_F};
+    Readiness q = {r, &act, &grad};
+    while (cur.v < sch->n_steps) {
+        TdpipeNext next;
+        schedule_tdpipe_next(sch, s, &cur, &next);
         // a forward's input is received only once the forward may run: its sender may need this
         // stage's own progress first, and a receive posted on a GPU waits on the device meanwhile
-        if (!r->first && may_f && act_for != nf) {
-            msg_irecv(r, input_buf(r, forward_slot(r, nf)), s - 1, TAG_ACT, &act);
-            act_for = nf;
+        if (!r->first && next.has_f && act_for != cur.nf) {
+            msg_irecv(r, input_buf(r, forward_slot(r, cur.nf)), s - 1, TAG_ACT, &act);
+            act_for = cur.nf;
         }
-        if (!r->last && nb < nf && grad_for != nb) {
+        if (!r->last && next.has_b && grad_for != cur.nb) {
             msg_irecv(r, grad_in_buf(r, 0), s + 1, TAG_GRAD, &grad); // one buffer: tdpipe does not split backward
-            grad_for = nb;
+            grad_for = cur.nb;
         }
-        int u_ready = ss->posted && comm_test(c, &ss->pipe_req);
-        int b_ready = nb < nf && (r->last || comm_test(c, &grad));
-        int f_ready = may_f && (r->first || comm_test(c, &act));
         Op op;
-        if (u_ready) {
-            op = (Op){OP_U, v, -1, v + 1};
-            v++;
-        } else if (b_ready && !(f_ready && schedule_prefers_forward(last))) {
-            op = (Op){OP_B, nb / M, nb % M, schedule_forward_version(sch->kind, nb, M, W)};
-            nb++;
-            last = OP_B;
-        } else if (f_ready) {
-            op = (Op){OP_F, nf / M, nf % M, schedule_forward_version(sch->kind, nf, M, W)};
-            last = OP_F;
-        } else { // nothing ready: sleep until a message that can make something ready lands
-            CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, nb < nf ? &grad : NULL, may_f ? &act : NULL};
+        if (!schedule_tdpipe_pick(&cur, &next, ready_now, &q, &op)) { // sleep until a message that can make something ready lands
+            StepState* ss = &r->steps[cur.v < sch->n_steps ? cur.v : 0];
+            CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, next.has_b ? &grad : NULL, next.has_f ? &act : NULL};
             comm_wait_any(c, wait, 3);
             continue;
         }
+        schedule_tdpipe_advance(&cur, &op);
         run_op(r, &op, step0, 1);
     }
 }

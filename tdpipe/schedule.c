@@ -33,8 +33,9 @@ const char* schedule_kind_name(SchedKind kind) {
     return (kind >= SCHED_GPIPE && kind <= SCHED_TDPIPE) ? kind_names[kind] : "unknown";
 }
 
-static void push(Schedule* sch, int s, OpKind kind, int step, int mb, int version) {
-    Op op = {kind, step, mb, version};
+// appends an op of step t (counted from the schedule's start) on weight version v (likewise)
+static void push(Schedule* sch, int s, OpKind kind, int t, int mb, int v) {
+    Op op = {kind, sch->first_step + t, mb, sch->first_step + v};
     sch->ops[s][sch->n_ops[s]++] = op;
 }
 
@@ -94,43 +95,67 @@ int schedule_forward_version(SchedKind kind, int g, int M, int W) {
     return g < W ? 0 : (g - W) / M;
 }
 
+Op schedule_mb_op(const Schedule* sch, OpKind kind, int g) {
+    int v = schedule_forward_version(sch->kind, g, sch->M, sch->W);
+    return (Op){kind, sch->first_step + g / sch->M, g % sch->M, sch->first_step + v};
+}
+
 int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v) {
     return nf - nb < (P - s) + W && schedule_forward_version(SCHED_TDPIPE, nf, M, W) <= v;
 }
 
-typedef struct {
-    Schedule* sch;
-    ScheduleProgress prog;
-    int* next_f; // (P) next global micro-batch g = t*M + m to forward
-    int* next_b; // (P) next g to backward
-    OpKind* last_kind; // (P) kind of the stage's last F or B
-} Des;
+void schedule_tdpipe_next(const Schedule* sch, int s, const TdpipeCursor* c, TdpipeNext* next) {
+    int nM = sch->n_steps * sch->M;
+    memset(next, 0, sizeof(*next));
+    next->has_u = c->v < sch->n_steps;
+    if (next->has_u) next->u = (Op){OP_U, sch->first_step + c->v, -1, sch->first_step + c->v + 1};
+    next->has_b = c->nb < c->nf;
+    if (next->has_b) next->b = schedule_mb_op(sch, OP_B, c->nb);
+    next->has_f = c->nf < nM && schedule_forward_allowed(sch->P, s, sch->M, sch->W, c->nf, c->nb, c->v);
+    if (next->has_f) next->f = schedule_mb_op(sch, OP_F, c->nf);
+}
 
-// the op stage s starts at time T by the policy (U; then B and F in the order
-// schedule_prefers_forward gives), if any; otherwise *wake is lowered to when a dependency that is
-// done but still in transit (latency) lands
-static int des_pick(const Des* d, int s, double T, double latency, Op* op, double* wake) {
-    const Schedule* sch = d->sch;
-    int M = sch->M, nM = sch->n_steps * M, v = d->prog.updates[s];
-    int gb = d->next_b[s], gf = d->next_f[s];
-    Op cand[3];
-    int n = 0, fwd_first = schedule_prefers_forward(d->last_kind[s]);
-    Op b = {OP_B, gb / M, gb % M, schedule_forward_version(SCHED_TDPIPE, gb, M, sch->W)};
-    Op f = {OP_F, gf / M, gf % M, schedule_forward_version(SCHED_TDPIPE, gf, M, sch->W)};
-    int has_b = gb < gf, has_f = gf < nM && schedule_forward_allowed(sch->P, s, M, sch->W, gf, gb, v);
-    if (v < sch->n_steps) cand[n++] = (Op){OP_U, v, -1, v + 1};
-    if (has_f && fwd_first) cand[n++] = f;
-    if (has_b) cand[n++] = b;
-    if (has_f && !fwd_first) cand[n++] = f;
-    for (int i = 0; i < n; i++) {
-        double tr = 0.0;
-        if (!schedule_progress_ready(&d->prog, s, &cand[i], latency, &tr, NULL, 0)) continue;
-        if (tr <= T) {
-            *op = cand[i];
+int schedule_tdpipe_pick(const TdpipeCursor* c, const TdpipeNext* next, TdpipeReady ready, void* ctx, Op* op) {
+    int forward_first = c->last == OP_B; // 1F1B's rhythm: F after a B, B after an F
+    const Op* order[3];
+    int has[3] = {next->has_u, forward_first ? next->has_f : next->has_b, forward_first ? next->has_b : next->has_f};
+    order[0] = &next->u;
+    order[1] = forward_first ? &next->f : &next->b;
+    order[2] = forward_first ? &next->b : &next->f;
+    for (int i = 0; i < 3; i++)
+        if (has[i] && ready(ctx, order[i])) {
+            *op = *order[i];
             return 1;
         }
-        if (tr < *wake) *wake = tr;
-    }
+    return 0;
+}
+
+void schedule_tdpipe_advance(TdpipeCursor* c, const Op* op) {
+    if (op->kind == OP_U) c->v++;
+    else if (op->kind == OP_F) c->nf++;
+    else c->nb++;
+    if (op->kind != OP_U) c->last = op->kind;
+}
+
+typedef struct {
+    ScheduleProgress prog;
+    TdpipeCursor* cur; // (P) where each stage stands
+} Des;
+
+// the simulator's readiness at time T: the op's dependencies are done and have landed; one done but
+// still in transit (latency) lowers *wake to when it lands
+typedef struct {
+    const ScheduleProgress* prog;
+    int s;
+    double T, latency, *wake;
+} DesReady;
+
+static int des_ready(void* ctx, const Op* op) {
+    DesReady* q = (DesReady*)ctx;
+    double tr = 0.0;
+    if (!schedule_progress_ready(q->prog, q->s, op, q->latency, &tr, NULL, 0)) return 0;
+    if (tr <= q->T) return 1;
+    if (tr < *q->wake) *q->wake = tr;
     return 0;
 }
 
@@ -138,12 +163,9 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
                         double* const* end, char* err, size_t errlen) {
     int P = sch->P, per_stage = sch->n_steps * (2 * sch->M + 1);
     Des d;
-    d.sch = sch;
-    schedule_progress_init(&d.prog, P, sch->M, sch->n_steps);
-    d.next_f = (int*)calloc_check(P, sizeof(int));
-    d.next_b = (int*)calloc_check(P, sizeof(int));
-    d.last_kind = (OpKind*)malloc_check(P * sizeof(OpKind));
-    for (int s = 0; s < P; s++) d.last_kind[s] = OP_F;
+    schedule_progress_init(&d.prog, sch);
+    d.cur = (TdpipeCursor*)calloc_check(P, sizeof(TdpipeCursor));
+    for (int s = 0; s < P; s++) d.cur[s].last = OP_F;
     int* running = (int*)calloc_check(P, sizeof(int));     // (P) 1 while the stage computes run_op
     Op* run_op = (Op*)calloc_check(P, sizeof(Op));          // (P)
     double* busy_until = (double*)calloc_check(P, sizeof(double)); // (P)
@@ -158,12 +180,14 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
         double next = INFINITY;
         for (int s = 0; s < P; s++) {
             Op op;
-            while (!running[s] && des_pick(&d, s, T, latency, &op, &next)) {
+            TdpipeNext cand;
+            DesReady q = {&d.prog, s, T, latency, &next};
+            while (!running[s]) {
+                schedule_tdpipe_next(sch, s, &d.cur[s], &cand);
+                if (!schedule_tdpipe_pick(&d.cur[s], &cand, des_ready, &q, &op)) break;
                 int i = sch->n_ops[s]++;
                 sch->ops[s][i] = op;
-                if (op.kind == OP_F) d.next_f[s]++;
-                if (op.kind == OP_B) d.next_b[s]++;
-                if (op.kind != OP_U) d.last_kind[s] = op.kind;
+                schedule_tdpipe_advance(&d.cur[s], &op);
                 double t = dur(ctx, s, &op);
                 if (start) start[s][i] = T;
                 if (end) end[s][i] = T + t;
@@ -191,9 +215,7 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
     free(running);
     free(run_op);
     free(busy_until);
-    free(d.next_f);
-    free(d.next_b);
-    free(d.last_kind);
+    free(d.cur);
     schedule_progress_free(&d.prog);
     return rc;
 }
@@ -204,8 +226,10 @@ static double nominal_time(void* ctx, int s, const Op* op) {
     return op->kind == OP_U ? 0.0 : op->kind == OP_B ? 2.0 : 1.0;
 }
 
-int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen) {
+int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t errlen) {
     memset(sch, 0, sizeof(*sch));
+    SchedKind kind = shape->kind;
+    int P = shape->P, M = shape->M, W = shape->W, n_steps = shape->n_steps;
     const char* name = schedule_kind_name(kind);
     if (kind < SCHED_GPIPE || kind > SCHED_TDPIPE) return td_error(err, errlen, "unknown schedule kind %d", (int)kind);
     if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
@@ -216,7 +240,9 @@ int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_ste
     if (M < P && kind != SCHED_GPIPE)
         return td_error(err, errlen, "--micro-batches %d is less than --stages %d: the %s schedule needs at least one micro-batch per stage", M, P, name);
     if (n_steps < 1) return td_error(err, errlen, "a schedule needs at least one step (got %d)", n_steps);
+    if (shape->first_step < 0) return td_error(err, errlen, "a schedule starts at step 0 or later (got %d)", shape->first_step);
     sch->kind = kind;
+    sch->first_step = shape->first_step;
     sch->P = P;
     sch->M = M;
     sch->W = W;
@@ -290,11 +316,11 @@ void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* ma
     int* refs = (int*)calloc_check(nv, sizeof(int));          // (n_steps+1) in-flight micro-batches per version
     int* next_fv = (int*)malloc_check((n + 1) * sizeof(int)); // (n+1) version of the first F after op i, or nv
     next_fv[n] = nv;
-    for (int i = n - 1; i >= 0; i--) next_fv[i] = sch->ops[s][i].kind == OP_F ? sch->ops[s][i].version : next_fv[i + 1];
+    for (int i = n - 1; i >= 0; i--) next_fv[i] = sch->ops[s][i].kind == OP_F ? sch->ops[s][i].version - sch->first_step : next_fv[i + 1];
     int version = 0, inflight = 0, mx_in = 0, mx_ver = 1;
     for (int i = 0; i < n; i++) {
         const Op* op = &sch->ops[s][i];
-        int v = op->version;
+        int v = op->version - sch->first_step; // counted from the schedule's start
         if (op->kind == OP_F && v >= 0 && v < nv) inflight++, refs[v]++;
         else if ((op->kind == OP_B || op->kind == OP_BW) && v >= 0 && v < nv) inflight--, refs[v]--;
         else if (op->kind == OP_U) version++;
@@ -336,9 +362,10 @@ int schedule_stage_grad_slots(const Schedule* sch, int s) {
     int open = 0, mx = 0;
     for (int i = 0; i < sch->n_ops[s]; i++) {
         const Op* op = &sch->ops[s][i];
-        if (op->step < 0 || op->step >= sch->n_steps) continue;
-        if ((op->kind == OP_B || op->kind == OP_BW) && !begun[op->step]) begun[op->step] = 1, open++;
-        if (op->kind == OP_U && begun[op->step]) open--;
+        int t = op->step - sch->first_step;
+        if (t < 0 || t >= sch->n_steps) continue;
+        if ((op->kind == OP_B || op->kind == OP_BW) && !begun[t]) begun[t] = 1, open++;
+        if (op->kind == OP_U && begun[t]) open--;
         if (open > mx) mx = open;
     }
     free(begun);
@@ -346,10 +373,12 @@ int schedule_stage_grad_slots(const Schedule* sch, int s) {
 }
 
 // ---- dependency tracking ---------------------------------------------------------------------
-void schedule_progress_init(ScheduleProgress* p, int P, int M, int n_steps) {
+void schedule_progress_init(ScheduleProgress* p, const Schedule* sch) {
+    int P = sch->P, M = sch->M, n_steps = sch->n_steps;
     size_t n = (size_t)P * n_steps * M;
     p->P = P;
     p->M = M;
+    p->first_step = sch->first_step;
     p->n_steps = n_steps;
     p->f_end = (double*)malloc_check(n * sizeof(double));
     p->b_end = (double*)malloc_check(n * sizeof(double));
@@ -385,48 +414,49 @@ static double later(double a, double b) { return a > b ? a : b; }
 
 int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
                             char* why, size_t whylen) {
-    int P = p->P, M = p->M, t = op->step, m = op->mb;
+    int P = p->P, M = p->M, t = op->step - p->first_step, m = op->mb, v_now = p->first_step + p->updates[s];
     if (s < 0 || s >= P) return not_ready(why, whylen, "stage %d is out of range [0,%d)", s, P);
-    if (t < 0 || t >= p->n_steps) return not_ready(why, whylen, "step %d is out of range [0,%d)", t, p->n_steps);
+    if (t < 0 || t >= p->n_steps)
+        return not_ready(why, whylen, "step %d is out of range [%d,%d)", op->step, p->first_step, p->first_step + p->n_steps);
     if (op->kind != OP_U && (m < 0 || m >= M))
         return not_ready(why, whylen, "micro-batch %d is out of range [0,%d)", m, M);
     size_t nM = (size_t)p->n_steps * M, g = (size_t)t * M + m, here = (size_t)s * nM + g;
     double tr = 0.0;
     switch (op->kind) {
     case OP_F:
-        if (p->f_end[here] >= 0) return not_ready(why, whylen, "F%d.%d already ran on stage %d", t, m, s);
-        if (p->updates[s] < op->version)
+        if (p->f_end[here] >= 0) return not_ready(why, whylen, "F%d.%d already ran on stage %d", op->step, m, s);
+        if (v_now < op->version)
             return not_ready(why, whylen, "waits for U%d on stage %d (its weights are at version %d, the forward uses %d)",
-                             p->updates[s], s, p->updates[s], op->version);
+                             v_now, s, v_now, op->version);
         if (s > 0) {
-            if (p->f_end[here - nM] < 0) return not_ready(why, whylen, "waits for F%d.%d on stage %d", t, m, s - 1);
+            if (p->f_end[here - nM] < 0) return not_ready(why, whylen, "waits for F%d.%d on stage %d", op->step, m, s - 1);
             tr = p->f_end[here - nM] + latency;
         }
         break;
     case OP_B:
     case OP_BI: {
         const char* k = op->kind == OP_B ? "B" : "BI";
-        if (p->b_end[here] >= 0) return not_ready(why, whylen, "%s%d.%d already ran on stage %d", k, t, m, s);
-        if (p->f_end[here] < 0) return not_ready(why, whylen, "waits for its own F%d.%d on stage %d", t, m, s);
+        if (p->b_end[here] >= 0) return not_ready(why, whylen, "%s%d.%d already ran on stage %d", k, op->step, m, s);
+        if (p->f_end[here] < 0) return not_ready(why, whylen, "waits for its own F%d.%d on stage %d", op->step, m, s);
         tr = p->f_end[here];
         if (s < P - 1) {
-            if (p->b_end[here + nM] < 0) return not_ready(why, whylen, "waits for %s%d.%d on stage %d", k, t, m, s + 1);
+            if (p->b_end[here + nM] < 0) return not_ready(why, whylen, "waits for %s%d.%d on stage %d", k, op->step, m, s + 1);
             tr = later(tr, p->b_end[here + nM] + latency);
         }
         break;
     }
     case OP_BW:
-        if (p->w_end[here] >= 0) return not_ready(why, whylen, "BW%d.%d already ran on stage %d", t, m, s);
-        if (p->b_end[here] < 0) return not_ready(why, whylen, "waits for BI%d.%d on stage %d", t, m, s);
+        if (p->w_end[here] >= 0) return not_ready(why, whylen, "BW%d.%d already ran on stage %d", op->step, m, s);
+        if (p->b_end[here] < 0) return not_ready(why, whylen, "waits for BI%d.%d on stage %d", op->step, m, s);
         tr = p->b_end[here];
         break;
     case OP_U:
-        if (p->updates[s] > t) return not_ready(why, whylen, "U%d already ran on stage %d", t, s);
-        if (p->updates[s] < t) return not_ready(why, whylen, "waits for U%d on stage %d", p->updates[s], s);
+        if (p->updates[s] > t) return not_ready(why, whylen, "U%d already ran on stage %d", op->step, s);
+        if (p->updates[s] < t) return not_ready(why, whylen, "waits for U%d on stage %d", v_now, s);
         for (int q = 0; q < P; q++) {
             int left = p->grads_left[(size_t)t * P + q];
             if (left > 0)
-                return not_ready(why, whylen, "waits for the gradients of step %d on stage %d (%d backward ops missing)", t, q, left);
+                return not_ready(why, whylen, "waits for the gradients of step %d on stage %d (%d backward ops missing)", op->step, q, left);
             tr = later(tr, p->grads_end[(size_t)t * P + q] + (q != s ? latency : 0.0));
         }
         break;
@@ -437,8 +467,9 @@ int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, doub
 }
 
 void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end) {
-    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)s * nM + (size_t)op->step * p->M + op->mb;
-    size_t tq = (size_t)op->step * p->P + s;
+    size_t t = (size_t)(op->step - p->first_step);
+    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)s * nM + t * p->M + op->mb;
+    size_t tq = t * p->P + s;
     switch (op->kind) {
     case OP_F: p->f_end[here] = t_end; break;
     case OP_BI: p->b_end[here] = t_end; break;
@@ -458,7 +489,7 @@ int schedule_replay(const Schedule* sch, const double* const* dur, double latenc
                     double* const* end, char* err, size_t errlen) {
     int P = sch->P;
     ScheduleProgress prog;
-    schedule_progress_init(&prog, P, sch->M, sch->n_steps);
+    schedule_progress_init(&prog, sch);
     int* next = (int*)calloc_check(P, sizeof(int));      // (P) index of each stage's next op
     double* free_at = (double*)calloc_check(P, sizeof(double)); // (P) end of each stage's last op
     for (int moved = 1; moved;) {
@@ -502,22 +533,23 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
         const Op* op = &sch->ops[s][i];
         schedule_op_name(op, on, sizeof(on));
         if (op->kind < OP_F || op->kind > OP_U) return td_error(err, errlen, "stage %d op %d has unknown kind %d", s, i, (int)op->kind);
-        if (op->step < 0 || op->step >= sch->n_steps)
-            return td_error(err, errlen, "stage %d op %d (%s): step out of range [0,%d)", s, i, on, sch->n_steps);
+        int t0 = sch->first_step, t = op->step - t0;
+        if (t < 0 || t >= sch->n_steps)
+            return td_error(err, errlen, "stage %d op %d (%s): step out of range [%d,%d)", s, i, on, t0, t0 + sch->n_steps);
         if (op->kind == OP_U) {
-            if (op->step != updates || op->version != updates + 1)
-                return td_error(err, errlen, "stage %d op %d (%s): expected U%d (producing version %d)", s, i, on, updates, updates + 1);
+            if (t != updates || op->version != t0 + updates + 1)
+                return td_error(err, errlen, "stage %d op %d (%s): expected U%d (producing version %d)", s, i, on, t0 + updates, t0 + updates + 1);
             updates++;
             continue;
         }
         if (op->mb < 0 || op->mb >= M) return td_error(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
-        int g = op->step * M + op->mb;
+        int g = t * M + op->mb;
         if (op->kind == OP_F) {
-            int want = schedule_forward_version(sch->kind, g, M, sch->W);
+            int want = t0 + schedule_forward_version(sch->kind, g, M, sch->W);
             if (op->version != want)
                 return td_error(err, errlen, "stage %d op %d (%s): version %d, but %s's forward of micro-batch %d uses version %d", s, i,
                                 on, op->version, name, g, want);
-            if (op->version > updates)
+            if (op->version > t0 + updates)
                 return td_error(err, errlen, "stage %d op %d (%s): version %d, but only %d updates precede it", s, i, on, op->version, updates);
             int st = op->step - op->version;
             if (st < 0 || st > ceil_wm)

@@ -13,9 +13,10 @@ extern "C" {
 // OP_BW zero-bubble weight-gradient backward; OP_U optimizer update.
 typedef enum { OP_F, OP_B, OP_BI, OP_BW, OP_U } OpKind;
 
-// step t, micro-batch m (-1 for OP_U). version: for F/B/BI/BW the weight version the
-// micro-batch's forward uses (schedule_forward_version; the backward uses the same, stashed,
-// version); for OP_U the version it produces (= step + 1).
+// step t (absolute: the run's 0-based step, whatever chunk of it a schedule covers), micro-batch m
+// (-1 for OP_U). version (absolute too): for F/B/BI/BW the weight version the micro-batch's forward
+// uses (schedule_forward_version; the backward uses the same, stashed, version); for OP_U the version
+// it produces (= step + 1).
 typedef struct {
     OpKind kind;
     int step;
@@ -28,25 +29,34 @@ typedef struct {
 // 1f1b: min(P-s-1, M) warmup forwards, then F/B alternating, the remaining Bs, U.
 // zbh1: ZB-H1 (Qi et al. 2023): min(P-s, M) forwards, then per j: BI(j), BW(j-s) once j >= s, next F;
 //       the remaining BWs, U. Peak awaiting BW <= P (1F1B's stage-0 peak).
-// tdpipe: no flush, event-driven: a free stage runs U if ready, else the next B or the next
-//       forward g = t*M + m, whichever is ready (gradient or input arrived; for F the window allows
-//       it: schedule_forward_allowed), preferring the one 1F1B's rhythm puts next: F after a B, B
-//       after an F. The executor runs this policy live when W > 0 (W = 0 is exactly the 1f1b
-//       list); the list printed here is the order it takes with F = 1, B = 2, U = 0, no latency.
+// tdpipe: no flush, event-driven, by the policy of schedule_tdpipe_pick (below): U if ready, else
+//       the ready one of the next B and the next F (the window allows it), 1F1B's rhythm breaking
+//       ties. The executor runs this policy live when W > 0 (W = 0 is exactly the 1f1b list); the
+//       list printed here is the order it takes with F = 1, B = 2, U = 0, no latency.
 //       Versions depend on g alone, so a run is bitwise the same at every P, P = 1 included: one
 //       process with W > 0 computes exactly the stale updates a pipeline does.
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE } SchedKind;
 
+// what a schedule is built for: steps first_step .. first_step + n_steps - 1 of a run whose weights
+// are at version first_step when it begins (a consistency point: the pipeline is empty)
 typedef struct {
     SchedKind kind;
-    int P, M, W, n_steps; // stages, micro-batches per step, AEW window (tdpipe only), steps
+    int P, M;       // stages, micro-batches per step
+    int W;          // TD-Pipe's asynchronous window (tdpipe only)
+    int first_step; // absolute step of the first step
+    int n_steps;
+} ScheduleShape;
+
+typedef struct {
+    SchedKind kind;
+    int P, M, W, first_step, n_steps; // as in ScheduleShape
     int* n_ops;           // (P) ops in each stage's list
     Op** ops;             // (P)[n_ops[s]] stage s's ops in execution order
 } Schedule;
 
 // Builds the lists. Refuses (returns -1 with a message naming the flag) P < 1, M < 1, W < 0,
-// W > 0 for a synchronous schedule, M < P for 1f1b/zbh1/tdpipe, n_steps < 1. Returns 0.
-int schedule_build(Schedule* sch, SchedKind kind, int P, int M, int W, int n_steps, char* err, size_t errlen);
+// W > 0 for a synchronous schedule, M < P for 1f1b/zbh1/tdpipe, n_steps < 1, first_step < 0. Returns 0.
+int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t errlen);
 void schedule_free(Schedule* sch);
 // "gpipe", "1f1b", "zbh1", "tdpipe" -> kind; returns 0, or -1 for an unknown name
 int schedule_parse_kind(const char* name, SchedKind* kind);
@@ -56,21 +66,48 @@ void schedule_print(const Schedule* sch, FILE* f);
 // writes an op's short name ("F1.3", "F1.3@0" when it runs on an older version, "BW0.2", "U0")
 void schedule_op_name(const Op* op, char* buf, size_t buflen);
 
-// The weight version the forward of global micro-batch g = t*M + m uses: t for the synchronous
-// schedules; for tdpipe max(0, floor((g - W) / M)), the oldest the window allows. It is fixed by g
-// alone, never by timing, so event-driven runs are deterministic: a stage that is already past that
-// version forwards on a stashed copy. Staleness t - version is at most ceil(W / M).
+// The weight version (counted from the schedule's start) the forward of micro-batch g = t*M + m of
+// the schedule uses: t for the synchronous schedules; for tdpipe max(0, floor((g - W) / M)), the
+// oldest the window allows. It is fixed by g alone, never by timing, so event-driven runs are
+// deterministic: a stage that is already past that version forwards on a stashed copy. Staleness
+// t - version is at most ceil(W / M).
 int schedule_forward_version(SchedKind kind, int g, int M, int W);
+// the op that forwards (kind OP_F) or backwards (OP_B, OP_BI, OP_BW) micro-batch g of the schedule
+// (0 <= g < n_steps * M), with its absolute step and weight version
+Op schedule_mb_op(const Schedule* sch, OpKind kind, int g);
 // tdpipe's window: stage s (of P), with nf micro-batches forwarded, nb backwarded and v updates
-// applied, may forward micro-batch nf when nf - nb < (P - s) + W (in flight) and its version
-// exists: schedule_forward_version(nf) <= v
+// applied (all counted from the schedule's start), may forward micro-batch nf when nf - nb < (P - s) + W
+// (in flight) and its version exists: schedule_forward_version(nf) <= v
 int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v);
 // 1 when sch runs event-driven (tdpipe with W > 0), 0 when its lists run in order
 static inline int schedule_event_driven(const Schedule* sch) { return sch->kind == SCHED_TDPIPE && sch->W > 0; }
-// tdpipe's tie-break when both the next F and the next B are ready: alternate like 1F1B (at beta
-// 0.3, dev/sim_schedules -n 12 -s 5 against always-B-first, tried with a development switch not
-// kept: 1.6 to 5 points more utilisation, W 2..16)
-static inline int schedule_prefers_forward(OpKind last_f_or_b) { return last_f_or_b == OP_B; }
+
+// ---- TD-Pipe's event-driven policy: the executor (live, on messages) and the simulator (on
+// simulated time) both pick every op with these three calls, so what is measured and what is
+// simulated follow one rule. Given where a stage stands (TdpipeCursor), schedule_tdpipe_next says
+// which ops it could run next; schedule_tdpipe_pick asks `ready` about them in the policy's order
+// and returns the first that is ready:
+//   1. U(v), the next update, once the step's pipeline-wide sum has arrived;
+//   2. of the next backward B(nb) (its forward has run) and the next forward F(nf) (the window
+//      allows it: schedule_forward_allowed), the one 1F1B's rhythm puts next, F after a B and B
+//      after an F, if ready; else the other, if ready.
+// The tie-break was measured (dev/sim_schedules -n 12 -s 5 at beta 0.3, against always-B-first, with
+// a development switch not kept): 1.6 to 5 points more utilisation for W 2..16.
+typedef struct {
+    int nf, nb; // micro-batches of the schedule forwarded, backwarded
+    int v;      // updates applied since the schedule began
+    OpKind last; // the stage's last F or B (OP_F before any)
+} TdpipeCursor;
+typedef struct {
+    Op u, b, f;
+    int has_u, has_b, has_f; // each exists (and, for F, the window allows it)
+} TdpipeNext;
+// readiness of op on this stage: 1 when its input is there (a message arrived, or by now in the
+// simulation); the policy asks in its order and stops at the first 1
+typedef int (*TdpipeReady)(void* ctx, const Op* op);
+void schedule_tdpipe_next(const Schedule* sch, int s, const TdpipeCursor* c, TdpipeNext* next);
+int schedule_tdpipe_pick(const TdpipeCursor* c, const TdpipeNext* next, TdpipeReady ready, void* ctx, Op* op);
+void schedule_tdpipe_advance(TdpipeCursor* c, const Op* op);
 
 // staleness of a micro-batch op = step - version (0 for OP_U); the max over all ops
 int schedule_op_staleness(const Op* op);
@@ -97,17 +134,19 @@ int schedule_validate(const Schedule* sch, char* err, size_t errlen);
 // F(t,m)@s needs F(t,m)@s-1 and the stage at weight version >= op.version (an older one is a
 // stash); B/BI(t,m)@s needs its own F and B/BI(t,m)@s+1 (at the last stage only its own F); BW
 // needs its own BI; U(t)@s needs U(t-1)@s and every B/BW of step t on every stage (global norm, tied embedding exchange).
+// Steps are absolute, as in the schedule's ops; the arrays below count from first_step.
 typedef struct {
-    int P, M, n_steps;
+    int P, M, first_step, n_steps;
     double* f_end;     // (P, n_steps*M) end time of F, < 0 while not done
     double* b_end;     // (P, n_steps*M) end of B or BI (input gradient sent upstream), < 0 while not
     double* w_end;     // (P, n_steps*M) end of B or BW (weight gradient accumulated), < 0 while not
     int* grads_left;   // (n_steps) B/BW ops of the step not done yet, over all stages
     double* grads_end; // (n_steps, P) latest B/BW end of the step on each stage
-    int* updates;      // (P) U ops done on each stage (= its weight version)
+    int* updates;      // (P) U ops done on each stage (its weight version is first_step + updates)
 } ScheduleProgress;
 
-void schedule_progress_init(ScheduleProgress* p, int P, int M, int n_steps);
+// tracks sch's ops (its shape: P, M, first_step, n_steps)
+void schedule_progress_init(ScheduleProgress* p, const Schedule* sch);
 void schedule_progress_free(ScheduleProgress* p);
 // 1 when op (on stage s) may start: *t_ready = when its last dependency finished, plus latency
 // for a dependency on another stage. 0 when not: why says what it waits for (or that it is

@@ -21,7 +21,7 @@ static int same_lists(const Schedule* a, const Schedule* b) {
 static void check_refusal(SchedKind k, int P, int M, int W, int n, const char* want) {
     Schedule sch;
     char err[256] = "";
-    int rc = schedule_build(&sch, k, P, M, W, n, err, sizeof(err));
+    int rc = schedule_build(&sch, &(ScheduleShape){.kind = k, .P = P, .M = M, .W = W, .n_steps = n}, err, sizeof(err));
     CHECK(rc != 0 && strstr(err, want), "%s P=%d M=%d W=%d refused naming %s: %s", schedule_kind_name(k), P, M, W, want, err);
     if (rc == 0) schedule_free(&sch);
 }
@@ -36,7 +36,7 @@ static void test_refusals(void) {
     check_refusal(SCHED_GPIPE, 2, 0, 0, 1, "--micro-batches");
     Schedule sch;
     char err[256] = "";
-    int rc = schedule_build(&sch, SCHED_GPIPE, 4, 2, 0, 1, err, sizeof(err));
+    int rc = schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 4, .M = 2, .W = 0, .n_steps = 1}, err, sizeof(err));
     CHECK(rc == 0, "gpipe accepts M < P (M=2, P=4): %s", err);
     if (rc == 0) {
         CHECK(schedule_validate(&sch, err, sizeof(err)) == 0, "gpipe M < P validates: %s", err);
@@ -51,7 +51,7 @@ static void test_refusals(void) {
 static void test_print(void) {
     Schedule sch;
     char err[256], buf[2048] = "";
-    schedule_build(&sch, SCHED_1F1B, 2, 2, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 2, .M = 2, .W = 0, .n_steps = 1}, err, sizeof(err));
     FILE* f = fmemopen(buf, sizeof(buf), "w");
     schedule_print(&sch, f);
     fclose(f);
@@ -81,7 +81,7 @@ static void test_shapes(void) {
             for (int n = 1; n <= 3; n += 2)
                 for (int k = 0; k < 3; k++) {
                     Schedule sch;
-                    if (schedule_build(&sch, (SchedKind)k, P, M, 0, n, err, sizeof(err))) { ok_valid = 0; continue; }
+                    if (schedule_build(&sch, &(ScheduleShape){.kind = (SchedKind)k, .P = P, .M = M, .W = 0, .n_steps = n}, err, sizeof(err))) { ok_valid = 0; continue; }
                     if (schedule_validate(&sch, err, sizeof(err))) {
                         if (ok_valid) printf("  %s P=%d M=%d n=%d: %s\n", schedule_kind_name((SchedKind)k), P, M, n, err);
                         ok_valid = 0;
@@ -147,9 +147,9 @@ static void test_tdpipe(void) {
         for (int M = P; M <= P + 5; M++)
             for (int n = 1; n <= 4; n++) {
                 Schedule a, b;
-                schedule_build(&a, SCHED_1F1B, P, M, 0, n, err, sizeof(err));
+                schedule_build(&a, &(ScheduleShape){.kind = SCHED_1F1B, .P = P, .M = M, .W = 0, .n_steps = n}, err, sizeof(err));
                 for (int W = 0; W <= 2 * M + 1; W++) {
-                    if (schedule_build(&b, SCHED_TDPIPE, P, M, W, n, err, sizeof(err))) { ok_valid = 0; continue; }
+                    if (schedule_build(&b, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = P, .M = M, .W = W, .n_steps = n}, err, sizeof(err))) { ok_valid = 0; continue; }
                     if (W == 0) ok_eq &= same_lists(&a, &b);
                     ok_rule &= versions_by_rule(&b);
                     if (schedule_validate(&b, err, sizeof(err))) {
@@ -190,7 +190,7 @@ static void test_tdpipe(void) {
     CHECK(ok_stash, "tdpipe stash slots <= ceil(W/M) + 1, and >= 2 on stage 0 when it runs a stale forward");
 
     Schedule b;
-    schedule_build(&b, SCHED_TDPIPE, 4, 4, 2, 3, err, sizeof(err));
+    schedule_build(&b, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 4, .M = 4, .W = 2, .n_steps = 3}, err, sizeof(err));
     int inflight, versions;
     schedule_stage_stats(&b, 0, &inflight, &versions);
     CHECK(inflight == 6 && versions == 2, "tdpipe P=4 M=4 W=2: stage 0 holds (P-0)+W = 6 in flight, 2 versions (got %d, %d)",
@@ -205,7 +205,7 @@ static void test_tdpipe(void) {
 static void test_validate_broken(void) {
     char err[512];
     Schedule sch;
-    schedule_build(&sch, SCHED_1F1B, 3, 3, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 3, .M = 3, .W = 0, .n_steps = 1}, err, sizeof(err));
     // stage 2's U moved to the front: its forwards would then run on version 1, not 0
     Op* o = sch.ops[2];
     Op u = o[sch.n_ops[2] - 1];
@@ -216,7 +216,7 @@ static void test_validate_broken(void) {
     schedule_free(&sch);
 
     // crossed orders: stage 0 wants B0.0 before sending F0.1, stage 1 wants F0.1 before B0.0
-    schedule_build(&sch, SCHED_1F1B, 2, 2, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 2, .M = 2, .W = 0, .n_steps = 1}, err, sizeof(err));
     // stage 0: F0.0 F0.1 B0.0 B0.1 U0 -> F0.0 B0.0 F0.1 B0.1 U0
     // stage 1: F0.0 B0.0 F0.1 B0.1 U0 -> F0.0 F0.1 B0.0 B0.1 U0 : stage 1 needs F0.1 before B0.0
     Op t0 = sch.ops[0][1];
@@ -231,13 +231,13 @@ static void test_validate_broken(void) {
           "crossed orders are reported as a deadlock naming both stages: %s", err);
     schedule_free(&sch);
 
-    schedule_build(&sch, SCHED_GPIPE, 2, 2, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 2, .W = 0, .n_steps = 1}, err, sizeof(err));
     sch.ops[1][3].mb = 0; // a second B0.0, no B0.1
     rc = schedule_validate(&sch, err, sizeof(err));
     CHECK(rc != 0 && strstr(err, "stage 1 has 2 B, 0 BI, 0 BW of step 0 micro-batch 0"), "duplicate backward refused: %s", err);
     schedule_free(&sch);
 
-    schedule_build(&sch, SCHED_GPIPE, 2, 2, 0, 2, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 2, .W = 0, .n_steps = 2}, err, sizeof(err));
     // step 1's forwards on version 0 in a synchronous schedule
     for (int i = 0; i < sch.n_ops[0]; i++)
         if (sch.ops[0][i].kind == OP_F && sch.ops[0][i].step == 1) sch.ops[0][i].version = 0;
@@ -248,7 +248,8 @@ static void test_validate_broken(void) {
 
 static void test_progress(void) {
     ScheduleProgress p;
-    schedule_progress_init(&p, 3, 2, 2);
+    Schedule shape = {.P = 3, .M = 2, .n_steps = 2}; // only its shape is read
+    schedule_progress_init(&p, &shape);
     char why[256];
     double tr;
     Op f1 = {OP_F, 0, 0, 0}, b2 = {OP_B, 0, 0, 0}, u = {OP_U, 0, -1, 1}, f_next = {OP_F, 1, 0, 1};
@@ -268,6 +269,98 @@ static void test_progress(void) {
     schedule_progress_free(&p);
 }
 
+// a schedule of a later chunk (after a consistency point at step 7): the same lists as one from
+// step 0, every step and version shifted by 7; validation and replay hold there too
+static void test_first_step(void) {
+    char err[512];
+    int ok = 1, ok_valid = 1;
+    for (int k = 0; k < 4; k++)
+        for (int W = 0; W <= (k == SCHED_TDPIPE ? 6 : 0); W++) {
+            Schedule a, b;
+            if (schedule_build(&a, &(ScheduleShape){.kind = (SchedKind)k, .P = 3, .M = 4, .W = W, .n_steps = 3}, err, sizeof(err)) ||
+                schedule_build(&b, &(ScheduleShape){.kind = (SchedKind)k, .P = 3, .M = 4, .W = W, .first_step = 7, .n_steps = 3}, err,
+                               sizeof(err))) {
+                ok = 0;
+                continue;
+            }
+            for (int s = 0; s < 3; s++) {
+                ok &= a.n_ops[s] == b.n_ops[s];
+                for (int i = 0; i < a.n_ops[s] && ok; i++) {
+                    const Op *x = &a.ops[s][i], *y = &b.ops[s][i];
+                    ok &= x->kind == y->kind && x->mb == y->mb && y->step == x->step + 7 && y->version == x->version + 7;
+                }
+            }
+            if (schedule_validate(&b, err, sizeof(err))) {
+                if (ok_valid) printf("  %s W=%d from step 7: %s\n", schedule_kind_name((SchedKind)k), W, err);
+                ok_valid = 0;
+            }
+            schedule_free(&a);
+            schedule_free(&b);
+        }
+    CHECK(ok, "a schedule from step 7 is the one from step 0 with steps and versions + 7 (every kind, tdpipe W 0..6)");
+    CHECK(ok_valid, "  and it validates");
+    Schedule sch;
+    CHECK(schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 2, .M = 2, .first_step = -1, .n_steps = 1}, err, sizeof(err)) &&
+              strstr(err, "step 0 or later"),
+          "a negative first step is refused: %s", err);
+}
+
+// the policy's readiness oracle for the test: answers from a scripted bit pattern, and records what was asked
+typedef struct {
+    unsigned bits; // bit i: the answer for op kind i (OP_F, OP_B, OP_U)
+    int asked[5];
+} Script;
+
+static int scripted(void* ctx, const Op* op) {
+    Script* q = (Script*)ctx;
+    q->asked[op->kind]++;
+    return (q->bits >> (op->kind == OP_U ? 2 : op->kind == OP_B ? 1 : 0)) & 1;
+}
+
+// schedule_tdpipe_next / _pick against the rule as schedule.h states it, for every cursor of a small
+// schedule and every readiness pattern: U if there and ready; else of B and F the one the rhythm puts
+// next (F after a B, B after an F) if there and ready, else the other if there and ready
+static void test_tdpipe_pick(void) {
+    char err[256];
+    Schedule sch;
+    int P = 3, M = 4, W = 3, n = 2, nM = n * M, ok = 1, ok_next = 1, cases = 0;
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = P, .M = M, .W = W, .first_step = 5, .n_steps = n}, err, sizeof(err));
+    for (int s = 0; s < P; s++)
+        for (int v = 0; v <= n; v++)
+            for (int nf = 0; nf <= nM; nf++)
+                for (int nb = 0; nb <= nf; nb++)
+                    for (int last = 0; last < 2; last++)
+                        for (unsigned bits = 0; bits < 8; bits++) {
+                            TdpipeCursor c = {nf, nb, v, last ? OP_B : OP_F};
+                            TdpipeNext next;
+                            schedule_tdpipe_next(&sch, s, &c, &next);
+                            int has_u = v < n, has_b = nb < nf;
+                            int has_f = nf < nM && nf - nb < (P - s) + W && schedule_forward_version(SCHED_TDPIPE, nf, M, W) <= v;
+                            ok_next &= next.has_u == has_u && next.has_b == has_b && next.has_f == has_f;
+                            if (has_f) ok_next &= next.f.kind == OP_F && next.f.step == 5 + nf / M && next.f.mb == nf % M &&
+                                                  next.f.version == 5 + schedule_forward_version(SCHED_TDPIPE, nf, M, W);
+                            if (has_b) ok_next &= next.b.kind == OP_B && next.b.step == 5 + nb / M && next.b.mb == nb % M;
+                            if (has_u) ok_next &= next.u.kind == OP_U && next.u.step == 5 + v && next.u.version == 6 + v;
+                            int u = has_u && (bits & 4), b = has_b && (bits & 2), f = has_f && (bits & 1);
+                            OpKind want = u ? OP_U : last ? (f ? OP_F : b ? OP_B : OP_BI) : (b ? OP_B : f ? OP_F : OP_BI); // OP_BI: none
+                            Script q = {bits, {0}};
+                            Op op;
+                            int picked = schedule_tdpipe_pick(&c, &next, scripted, &q, &op);
+                            ok &= want == OP_BI ? !picked : picked && op.kind == want;
+                            ok &= q.asked[OP_U] <= 1 && q.asked[OP_B] <= 1 && q.asked[OP_F] <= 1; // each asked at most once
+                            cases++;
+                        }
+    schedule_free(&sch);
+    CHECK(ok_next, "schedule_tdpipe_next: U, B and F exactly when the rule has them, with absolute steps and versions");
+    CHECK(ok, "schedule_tdpipe_pick follows the rule for every cursor and readiness pattern (%d cases)", cases);
+    TdpipeCursor c = {0, 0, 0, OP_F};
+    Op f = {OP_F, 0, 0, 0}, b = {OP_B, 0, 0, 0}, u = {OP_U, 0, -1, 1};
+    schedule_tdpipe_advance(&c, &f);
+    schedule_tdpipe_advance(&c, &b);
+    schedule_tdpipe_advance(&c, &u);
+    CHECK(c.nf == 1 && c.nb == 1 && c.v == 1 && c.last == OP_B, "schedule_tdpipe_advance counts F, B, U and keeps the last F or B");
+}
+
 int main(void) {
     test_refusals();
     test_print();
@@ -275,5 +368,7 @@ int main(void) {
     test_tdpipe();
     test_validate_broken();
     test_progress();
+    test_first_step();
+    test_tdpipe_pick();
     return test_summary();
 }

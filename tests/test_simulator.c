@@ -23,7 +23,7 @@ static double simulate(SchedKind k, int P, int M, int W, int n, double cv, uint6
     Schedule sch;
     SimResult r;
     char err[512];
-    if (schedule_build(&sch, k, P, M, W, n, err, sizeof(err))) {
+    if (schedule_build(&sch, &(ScheduleShape){.kind = k, .P = P, .M = M, .W = W, .n_steps = n}, err, sizeof(err))) {
         printf("  build: %s\n", err);
         return -1;
     }
@@ -131,7 +131,7 @@ static void test_tdpipe(void) {
                     Schedule sch;
                     SimResult r;
                     SimCost c = cost_of(0.5, seed, 0.25);
-                    if (schedule_build(&sch, SCHED_TDPIPE, P, M, W, 3, err, sizeof(err)) || simulator_run(&r, &sch, &c, err, sizeof(err))) {
+                    if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = P, .M = M, .W = W, .n_steps = 3}, err, sizeof(err)) || simulator_run(&r, &sch, &c, err, sizeof(err))) {
                         printf("  P=%d M=%d W=%d: %s\n", P, M, W, err);
                         ok_valid = 0;
                         continue;
@@ -185,7 +185,7 @@ static void test_timing_invariants(void) {
     Schedule sch;
     SimResult r;
     char err[512];
-    schedule_build(&sch, SCHED_ZBH1, 4, 6, 0, 2, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_ZBH1, .P = 4, .M = 6, .W = 0, .n_steps = 2}, err, sizeof(err));
     SimCost c = cost_of(0.5, 3, 0.1);
     int rc = simulator_run(&r, &sch, &c, err, sizeof(err));
     int ok = rc == 0;
@@ -204,7 +204,7 @@ static void test_timing_invariants(void) {
     // gpipe P=2 M=1, latency 0.5, U = 0: F0 [0,1], F1 [1.5,2.5], B1 [2.5,4.5], B0 [5,7],
     // U0 at 7, U1 at 7 + 0.5 (stage 0's gradients cross over) -> makespan 7.5
     schedule_free(&sch);
-    schedule_build(&sch, SCHED_GPIPE, 2, 1, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 1, .W = 0, .n_steps = 1}, err, sizeof(err));
     c = cost_of(0.0, 0, 0.5);
     rc = simulator_run(&r, &sch, &c, err, sizeof(err));
     CHECK(rc == 0 && r.makespan == 7.5 && r.start[1][0] == 1.5 && r.start[0][1] == 5.0,
@@ -217,7 +217,7 @@ static void test_timing_invariants(void) {
 
     // crossed orders (see test_schedule): the simulator reports the deadlock
     schedule_free(&sch);
-    schedule_build(&sch, SCHED_1F1B, 2, 2, 0, 1, err, sizeof(err));
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 2, .M = 2, .W = 0, .n_steps = 1}, err, sizeof(err));
     Op a = sch.ops[0][1], b = sch.ops[1][1];
     sch.ops[0][1] = sch.ops[0][2], sch.ops[0][2] = a;
     sch.ops[1][1] = sch.ops[1][2], sch.ops[1][2] = b;

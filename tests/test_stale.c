@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
         ex.total_steps = STEPS, ex.warmup = WARMUP, ex.final_lr_frac = FINAL, ex.clip = CLIP;
         ex.on_step = on_step;
         Schedule sch;
-        if (schedule_build(&sch, SCHED_TDPIPE, 1, M, W, STEPS, err, sizeof(err))) td_fatal("%s", err);
+        if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 1, .M = M, .W = W, .n_steps = STEPS}, err, sizeof(err))) td_fatal("%s", err);
         memset(g_losses, 0, sizeof(g_losses));
         executor_run(&ex, &sch, 0);
         int stale = schedule_max_staleness(&sch);
