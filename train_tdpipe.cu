@@ -1,6 +1,7 @@
-// train_tdpipe: the training binary. flags -> ranks -> partition -> stage -> schedule -> loop of
-// executor runs between consistency points (validation, samples, checkpoints), with log.jsonl
-// and resume. One process (P = D = 1) without mpirun; P x D ranks with it. Compiled as C or by nvcc.
+// train_tdpipe: the training binary. main runs the phases in order: parse the flags, choose the
+// device, make the stage and its links, open the outputs, build the executor, train (chunks of
+// steps between consistency points: validation, samples, checkpoints), report. One process
+// (P = D = 1) without mpirun; P x D ranks with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -11,7 +12,6 @@
 #include <time.h>
 #include <omp.h>
 #include "llmc/builtin_data.h"
-#include "llmc/checkpoint.h"
 #include "llmc/common.h"
 #include "llmc/dataloader.h"
 #include "llmc/model_file.h"
@@ -22,6 +22,8 @@
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
 #include "tdpipe/pipeline.h"
+#include "tdpipe/report.h"
+#include "tdpipe/run_checkpoint.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cuda.cuh"
@@ -207,114 +209,6 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
 }
 
 // ----------------------------------------------------------------------------------------------
-// output: the start-up table, step lines, log.jsonl
-
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// 0, or -1 after saying why
-static int ensure_out_dir(const char* dir) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char* p = path + 1; *p; p++) // mkdir -p
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(path, 0755);
-            *p = '/';
-        }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "train_tdpipe: -o %s: cannot create the output directory: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "train_tdpipe: -o %s: not a directory\n", dir);
-        return -1;
-    }
-    return 0;
-}
-
-static void format_seconds(double s, char* buf, size_t cap) {
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
-    else snprintf(buf, cap, "%lds", t);
-}
-
-typedef struct {
-    const TrainArgs* a;
-    FILE* log;
-    int tokens_per_step;  // B * T * M * D
-    double seconds_sum;   // over reported steps after the first
-    int seconds_n;
-    int P;
-    double flops_per_step; // model FLOPs of one step (6 N per token + attention), for MFU
-    double peak_flops;     // the GPU's bf16 peak; 0 on the CPU
-} Reporter;
-
-static void on_step(void* ctx, const StepReport* r) {
-    Reporter* rep = (Reporter*)ctx;
-    const TrainArgs* a = rep->a;
-    double tok_s = rep->tokens_per_step / r->seconds;
-    if (r->step > 1) {
-        rep->seconds_sum += r->seconds;
-        rep->seconds_n++;
-    }
-    char eta[32];
-    format_seconds(rep->seconds_n ? rep->seconds_sum / rep->seconds_n * (a->steps - r->step) : 0.0, eta, sizeof(eta));
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", r->step, a->steps, r->loss, r->norm, r->lr,
-           r->seconds * 1e3, tok_s);
-    if (rep->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * rep->flops_per_step / r->seconds / rep->peak_flops);
-    if (rep->P > 1) printf(" | bubble %.1f%% | stale %d", 100.0 * r->bubble_all, r->staleness_max);
-    printf(" | eta %s\n", eta);
-    fprintf(rep->log, "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, \"bubble\": %.4f, "
-                      "\"staleness\": %d, \"bubble_per_stage\": [",
-            r->step, r->loss, r->norm, r->lr, r->seconds * 1e3, tok_s, r->bubble_all, r->staleness_max);
-    for (int s = 0; s < r->P; s++) fprintf(rep->log, "%s%.4f", s ? ", " : "", r->bubble[s]);
-    fprintf(rep->log, "], \"staleness_per_stage\": [");
-    for (int s = 0; s < r->P; s++) fprintf(rep->log, "%s%d", s ? ", " : "", r->staleness[s]);
-    fprintf(rep->log, "]}\n");
-    fflush(rep->log);
-    fflush(stdout);
-}
-
-static void print_startup(const TrainArgs* a, const GPT2Config* cfg, const Comm* c, const Data* d, const Partition* part,
-                          const char* sched, size_t params_total, int st_is_cuda, const Stage* st, const char* dp_where,
-                          const char* msg_where) {
-    printf("+----------------------+--------------------------------------------------------------\n");
-    printf("| %-20s | %s\n", "model", a->init);
-    printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
-           cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len);
-    printf("| %-20s | %zu\n", "parameters", params_total);
-    if (st && !st_is_cuda) { // rank 0's stage; the pipeline's extra slots, stashes and gradient ring are reported at the end
-        double mib = 1.0 / (1024.0 * 1024.0);
-        printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight\n", "memory (stage 0)",
-               16.0 * st->num_params * mib, 4.0 * (st->acts[0].num_floats + st->gacts[0].num_floats) * mib);
-    }
-    if (st_is_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s; samples off on the GPU for now\n", "device", a->matmul);
-    else printf("| %-20s | cpu (fp32), %d OpenMP thread(s) per rank\n", "device", omp_get_max_threads());
-    printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, sched);
-    if (!strcmp(sched, "tdpipe")) printf(", AEW W = %s", a->aew);
-    printf("\n");
-    if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", msg_where);
-    if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, dp_where);
-    printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
-    if (d->builtin) {
-        printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
-        printf("| %-20s | %.6f nats/token (exact entropy rate: no model can go lower)\n", "entropy floor", d->source.entropy_rate);
-    } else {
-        printf("| %-20s | %s (%lld tokens)\n", "train data", a->train_pattern, (long long)d->train.num_tokens);
-        if (d->has_val) printf("| %-20s | %s (%lld tokens)\n", "val data", a->val_pattern, (long long)d->val.num_tokens);
-    }
-    printf("| %-20s | %d steps, lr %g, warmup %d, final frac %g, wd %g, clip %g\n", "optimisation", a->steps, a->lr, a->warmup,
-           a->final_lr_frac, a->weight_decay, a->clip);
-    printf("+----------------------+--------------------------------------------------------------\n");
-    printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
-    partition_print(stdout, part);
-    fflush(stdout);
-}
-
-// ----------------------------------------------------------------------------------------------
 // decoding samples
 
 typedef struct {
@@ -350,92 +244,40 @@ static void print_sample(const Decoder* dec, const char* kind, const int* ids, i
 }
 
 // ----------------------------------------------------------------------------------------------
-// checkpoints: the whole model's layout, so a run may resume with another pipeline shape
+// the run: what the phases make, handed from one to the next
 
-#define CKPT_CONFIG_INTS 16
-// byte shuffle + Huffman-only deflate: the smallest and fastest of the modes measured on a trained
-// 124M checkpoint (README, make bench-checkpoint)
-#define CKPT_ZLIB_LEVEL CKPT_LEVEL_HUFFMAN
+typedef struct {
+    TrainArgs a;
+    Comm comm;
+    SchedKind kind;
+    int W;                  // --aew; -1: auto (measured after the first step)
+    GPT2Config cfg;
+    int from_file;          // -e names a model file (else a fresh dN)
+    Partition part;
+    GPT2Range* ranges;      // (P) every stage's layers
+    const StageDevice* device;
+    int use_cuda, synthetic;
+    Data data;
+    Stage stage;
+    CommLink mpi_link;      // MPI between host buffers: the link unless a device keeps its messages
+    const CommLink* link;
+    StageDpAverage dp;
+    const char* msg_where;
+    FILE* log;
+    Reporter rep;
+    Trace trace;
+    Decoder dec;
+    Executor ex;
+    Pipeline pl;
+    RunCheckpoint ckpt;
+    int start_step;
+} Trainer;
 
-// world rank 0 writes; every rank learns whether it worked
-static void checkpoint_save(const TrainArgs* a, Pipeline* pl, int step, const Data* d, size_t n_full) {
-    char err[1024] = "", path[1200] = "";
-    Stage* s = pl->stage;
-    float* full = pl->comm->world_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
-    CkptWriter* w = NULL;
-    int failed = 0;
-    if (pl->comm->world_rank == 0) {
-        w = ckpt_writer_open(a->out_dir, step, CKPT_ZLIB_LEVEL, 1, err, sizeof(err));
-        int32_t config[CKPT_CONFIG_INTS] = {0};
-        config[0] = s->cfg.max_seq_len; config[1] = s->cfg.vocab_size; config[2] = s->cfg.num_layers;
-        config[3] = s->cfg.num_heads; config[4] = s->cfg.channels; config[5] = s->cfg.padded_vocab_size;
-        config[6] = a->B; config[7] = a->T; config[8] = a->grad_accum * pl->comm->D; // micro-batches per step, all replicas
-        int64_t step64 = step;
-        uint64_t seed = (uint64_t)a->seed; // every random stream (data order, sampling) derives from it and the step
-        DataLoaderState dls;
-        dataloader_get_state(&d->train, &dls);
-        failed = !w || ckpt_writer_add(w, "config", config, sizeof(config), 4, err, sizeof(err)) ||
-                 ckpt_writer_add(w, "step", &step64, sizeof(step64), 8, err, sizeof(err)) ||
-                 ckpt_writer_add(w, "rng", &seed, sizeof(seed), 8, err, sizeof(err)) ||
-                 ckpt_writer_add(w, "dataloader", &dls, sizeof(dls), 8, err, sizeof(err));
-    }
-    const char* names[3] = {"params", "adam_m", "adam_v"};
-    for (int which = 0; which < 3; which++) {
-        pipeline_gather(pl, which, full); // collective: every rank takes part even after a failure
-        if (pl->comm->world_rank == 0 && !failed)
-            failed = ckpt_writer_add(w, names[which], full, n_full * sizeof(float), 4, err, sizeof(err));
-    }
-    if (pl->comm->world_rank == 0) {
-        if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
-        else if (w) ckpt_writer_abort(w);
-        if (failed) fprintf(stderr, "[rank 0] checkpoint at step %d not written: %s (earlier checkpoints are untouched)\n", step, err);
-        else {
-            if (ckpt_prune(a->out_dir, a->keep, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
-            printf("checkpoint: %s\n", path);
-        }
-    }
-    free(full);
-    if (comm_any(pl->comm, failed)) exit(1);
-}
+static volatile sig_atomic_t g_stop_signal = 0;
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
-static const void* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes) {
-    size_t got;
-    const void* p = ckpt_section(c, name, &got);
-    if (!p) fatal_all("%s: checkpoint has no section '%s'", path, name);
-    if (got != bytes) fatal_all("%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, got, bytes);
-    return p;
-}
-
-// every rank reads the newest valid checkpoint of -o and takes its slice; returns the step
-static int checkpoint_resume(const TrainArgs* a, Stage* s, Data* d, int D, size_t n_full) {
-    Ckpt c;
-    char path[1200], note[4096], err[1024];
-    int rc = ckpt_find_latest(a->out_dir, &c, path, sizeof(path), note, sizeof(note));
-    if (note[0] && g_rank == 0) fprintf(stderr, "%s", note);
-    if (rc == 1) fatal_all("-y 1: no checkpoint in %s to resume from", a->out_dir);
-    if (rc < 0) fatal_all("-y 1: no usable checkpoint in %s", a->out_dir);
-    const int32_t* config = (const int32_t*)section_exact(&c, path, "config", CKPT_CONFIG_INTS * 4);
-    int want[9] = {s->cfg.max_seq_len, s->cfg.vocab_size, s->cfg.num_layers, s->cfg.num_heads, s->cfg.channels,
-                   s->cfg.padded_vocab_size, a->B, a->T, a->grad_accum * D};
-    const char* names[9] = {"maxT", "V", "L", "NH", "C", "Vp", "B (-b)", "T (-t)", "micro-batches per step (M x D)"};
-    for (int i = 0; i < 9; i++)
-        if (config[i] != want[i]) fatal_all("%s: checkpoint has %s = %d but this run has %d", path, names[i], config[i], want[i]);
-    int step = (int)*(const int64_t*)section_exact(&c, path, "step", 8);
-    section_exact(&c, path, "rng", 8);
-    const DataLoaderState* dls = (const DataLoaderState*)section_exact(&c, path, "dataloader", sizeof(DataLoaderState));
-    if (d->has_train && dataloader_set_state(&d->train, dls, err, sizeof(err))) fatal_all("%s: %s", path, err);
-    gpt2_slice_params(&s->cfg, &s->range, (const float*)section_exact(&c, path, "params", n_full * 4), s->params);
-    gpt2_slice_params(&s->cfg, &s->range, (const float*)section_exact(&c, path, "adam_m", n_full * 4), s->adam_m);
-    gpt2_slice_params(&s->cfg, &s->range, (const float*)section_exact(&c, path, "adam_v", n_full * 4), s->adam_v);
-    s->version = step;
-    stage_from_host(s);
-    ckpt_free(&c);
-    if (g_rank == 0) printf("resumed from %s at step %d\n", path, step);
-    return step;
-}
-
-
-// W for --aew: a number, or auto (measured later)
+// W for --aew: a number, or auto (-1: measured later)
 static int parse_aew(const char* s, int* W) {
     if (!strcmp(s, "auto")) {
         *W = -1;
@@ -448,16 +290,400 @@ static int parse_aew(const char* s, int* W) {
     return 0;
 }
 
-// --grad-cache N caps the gradient-cache ring: refuse a schedule whose stage s needs more slots
-static void check_grad_cache(const TrainArgs* a, const Schedule* sch, int s) {
-    int need;
-    schedule_stage_limits(sch, s, NULL, NULL, &need);
+// --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
+static void check_grad_cache(const TrainArgs* a, const ScheduleShape* shape) {
+    int need = schedule_shape_grad_slots(shape);
     if (a->grad_cache > 0 && need > a->grad_cache)
         fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", a->grad_cache,
-                  schedule_kind_name(sch->kind), sch->W, need);
+                  schedule_kind_name(shape->kind), shape->W, need);
 }
 
-static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
+// the model's shape: a fresh dN (its vocabulary settled by the data later) or an llm.c file's
+static void read_model_config(Trainer* tr) {
+    char err[1024];
+    memset(&tr->cfg, 0, sizeof(tr->cfg));
+    tr->from_file = !fresh_config(tr->a.init, 256, &tr->cfg);
+    if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
+    if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
+}
+
+// phase 1: flags, schedule, model shape, partition. --print-schedule prints and exits here, for any P
+// from one process (it needs no ranks).
+static void parse(Trainer* tr, int argc, char** argv) {
+    TrainArgs* a = &tr->a;
+    char err[1024];
+    args_defaults(a);
+    args_parse(a, argc, argv);
+    if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
+        fatal_all("--device %s: expected auto, cpu or cuda", a->device);
+    if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
+    if (parse_aew(a->aew, &tr->W)) fatal_all("--aew %s: expected a window size >= 0 or auto", a->aew);
+    if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
+    int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
+    if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
+    if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
+    read_model_config(tr);
+    partition_make(&tr->part, a, &tr->cfg, P);
+    ScheduleShape shape = {tr->kind, P, a->grad_accum, tr->W > 0 ? tr->W : 0, 0, 2};
+    Schedule sch;
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+    check_grad_cache(a, &shape);
+    if (a->print_schedule) {
+        if (g_rank == 0) {
+            printf("partition (%s):\n", a->partition);
+            partition_print(stdout, &tr->part);
+            schedule_print(&sch, stdout);
+        }
+        schedule_free(&sch);
+        comm_finalize(&tr->comm);
+        exit(0);
+    }
+    schedule_free(&sch);
+    tr->ranges = (GPT2Range*)malloc_check(P * sizeof(GPT2Range));
+    for (int i = 0; i < P; i++) tr->ranges[i] = (GPT2Range){tr->part.first[i], tr->part.first[i + 1], i == 0, i == P - 1};
+}
+
+// phase 2: the device, decided by every rank together (one rank without a GPU while the others use
+// theirs would leave collectives half-entered)
+static void choose_device(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    char why[256];
+    int have_cuda = cuda_available_why(why, sizeof(why));
+    int gpu_everywhere = !comm_any(&tr->comm, !have_cuda);
+    if (!strcmp(a->device, "cuda") && !gpu_everywhere)
+        fatal_all("--device cuda: %s", have_cuda ? "not every rank has a usable GPU (rank 0 has one)" : why);
+    tr->synthetic = a->synthetic;
+    tr->use_cuda = strcmp(a->device, "cpu") && strcmp(a->device, "cpu-staged") && gpu_everywhere;
+    if (tr->use_cuda && tr->synthetic) {
+        if (!strcmp(a->device, "cuda")) fatal_all("--device cuda: --synthetic-compute replaces the model by timed waits: use --device cpu");
+        tr->use_cuda = 0; // auto: synthetic compute needs no device
+    }
+#ifdef TD_CUDA
+    if (tr->use_cuda && !matmul_backend_parse(a->matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a->matmul);
+#endif
+    if (!tr->use_cuda && strcmp(a->matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a->matmul);
+    tr->device = tr->synthetic ? &STAGE_SYNTHETIC : tr->use_cuda ? &STAGE_CUDA : !strcmp(a->device, "cpu-staged") ? &STAGE_CPU_STAGED : &STAGE_CPU;
+    if (tr->comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) { // ranks sharing this host share its cores
+        int threads = omp_get_num_procs() / tr->comm.local_ranks;
+        omp_set_num_threads(threads > 0 ? threads : 1);
+    }
+}
+
+// phase 3: the data (first and last stage read it) and this rank's stage on its device
+static void make_stage(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    int s = tr->comm.stage, P = tr->comm.P;
+    GPT2Range range = tr->ranges[s];
+    int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
+    data_init(&tr->data, a, tr->from_file ? tr->cfg.vocab_size : 65536, needs_data, tr->comm.replica, tr->comm.D);
+    if (!tr->from_file) fresh_config(a->init, tr->data.tokenizer == SHARD_TOKENIZER_BYTES ? 256 : 50257, &tr->cfg);
+    StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
+    float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
+    init.full = full;
+    if (tr->synthetic) { // the cost model: 2 ms per forward of a stage-width of layers, backward twice that
+        init.syn_f = 2e-3 * P / tr->cfg.num_layers * (range.l1 - range.l0);
+        init.syn_b = 2.0 * init.syn_f;
+    }
+    stage_create(&tr->stage, tr->device, &init);
+    free(full);
+    tr->ex.data = needs_data ? &tr->data.train : NULL;
+}
+
+// phase 4: how messages and gradients travel. Activations and gradients between stages stay where
+// the model lives when they can (NCCL between GPUs; the private stage's memory, over MPI, for
+// cpu-staged), else through host memory over MPI; likewise the replicas' average. The tied shares
+// move on the device too, unless some stage averages its replicas on the host (replicas sharing a
+// GPU): decided by every rank together, as a first stage on the device and a last stage on the host
+// would wait for each other.
+static void make_links(Trainer* tr) {
+    Stage* st = &tr->stage;
+    int P = tr->comm.P, D = tr->comm.D, s = tr->comm.stage, device = stage_keeps_device_msgs(st) && !strcmp(tr->a.comm, "auto");
+    int staged = tr->device == &STAGE_CPU_STAGED;
+    comm_mpi_link(&tr->comm, &tr->mpi_link);
+    tr->link = &tr->mpi_link;
+    tr->msg_where = "host memory, MPI";
+    tr->dp = (StageDpAverage){stage_dp_average_host, &tr->comm, "host memory, MPI"};
+    void* nccl_dp = NULL;
+    if (device && D > 1) {
+        if (staged) tr->dp = (StageDpAverage){stage_staged_dp_average, &tr->comm, "the backend's memory, MPI (cpu-staged: where NCCL would run on GPUs)"};
+        else if (cuda_dp_init(&tr->comm, st, &nccl_dp)) tr->dp = (StageDpAverage){cuda_dp_average, nccl_dp, "GPU memory, NCCL"};
+        else tr->dp.where = "host memory, MPI (the replicas share a GPU: NCCL cannot connect them)";
+    }
+    int device_link = 0;
+    if (device && P > 1) {
+        if (staged) device_link = 1, tr->msg_where = "the backend's memory, MPI (cpu-staged: where NCCL would run between GPUs)";
+        else if (cuda_link_init(&tr->comm, &tr->link)) device_link = 1, tr->msg_where = "GPU memory, NCCL";
+        else tr->msg_where = "host memory, MPI (stages share a GPU: NCCL cannot connect them)";
+    }
+    if (device_link) stage_use_device_msgs(st);
+    int host_average = device && D > 1 && tr->dp.average == stage_dp_average_host;
+    if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
+}
+
+static void print_startup(const Trainer* tr) {
+    const TrainArgs* a = &tr->a;
+    const GPT2Config* cfg = &tr->cfg;
+    const Comm* c = &tr->comm;
+    const Data* d = &tr->data;
+    GPT2Range all = {0, cfg->num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    printf("+----------------------+--------------------------------------------------------------\n");
+    printf("| %-20s | %s\n", "model", a->init);
+    printf("| %-20s | L %d, C %d, NH %d, V %d (Vp %d), maxT %d\n", "shape", cfg->num_layers, cfg->channels, cfg->num_heads,
+           cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len);
+    printf("| %-20s | %zu\n", "parameters", gpt2_param_sizes(cfg, &all, sizes));
+    if (!tr->synthetic) { // rank 0's stage; the pipeline's extra slots, stashes and gradient ring are reported at the end
+        StageMemory m = stage_memory(&tr->stage);
+        double mib = 1.0 / (1024.0 * 1024.0);
+        printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight\n", "memory (stage 0)",
+               16.0 * tr->stage.num_params * mib, m.act_bytes * mib);
+    }
+    if (tr->use_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s\n", "device", a->matmul);
+    else if (tr->synthetic) printf("| %-20s | synthetic compute (timed waits from a cost model), no model\n", "device");
+    else printf("| %-20s | %s (fp32), %d OpenMP thread(s) per rank\n", "device", tr->device->name, omp_get_max_threads());
+    printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
+    if (tr->kind == SCHED_TDPIPE) printf(", AEW W = %s", a->aew);
+    printf("\n");
+    if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", tr->msg_where);
+    if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, tr->dp.where);
+    printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
+    if (d->builtin) {
+        printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
+        printf("| %-20s | %.6f nats/token (exact entropy rate: no model can go lower)\n", "entropy floor", d->source.entropy_rate);
+    } else {
+        printf("| %-20s | %s (%lld tokens)\n", "train data", a->train_pattern, (long long)d->train.num_tokens);
+        if (d->has_val) printf("| %-20s | %s (%lld tokens)\n", "val data", a->val_pattern, (long long)d->val.num_tokens);
+    }
+    printf("| %-20s | %d steps, lr %g, betas %g %g, eps %g, warmup %d, final frac %g, wd %g, clip %g\n", "optimisation", a->steps, a->lr,
+           a->beta1, a->beta2, a->eps, a->warmup, a->final_lr_frac, a->weight_decay, a->clip);
+    printf("+----------------------+--------------------------------------------------------------\n");
+    printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+    partition_print(stdout, &tr->part);
+    fflush(stdout);
+}
+
+// 0, or -1 after saying why
+static int ensure_out_dir(const char* dir) {
+    char path[1100];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char* p = path + 1; *p; p++) // mkdir -p
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "train_tdpipe: -o %s: cannot create the output directory: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "train_tdpipe: -o %s: not a directory\n", dir);
+        return -1;
+    }
+    return 0;
+}
+
+// phase 5: the output folder and log (rank 0), a resume (every rank), the start-up table
+static void open_outputs(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    char log_path[1200], err[1024];
+    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
+    int bad_out = 0;
+    if (g_rank == 0 && !(bad_out = ensure_out_dir(a->out_dir) != 0) && !a->resume && !(tr->log = fopen(log_path, "w"))) {
+        fprintf(stderr, "train_tdpipe: -o %s: cannot write %s: %s\n", a->out_dir, log_path, strerror(errno));
+        bad_out = 1;
+    }
+    if (comm_any(&tr->comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
+    tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
+    if (a->resume && !tr->synthetic) {
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, err, sizeof(err));
+        if (tr->start_step < 0) fatal_all("%s", err);
+    }
+    if (g_rank == 0) {
+        print_startup(tr);
+        decoder_init(&tr->dec, &tr->data, a);
+        // a resumed run appends, after the checkpoint said it is fine
+        if (a->resume && !(tr->log = fopen(log_path, "a"))) td_fatal("-o %s: cannot write %s: %s", a->out_dir, log_path, strerror(errno));
+    }
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+}
+
+// phase 6: the executor, its reporter and trace
+static void make_executor(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    GPT2Range all = {0, tr->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all, sizes);
+    int tokens = a->B * a->T * a->grad_accum * tr->comm.D;
+    // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
+    double flops = (6.0 * n_full + 6.0 * tr->cfg.num_layers * a->T * tr->cfg.channels) * tokens;
+    tr->rep = (Reporter){tr->log, a->steps, tokens, tr->comm.P, flops, tr->use_cuda ? cuda_peak() * tr->comm.world_size : 0.0, 0.0, 0};
+    trace_init(&tr->trace, a->trace_path[0] != 0);
+    Executor* ex = &tr->ex;
+    ex->comm = &tr->comm;
+    ex->stage = &tr->stage;
+    ex->link = tr->link;
+    ex->dp = tr->dp;
+    ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
+    ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
+    ex->seed = (uint64_t)a->seed;
+    ex->trace = &tr->trace;
+    ex->on_step = report_step;
+    ex->ctx = &tr->rep;
+    tr->pl = (Pipeline){&tr->comm, &tr->stage, tr->comm.P, tr->ranges, tr->link};
+}
+
+// --aew auto, after the first step ran synchronously: W = ceil(P (1 - beta)) from the beta measured
+// on every stage (the article's formula), the same on every rank
+static int aew_measured(Trainer* tr) {
+    int P = tr->comm.P;
+    double cvs[1] = {executor_stage_cv(&tr->ex)};
+    comm_dp_average_double(&tr->comm, cvs, 1);
+    double* per_stage = (double*)calloc_check(P, sizeof(double));
+    double* sum = (double*)calloc_check(P, sizeof(double));
+    per_stage[tr->comm.stage] = cvs[0];
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(&tr->comm, per_stage, sum, P, &r);
+    comm_wait(&tr->comm, &r);
+    double beta = 0.0;
+    for (int i = 0; i < P; i++) beta += sum[i] / P;
+    int W = (int)ceil(P * (1.0 - beta));
+    if (W < 0) W = 0;
+    if (g_rank == 0) printf("aew auto: measured beta %.3f -> W = ceil(%d x (1 - beta)) = %d\n", beta, P, W);
+    free(per_stage);
+    free(sum);
+    return W;
+}
+
+// at a consistency point (the pipeline empty): validation, samples, a checkpoint
+static void consistency_point(Trainer* tr, int step, int last, int stopping) {
+    TrainArgs* a = &tr->a;
+    Data* d = &tr->data;
+    Stage* st = &tr->stage;
+    if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) {
+        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches);
+        if (g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
+    }
+    if (is_boundary(step, a->sample_every) || (last && a->sample_every > 0)) {
+        int* ids = (int*)calloc_check(a->gen_tokens, sizeof(int));
+        int n = a->gen_tokens < a->T ? a->gen_tokens : a->T;
+        float temperature[2] = {1.0f, 0.0f};
+        const char* kind[2] = {"temperature 1", "greedy"};
+        for (int i = 0; i < 2; i++) {
+            pipeline_sample(&tr->pl, d->first_token, n, temperature[i], (uint64_t)a->seed ^ (uint64_t)step, ids);
+            if (g_rank == 0) print_sample(&tr->dec, kind[i], ids, n);
+        }
+        free(ids);
+    }
+    if (last || stopping || is_boundary(step, a->ckpt_every)) {
+        stage_to_host(st);
+        char msg[256];
+        if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
+        if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("%s\n", msg);
+        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train)) exit(1);
+    }
+    fflush(stdout);
+}
+
+// phase 7: chunks of steps between consistency points: one step for the synchronous schedules (they
+// flush anyway), up to --consistency-every for tdpipe, ended early at a validation, sample or
+// checkpoint step; --aew auto runs its first step synchronously to measure beta. Returns 1 when a
+// signal stopped the run (after its checkpoint), else 0.
+static int train(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    char err[1024];
+    int step = tr->start_step, W_now = tr->W < 0 ? 0 : tr->W;
+    while (step < a->steps) {
+        int chunk = tr->kind != SCHED_TDPIPE ? 1 : a->consistency_every - step % a->consistency_every;
+        if (tr->W < 0 && step == tr->start_step) chunk = 1;
+        for (int k = 1; k < chunk; k++)
+            if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every)) {
+                chunk = k;
+                break;
+            }
+        if (step + chunk > a->steps) chunk = a->steps - step;
+        ScheduleShape shape = {tr->kind, tr->comm.P, a->grad_accum, W_now, step, chunk};
+        check_grad_cache(a, &shape); // again: --aew auto has chosen its window by now
+        Schedule sch;
+        if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+        executor_run(&tr->ex, &sch);
+        schedule_free(&sch);
+        step += chunk;
+        if (tr->W < 0 && step == tr->start_step + 1) W_now = aew_measured(tr);
+        int stopping = comm_any(&tr->comm, g_stop_signal != 0);
+        if (!tr->synthetic) consistency_point(tr, step, step == a->steps, stopping);
+        if (stopping) {
+            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", (int)g_stop_signal, step);
+            return !tr->synthetic;
+        }
+    }
+    return 0;
+}
+
+// phase 8: every micro-batch counted, each stage's measured op times and memory, the trace, the model
+static void report_end(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    Comm* c = &tr->comm;
+    char err[1024];
+    long expect = (long)(a->steps - tr->start_step) * a->grad_accum;
+    long counts[2] = {tr->ex.stats.forwards, tr->ex.stats.backwards};
+    long* all_counts = g_rank == 0 ? (long*)malloc_check(sizeof(counts) * c->world_size) : NULL;
+    comm_gather_to_root(c, counts, sizeof(counts), all_counts);
+    StageSummary mine = report_stage_summary(&tr->ex);
+    StageSummary* all = g_rank == 0 ? (StageSummary*)malloc_check(sizeof(StageSummary) * c->world_size) : NULL;
+    comm_gather_to_root(c, &mine, sizeof(mine), all);
+    if (g_rank == 0) {
+        int lost = 0;
+        for (int r = 0; r < c->world_size; r++) lost |= all_counts[2 * r] != expect || all_counts[2 * r + 1] != expect;
+        printf("micro-batches: every rank ran %s forwards and backwards (expected %ld each)%s\n", lost ? "NOT" : "exactly", expect,
+               lost ? ": LOST OR DUPLICATED" : "");
+        report_end_table(&tr->rep, &tr->part, all); // world ranks 0 .. P-1 are replica 0's stages
+        if (lost) exit(1);
+    }
+    free(all_counts);
+    free(all);
+    if (tr->trace.enabled) {
+        size_t* tcounts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
+        TraceEvent* events = (TraceEvent*)comm_gatherv_to_root(c, tr->trace.events, tr->trace.n * sizeof(TraceEvent), tcounts);
+        if (g_rank == 0) {
+            size_t n = 0;
+            for (int r = 0; r < c->world_size; r++) n += tcounts[r] / sizeof(TraceEvent);
+            if (trace_write_json(a->trace_path, events, n, err, sizeof(err))) td_fatal("%s", err);
+            printf("trace: %s (%zu ops)\n", a->trace_path, n);
+        }
+        free(events);
+        free(tcounts);
+    }
+    if (tr->synthetic) return;
+    GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
+    float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+    stage_to_host(&tr->stage);
+    pipeline_gather(&tr->pl, tr->stage.params, full);
+    if (g_rank == 0) {
+        char model_path[1200];
+        snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
+        if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
+        printf("model: %s (llm.c fp32 format)\n", model_path);
+    }
+    free(full);
+}
+
+static void teardown(Trainer* tr) {
+    if (tr->link != &tr->mpi_link) cuda_link_free(tr->link);
+    if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
+    stage_destroy(&tr->stage);
+    if (tr->log) fclose(tr->log);
+    executor_free(&tr->ex);
+    trace_free(&tr->trace);
+    partition_free(&tr->part);
+    free(tr->ranges);
+    data_free(&tr->data);
+    if (g_rank == 0 && tr->dec.ready) tokenizer_free(&tr->dec.tok);
+    comm_finalize(&tr->comm);
+}
 
 int main(int argc, char** argv) {
 #ifdef TD_CUDA
@@ -469,367 +695,19 @@ int main(int argc, char** argv) {
     // own): with CUDA's default of 8, streams can share a queue and wait on each other for nothing
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 #endif
-    Comm comm;
-    comm_init(&comm, &argc, &argv);
-    TrainArgs a;
-    args_defaults(&a);
-    args_parse(&a, argc, argv);
-    char err[1024];
-    if (strcmp(a.device, "auto") && strcmp(a.device, "cpu") && strcmp(a.device, "cuda") && strcmp(a.device, "cpu-staged"))
-        fatal_all("--device %s: expected auto, cpu or cuda", a.device);
-    int staged = !strcmp(a.device, "cpu-staged"); // the CPU behind the device-backend interface (tests)
-    // every rank decides the same: one rank without a GPU while the others use theirs would leave
-    // collectives half-entered (a hang), so the GPU is used only when every rank has one
-    char why[256];
-    int have_cuda = cuda_available_why(why, sizeof(why));
-    int gpu_everywhere = !comm_any(&comm, !have_cuda);
-    if (!strcmp(a.device, "cuda") && !gpu_everywhere)
-        fatal_all("--device cuda: %s", have_cuda ? "not every rank has a usable GPU (rank 0 has one)" : why);
-    int use_cuda = strcmp(a.device, "cpu") != 0 && !staged && gpu_everywhere;
-    SchedKind kind;
-    if (schedule_parse_kind(a.schedule, &kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a.schedule);
-    int W;
-    if (parse_aew(a.aew, &W)) fatal_all("--aew %s: expected a window size >= 0 or auto", a.aew);
-    if (W != 0 && kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a.aew);
-    if (comm_grid(&comm, a.stages, err, sizeof(err))) fatal_all("%s", err);
-    int P = comm.P, D = comm.D, s = comm.stage;
-    if (use_cuda && a.synthetic) {
-        if (!strcmp(a.device, "cuda")) fatal_all("--device cuda: --synthetic-compute replaces the model by timed waits: use --device cpu");
-        use_cuda = 0; // auto: synthetic compute needs no device
-    }
-#ifdef TD_CUDA
-    if (use_cuda && !matmul_backend_parse(a.matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a.matmul);
-#endif
-    if (strcmp(a.comm, "auto") != 0 && strcmp(a.comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a.comm);
-    if (!use_cuda && strcmp(a.matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a.matmul);
-    // ranks sharing this host share its cores
-    if (comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) {
-        int threads = omp_get_num_procs() / comm.local_ranks;
-        omp_set_num_threads(threads > 0 ? threads : 1);
-    }
-
-    // the model's vocabulary decides which tokens the data may hold; a fresh model takes it from the data
-    GPT2Config cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    int from_file = !fresh_config(a.init, 256, &cfg);
-    if (from_file && model_file_read_config(a.init, &cfg, err, sizeof(err))) fatal_all("-e: %s", err);
-    if (a.T > cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", a.T, cfg.max_seq_len);
-    Partition part;
-    partition_make(&part, &a, &cfg, P);
-    Schedule probe;
-    ScheduleShape probe_shape = {kind, P, a.grad_accum, W > 0 ? W : 0, 0, 2};
-    if (schedule_build(&probe, &probe_shape, err, sizeof(err))) fatal_all("%s", err);
-    check_grad_cache(&a, &probe, comm.stage);
-    if (a.print_schedule) {
-        if (g_rank == 0) {
-            printf("partition (%s):\n", a.partition);
-            partition_print(stdout, &part);
-            schedule_print(&probe, stdout);
-        }
-        schedule_free(&probe);
-        comm_finalize(&comm);
+    static Trainer tr; // zeroed: every phase fills its part
+    comm_init(&tr.comm, &argc, &argv);
+    parse(&tr, argc, argv);
+    choose_device(&tr);
+    make_stage(&tr);
+    make_links(&tr);
+    open_outputs(&tr);
+    make_executor(&tr);
+    if (train(&tr)) { // stopped by a signal: the checkpoint is written, the end report is not
+        comm_finalize(&tr.comm);
         return 0;
     }
-    schedule_free(&probe);
-
-    GPT2Range range = {part.first[s], part.first[s + 1], s == 0, s == P - 1};
-    GPT2Range* ranges = (GPT2Range*)malloc_check(P * sizeof(GPT2Range));
-    for (int i = 0; i < P; i++) {
-        ranges[i].l0 = part.first[i];
-        ranges[i].l1 = part.first[i + 1];
-        ranges[i].has_embed = i == 0;
-        ranges[i].has_head = i == P - 1;
-    }
-    int needs_data = !a.synthetic && (range.has_embed || range.has_head);
-    Data d;
-    data_init(&d, &a, from_file ? cfg.vocab_size : 65536, needs_data, comm.replica, D);
-    if (!from_file) fresh_config(a.init, d.tokenizer == SHARD_TOKENIZER_BYTES ? 256 : 50257, &cfg);
-
-    GPT2Range all = {0, cfg.num_layers, 1, 1};
-    size_t full_sizes[GPT2_NUM_PARAM_TENSORS];
-    size_t n_full = gpt2_param_sizes(&cfg, &all, full_sizes);
-    Stage stage, *st = NULL;
-    GPT2Acts sample_acts;
-    if (!a.synthetic) {
-        float* full = model_init(&a, &cfg, !from_file);
-        if (use_cuda) cuda_stage_init(&stage, &cfg, &range, a.B, a.T, full, &comm);
-        else if (staged) stage_init_staged(&stage, &cfg, &range, a.B, a.T, full);
-        else {
-            stage_init(&stage, &cfg, &range, a.B, a.T, 1);
-            stage_load_params(&stage, full);
-        }
-        free(full);
-        gpt2_acts_alloc(&sample_acts, &cfg, &range, 1, a.T);
-        st = &stage;
-    }
-    Pipeline pl = {&comm, st, P, ranges, NULL};
-    // a device stage's data-parallel average runs where its gradient lives when it can: NCCL between
-    // GPUs (each replica on its own GPU), the private stage's memory for cpu-staged; else through
-    // host memory over MPI (--comm mpi, or replicas sharing a GPU)
-    void (*dp_fn)(void*, Stage*) = NULL;
-    void* dp_ctx = NULL;
-    const char* dp_where = "host memory, MPI";
-    if (st && st->be && D > 1 && !strcmp(a.comm, "auto")) {
-        if (staged) {
-            dp_fn = stage_staged_dp_average, dp_ctx = &comm;
-            dp_where = "the backend's memory, MPI (cpu-staged: where NCCL would run on GPUs)";
-        } else if (cuda_dp_init(&comm, st, &dp_ctx)) {
-            dp_fn = cuda_dp_average;
-            dp_where = "GPU memory, NCCL";
-        } else {
-            dp_where = "host memory, MPI (the replicas share a GPU: NCCL cannot connect them)";
-        }
-    }
-
-    // activations and gradients between stages stay where the model lives when they can: NCCL from GPU
-    // to GPU (every stage of the pipeline on a GPU NCCL can reach), the private stage's memory over MPI
-    // for cpu-staged; else host copies over MPI (--comm mpi, or stages sharing a GPU)
-    const CommLink* link = NULL;
-    CommLink staged_link;
-    const char* msg_where = "host memory, MPI";
-    if (st && st->be && P > 1 && !strcmp(a.comm, "auto")) {
-        if (staged) {
-            comm_mpi_link(&comm, &staged_link);
-            link = &staged_link;
-            msg_where = "the backend's memory, MPI (cpu-staged: where NCCL would run between GPUs)";
-        } else if (cuda_link_init(&comm, &link)) {
-            msg_where = "GPU memory, NCCL";
-        } else {
-            msg_where = "host memory, MPI (stages share a GPU: NCCL cannot connect them)";
-        }
-    }
-    if (link) stage_use_device_msgs(st);
-
-    // the tied embedding's shares move on the device too, unless some stage averages its replicas on the
-    // host (replicas sharing a GPU): then the shares follow the average there. Decided by every rank
-    // together: a first stage on the device and a last stage on the host would wait for each other.
-    int host_average = st && st->be && D > 1 && !dp_fn;
-    if (!comm_any(&comm, host_average) && link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
-    pl.link = link; // validation's messages travel as training's do
-    FILE* log = NULL;
-    int bad_out = 0;
-    if (g_rank == 0 && !(bad_out = ensure_out_dir(a.out_dir) != 0) && !a.resume) {
-        char log_path[1200]; // a resumed run appends, after the checkpoint said it is fine
-        snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a.out_dir);
-        if (!(log = fopen(log_path, "w"))) {
-            fprintf(stderr, "train_tdpipe: -o %s: cannot write %s: %s\n", a.out_dir, log_path, strerror(errno));
-            bad_out = 1;
-        }
-    }
-    if (comm_any(&comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
-    int start_step = a.resume && st ? checkpoint_resume(&a, st, &d, D, n_full) : 0;
-    if (g_rank == 0) print_startup(&a, &cfg, &comm, &d, &part, a.schedule, n_full, use_cuda, st, dp_where, msg_where);
-    Decoder dec;
-    if (g_rank == 0) decoder_init(&dec, &d, &a);
-
-    if (g_rank == 0 && a.resume) {
-        char log_path[1200];
-        snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a.out_dir);
-        if (!(log = fopen(log_path, "a"))) td_fatal("-o %s: cannot write %s: %s", a.out_dir, log_path, strerror(errno));
-    }
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
-
-    Reporter rep;
-    memset(&rep, 0, sizeof(rep));
-    rep.a = &a;
-    rep.log = log;
-    rep.tokens_per_step = a.B * a.T * a.grad_accum * D;
-    rep.P = P;
-    // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
-    rep.flops_per_step = (6.0 * n_full + 6.0 * cfg.num_layers * a.T * cfg.channels) * rep.tokens_per_step;
-    rep.peak_flops = use_cuda ? cuda_peak() * comm.world_size : 0.0; // one GPU per rank
-    Trace trace;
-    trace_init(&trace, a.trace_path[0] != 0);
-    Executor ex;
-    memset(&ex, 0, sizeof(ex));
-    ex.comm = &comm;
-    ex.stage = st;
-    ex.data = needs_data ? &d.train : NULL;
-    ex.B = a.B;
-    ex.T = a.T;
-    ex.C = cfg.channels;
-    ex.L = cfg.num_layers;
-    ex.opt.lr = a.lr;
-    ex.opt.beta1 = 0.9f;
-    ex.opt.beta2 = 0.95f;
-    ex.opt.eps = 1e-8f;
-    ex.opt.weight_decay = a.weight_decay;
-    ex.total_steps = a.steps;
-    ex.warmup = a.warmup;
-    ex.final_lr_frac = a.final_lr_frac;
-    ex.clip = a.clip;
-    ex.jitter = a.jitter;
-    ex.seed = (uint64_t)a.seed;
-    if (a.synthetic) { // cost model: each stage's share of the layers, 2 ms per forward of a whole stage-width
-        double per_layer = 2e-3 * P / cfg.num_layers;
-        ex.syn_f = per_layer * (range.l1 - range.l0);
-        ex.syn_b = 2.0 * ex.syn_f;
-    }
-    ex.link = link;
-    ex.dp_average_device = dp_fn;
-    ex.dp_ctx = dp_ctx;
-    ex.trace = &trace;
-    ex.on_step = on_step;
-    ex.ctx = &rep;
-
-    // chunks between consistency points: one step for the synchronous schedules (they flush anyway),
-    // up to --consistency-every for tdpipe; --aew auto runs its first step synchronously to measure beta
-    int step = start_step, W_now = W < 0 ? 0 : W;
-    int synchronous = kind != SCHED_TDPIPE;
-    while (step < a.steps) {
-        int chunk = synchronous ? 1 : a.consistency_every - step % a.consistency_every;
-        if (W < 0 && step == start_step) chunk = 1;
-        for (int k = 1; k < chunk; k++) // end early at a validation, sample or checkpoint step
-            if (is_boundary(step + k, a.val_every) || is_boundary(step + k, a.sample_every) || is_boundary(step + k, a.ckpt_every)) {
-                chunk = k;
-                break;
-            }
-        if (step + chunk > a.steps) chunk = a.steps - step;
-        Schedule sch;
-        ScheduleShape shape = {kind, P, a.grad_accum, W_now, step, chunk};
-        if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
-        check_grad_cache(&a, &sch, s); // again: --aew auto has chosen its window by now
-        executor_run(&ex, &sch, step);
-        schedule_free(&sch);
-        step += chunk;
-        if (W < 0 && step == start_step + 1) { // --aew auto: W = ceil(P (1 - beta)) from the measured beta
-            double cvs[1] = {executor_stage_cv(&ex)};
-            comm_dp_average_double(&comm, cvs, 1);
-            double* per_stage = (double*)calloc_check(P, sizeof(double)), *sum = (double*)calloc_check(P, sizeof(double));
-            per_stage[s] = cvs[0];
-            CommRequest r;
-            memset(&r, 0, sizeof(r));
-            comm_pipe_sum_start(&comm, per_stage, sum, P, &r);
-            comm_wait(&comm, &r);
-            double beta = 0.0;
-            for (int i = 0; i < P; i++) beta += sum[i] / P;
-            W_now = (int)ceil(P * (1.0 - beta));
-            if (W_now < 0) W_now = 0;
-            if (g_rank == 0) printf("aew auto: measured beta %.3f -> W = ceil(%d x (1 - beta)) = %d\n", beta, P, W_now);
-            free(per_stage);
-            free(sum);
-        }
-        int last = step == a.steps;
-        int stopping = comm_any(&comm, g_stop_signal != 0);
-        if (!st) {
-            if (stopping) break;
-            continue;
-        }
-        if (d.has_val && (is_boundary(step, a.val_every) || (last && a.val_every > 0))) {
-            float val = pipeline_eval(&pl, needs_data ? &d.val : NULL, a.val_batches);
-            if (g_rank == 0) {
-                if (d.builtin) printf("val loss %.6f | gap to floor %.6f nats\n", val, val - d.source.entropy_rate);
-                else printf("val loss %.6f\n", val);
-                fprintf(log, "{\"step\": %d, \"val_loss\": %.9g%s", step, val, d.builtin ? "" : "}\n");
-                if (d.builtin) fprintf(log, ", \"val_gap\": %.9g}\n", val - d.source.entropy_rate);
-                fflush(log);
-            }
-        }
-        if (!st->be && (is_boundary(step, a.sample_every) || (last && a.sample_every > 0))) {
-            int* ids = (int*)calloc_check(a.gen_tokens, sizeof(int));
-            int n = a.gen_tokens < a.T ? a.gen_tokens : a.T;
-            pipeline_sample(&pl, &sample_acts, d.first_token, n, 1.0f, (uint64_t)a.seed ^ (uint64_t)step, ids);
-            if (g_rank == 0) print_sample(&dec, "temperature 1", ids, n);
-            pipeline_sample(&pl, &sample_acts, d.first_token, n, 0.0f, (uint64_t)a.seed ^ (uint64_t)step, ids);
-            if (g_rank == 0) print_sample(&dec, "greedy", ids, n);
-            free(ids);
-        }
-        if (last || stopping || is_boundary(step, a.ckpt_every)) {
-            stage_to_host(st);
-            char msg[256];
-            if (!pipeline_check_consistency(&pl, msg, sizeof(msg))) fatal_all("%s", msg);
-            if (g_rank == 0 && (P > 1 || D > 1)) printf("%s\n", msg);
-            checkpoint_save(&a, &pl, step, &d, n_full);
-        }
-        fflush(stdout);
-        if (stopping) {
-            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", (int)g_stop_signal, step);
-            comm_finalize(&comm);
-            return 0;
-        }
-    }
-
-    // the end: counts, measured stage times, trace, the model
-    long expect = (long)(a.steps - start_step) * a.grad_accum;
-    long counts[3] = {ex.count_f, ex.count_b, expect};
-    long* all_counts = g_rank == 0 ? (long*)malloc_check(3 * sizeof(long) * comm.world_size) : NULL;
-    comm_gather_to_root(&comm, counts, sizeof(counts), all_counts);
-    // per stage: measured op times, and the memory its pipeline state took (activation slots,
-    // weight stashes, gradient-cache ring), as the schedules made the executor reserve them
-    double mib = 1.0 / (1024.0 * 1024.0);
-    double times[8] = {ex.n_f ? ex.busy_f / ex.n_f : 0.0, ex.n_b ? ex.busy_b / ex.n_b : 0.0};
-    if (st) { // a backend's buffers live on its device, in its own precision: counted, not sized (-1)
-        times[2] = st->n_slots;
-        times[3] = st->be ? -1 : st->n_slots * (double)st->acts[0].num_floats * 4 * mib + st->n_gacts * (double)st->gacts[0].num_floats * 4 * mib;
-        times[4] = st->n_stash;
-        times[5] = st->be ? -1 : st->n_stash * (double)st->num_params * 4 * mib;
-        times[6] = st->n_grad_slots;
-        times[7] = st->be ? -1 : st->n_grad_slots * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0)) * 4 * mib;
-    }
-    double* all_times = g_rank == 0 ? (double*)malloc_check(sizeof(times) * comm.world_size) : NULL;
-    comm_gather_to_root(&comm, times, sizeof(times), all_times);
-    if (g_rank == 0) {
-        int lost = 0;
-        for (int r = 0; r < comm.world_size; r++) lost |= all_counts[3 * r] != expect || all_counts[3 * r + 1] != expect;
-        printf("micro-batches: every rank ran %s forwards and backwards (expected %ld each)%s\n", lost ? "NOT" : "exactly", expect,
-               lost ? ": LOST OR DUPLICATED" : "");
-        printf("stage  layers    pred. share  meas. F ms  meas. B ms  act. slots      MiB  stashes      MiB  grad ring      MiB\n");
-        double total_pred = 0.0;
-        for (int i = 0; i < P; i++) total_pred += part.time[i];
-        for (int i = 0; i < P; i++) {
-            const double* t = all_times + 8 * i;
-            char layers[32];
-            snprintf(layers, sizeof(layers), "[%d,%d)", part.first[i], part.first[i + 1]);
-            char mb[3][16]; // MiB columns, "-" for a device stage's
-            for (int k = 0; k < 3; k++)
-                if (t[3 + 2 * k] < 0) snprintf(mb[k], sizeof(mb[k]), "-");
-                else snprintf(mb[k], sizeof(mb[k]), "%.1f", t[3 + 2 * k]);
-            printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10.0f %8s  %7.0f %8s  %9.0f %8s\n", i, layers,
-                   total_pred > 0 ? 100.0 * part.time[i] / total_pred : 100.0, t[0] * 1e3, t[1] * 1e3, t[2], mb[0], t[4], mb[1], t[6], mb[2]);
-        }
-        if (rep.seconds_n) printf("average step: %.1f ms (%d steps, first left out)\n", rep.seconds_sum / rep.seconds_n * 1e3, rep.seconds_n);
-        if (lost) exit(1);
-    }
-    free(all_counts);
-    free(all_times);
-    if (trace.enabled) {
-        size_t* tcounts = (size_t*)calloc_check(comm.world_size, sizeof(size_t));
-        TraceEvent* events = (TraceEvent*)comm_gatherv_to_root(&comm, trace.events, trace.n * sizeof(TraceEvent), tcounts);
-        if (g_rank == 0) {
-            size_t n = 0;
-            for (int r = 0; r < comm.world_size; r++) n += tcounts[r] / sizeof(TraceEvent);
-            if (trace_write_json(a.trace_path, events, n, err, sizeof(err))) td_fatal("%s", err);
-            printf("trace: %s (%zu ops)\n", a.trace_path, n);
-        }
-        free(events);
-        free(tcounts);
-    }
-    if (st) {
-        float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
-        stage_to_host(st);
-        pipeline_gather(&pl, 0, full);
-        if (g_rank == 0) {
-            char model_path[1200];
-            snprintf(model_path, sizeof(model_path), "%s/model.bin", a.out_dir);
-            if (model_file_save(model_path, &cfg, full, err, sizeof(err))) td_fatal("%s", err);
-            printf("model: %s (llm.c fp32 format)\n", model_path);
-        }
-        free(full);
-        gpt2_acts_free(&sample_acts);
-        if (staged) stage_free_staged(st);
-        else if (use_cuda) cuda_stage_free(st);
-        else stage_free(st);
-    }
-    if (use_cuda && link) cuda_link_free(link);
-    if (dp_fn == cuda_dp_average) cuda_dp_free(dp_ctx);
-    if (log) fclose(log);
-    executor_free(&ex);
-    trace_free(&trace);
-    partition_free(&part);
-    free(ranges);
-    data_free(&d);
-    if (g_rank == 0 && dec.ready) tokenizer_free(&dec.tok);
-    comm_finalize(&comm);
+    report_end(&tr);
+    teardown(&tr);
     return 0;
 }

@@ -82,30 +82,31 @@ static void bench_matmul(int N, int C, int OC, const char* label, double peak) {
 static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps) {
     GPT2Config cfg = {1024, V, (V + 127) / 128 * 128, L, NH, C};
     GPT2Range all = {0, L, 1, 1};
-    Stage s;
-    stage_init(&s, &cfg, &all, B, T, 1);
-    float* full = (float*)malloc_check(s.num_params * sizeof(float));
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    float* full = (float*)malloc_check(gpt2_param_sizes(&cfg, &all, sizes) * sizeof(float));
     gpt2_init_full(&cfg, full, 42);
-    stage_load_params(&s, full);
+    Stage s;
+    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
     free(full);
     Rng r;
     rng_init(&r, 7);
     for (int i = 0; i < B * T; i++) {
-        s.acts[0].inputs[i] = (int)rng_below(&r, V);
-        s.acts[0].targets[i] = (int)rng_below(&r, V);
+        stage_inputs(&s, 0)[i] = (int)rng_below(&r, V);
+        stage_targets(&s, 0)[i] = (int)rng_below(&r, V);
     }
     AdamWConfig opt = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
     double* units = (double*)calloc_check(L + 2, sizeof(double));
     double* t = (double*)calloc_check(steps + 1, sizeof(double));
     for (int step = 0; step <= steps; step++) { // step 0 warms up and is left out
         double t0 = now_seconds();
-        stage_forward(&s, 0, s.version, 1);
-        stage_backward(&s, 0, NULL, 1.0f / (B * T));
-        stage_tie_embedding_local(&s);
-        stage_grad_unit_sumsq(&s, units);
+        Op f = {OP_F, step, 0, s.version}, bw = {OP_B, step, 0, s.version};
+        stage_forward(&s, &f, 0, 1);
+        stage_backward(&s, &bw, 0, 1.0f / (B * T));
+        stage_tie_local(&s, 0);
+        stage_grad_unit_sumsq(&s, 0, units);
         float norm = grad_norm_from_units(units, L + 2);
-        stage_update(&s, &opt, 3e-4f, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
-        stage_zero_grad(&s);
+        stage_update(&s, 0, &opt, 3e-4f, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
+        stage_zero_grad(&s, 0);
         t[step] = now_seconds() - t0;
     }
     qsort(t + 1, steps, sizeof(double), cmp_double);
@@ -114,7 +115,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
            B, T, s.num_params, med * 1e3, steps, B * T / med);
     free(units);
     free(t);
-    stage_free(&s);
+    stage_destroy(&s);
 }
 
 int main(int argc, char** argv) {

@@ -42,6 +42,7 @@ int td_error(char* err, size_t errlen, const char* fmt, ...)
     ;
 
 double now_seconds(void); // monotonic clock
+void sleep_seconds(double s); // returns after s seconds (at once for s <= 0)
 
 #ifdef __cplusplus
 }

@@ -208,7 +208,7 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
         matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp);
         memset(dlast, 0, BTC * sizeof(float));
         layernorm_backward_input(dlast, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
-    } else {
+    } else if (dx_out) { // NULL: the caller received it in place, in dlast
         memcpy(dlast, dx_out, BTC * sizeof(float));
     }
     for (int l = Ls - 1; l >= 0; l--) {

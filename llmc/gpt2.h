@@ -125,7 +125,8 @@ float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a)
 
 // input-gradient half of backward. Last stage: from the loss, each token's loss weighted by
 // dloss (1 / (B*T*M) for a mean over a step). Other stages: from dx_out (B, T, C), the gradient of
-// the stage output. Fills g (incl. g->dx_in unless first stage). Weights are read, not written.
+// the stage output, or NULL when it is already in the last layer's slice of g->dres3 (received there).
+// Fills g (incl. g->dx_in unless first stage). Weights are read, not written.
 void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, const GPT2Acts* a,
                          GPT2GradActs* g, const float* dx_out, float dloss);
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to

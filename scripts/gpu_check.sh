@@ -77,6 +77,9 @@ if run build 300 make -j"$(nproc)" cuda; then
     # ---- pipelines first (the newest code), then GPT-2 124M (d12, V 50257 from Tiny Shakespeare's
     # GPT-2 shards) for 30 steps with each matmul
     if run build_train 300 make -j"$(nproc)" train_tdpipe build/dev/data/make_shards; then
+        # samples through the CUDA backend (its one-row sample slot, the logits' softmax on the host)
+        run gpu_samples 60 ./train_tdpipe --device cuda -e d4 -b 4 -t 64 -x 4 -v 0 -s 2 -o build/gpu_samples &&
+            run gpu_samples_printed 5 said gpu_samples "^sample (greedy)"
         # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
         # (weight stashes and the gradient ring on the device), against one rank, and one rank
         # against the CPU (bf16 against fp32: close, not equal). Mismatches are reported, not

@@ -22,7 +22,9 @@ typedef struct {
     float final_lr_frac;      // -q
     float weight_decay;       // -c
     float clip;               // --clip  0 = off
-    int steps;                // -x  (-1: one epoch of the training data, capped)
+    float beta1, beta2;       // --beta1 --beta2  AdamW's moment decay rates
+    float eps;                // --eps  AdamW's epsilon
+    int steps;                // -x
     int grad_accum;           // --micro-batches (--grad-accum)  micro-batches per step per replica (M)
     long seed;                // --seed
     // checkpoints

@@ -332,28 +332,23 @@ void comm_mpi_link(Comm* c, CommLink* out) {
     out->test = mpi_link_test;
 }
 
-// one message over the link (send: from buf, else into it), or over MPI from host memory without one
-static void link_post(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, int tag,
-                      CommRequest* r, int send) {
+// one message over the link: send from buf, or receive into it
+static void link_post(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r, int send) {
     const char* what = send ? "comm_link_isend" : "comm_link_irecv";
-    if (!link) {
-        if (send) comm_isend(c, buf, bytes, peer_stage, tag, r);
-        else comm_irecv(c, buf, bytes, peer_stage, tag, r);
-        return;
-    }
-    check_peer(c, peer_stage, tag, bytes, what);
+    if (!link) td_fatal("%s: no link given", what);
+    check_peer(c, peer_stage, 0, bytes, what);
     if (channel < 0 || channel >= COMM_LINK_CHANNELS) td_fatal("%s: channel %d does not exist", what, channel);
     if (send) link->isend(link->ctx, channel, buf, bytes, peer_stage, r);
     else link->irecv(link->ctx, channel, buf, bytes, peer_stage, r);
     if (r->active) r->link = link;
 }
 
-void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    link_post(c, link, channel, (void*)buf, bytes, peer_stage, tag, r, 1);
+void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    link_post(c, link, channel, (void*)buf, bytes, peer_stage, r, 1);
 }
 
-void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    link_post(c, link, channel, buf, bytes, peer_stage, tag, r, 0);
+void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r) {
+    link_post(c, link, channel, buf, bytes, peer_stage, r, 0);
 }
 
 // Exact only because the caller guarantees each element has at most one nonzero contributor

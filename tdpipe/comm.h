@@ -71,14 +71,14 @@ void comm_progress(Comm* c);
 // blocks until one of the active requests among reqs (n <= 8; NULL or inactive entries are
 // skipped) completes; returns its index, now inactive. Fatal when none is active.
 int comm_wait_any(Comm* c, CommRequest* const* reqs, int n);
-// a CommLink over MPI between buffers in host memory: what cpu-staged uses in place of NCCL, so the
-// executor's device-message path runs (and is tested) on a machine without a GPU. As with NCCL, its
-// messages between two stages match in the order they were posted, one MPI tag per channel.
+// a CommLink over MPI between buffers in host memory: what every stage whose messages are in host
+// memory uses (the CPU, host staging, synthetic compute), and what cpu-staged uses in place of NCCL,
+// so the executor's device-message path runs (and is tested) on a machine without a GPU. As with
+// NCCL, its messages between two stages match in the order they were posted, one MPI tag per channel.
 void comm_mpi_link(Comm* c, CommLink* out);
-// a pipeline message over `link`'s `channel` from / into its buffers, or (link NULL) over MPI from
-// host memory with `tag`
-void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
-void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
+// a pipeline message over `link`'s `channel`, from / into buffers the link can reach
+void comm_link_isend(Comm* c, const CommLink* link, int channel, const void* buf, size_t bytes, int peer_stage, CommRequest* r);
+void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r);
 // sum of n doubles over this replica's stages, nonblocking; start, then wait on r
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 

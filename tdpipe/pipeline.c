@@ -6,7 +6,7 @@
 #include "llmc/common.h"
 #include "llmc/sampler.h"
 
-enum { TAG_EVAL_ACT = 10, TAG_EVAL_LOSS = 11, TAG_TOKEN = 12, TAG_CRC = 13 };
+enum { TAG_EVAL_LOSS = 11, TAG_TOKEN = 12, TAG_CRC = 13 };
 
 static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     CommRequest r;
@@ -15,26 +15,22 @@ static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int 
     comm_wait(c, &r);
 }
 
-// one forward of acts a (the stage's slot 0 when a is NULL; inputs already loaded on the first
-// stage), passing activations along; returns the last stage's mean loss. Slot 0's messages stay in
-// the backend's memory when the stage keeps them there (over pl->link), as the executor's do.
-static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
+// one forward of slot through every stage (its tokens already loaded on the first stage), passing
+// activations along the link as the executor does; returns the last stage's mean loss
+static float forward_through(Pipeline* pl, int slot, int targets_valid) {
     Stage* st = pl->stage;
     int s = pl->comm->stage;
-    GPT2Acts* x = a ? a : &st->acts[0];
-    int dev = !a && st->device_msgs;
-    const CommLink* link = dev ? pl->link : NULL;
-    size_t bytes = dev ? stage_msg_bytes(st) : (size_t)x->B * x->T * st->cfg.channels * sizeof(float);
+    size_t bytes = stage_msg_bytes(st, slot);
     CommRequest r;
     memset(&r, 0, sizeof(r));
     if (s > 0) {
-        comm_link_irecv(pl->comm, link, COMM_LINK_NEIGHBOURS, dev ? stage_input_msg(st, 0) : (void*)x->x_in, bytes, s - 1, TAG_EVAL_ACT, &r);
+        comm_link_irecv(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_input_buf(st, slot), bytes, s - 1, &r);
         comm_wait(pl->comm, &r);
     }
-    float loss = a ? gpt2_forward(&st->cfg, &st->range, &st->p, a, targets_valid) : stage_forward(st, 0, st->version, targets_valid);
+    Op now = {OP_F, st->version, slot, st->version}; // the current weights
+    float loss = stage_forward(st, &now, slot, targets_valid);
     if (s < pl->P - 1) {
-        const void* out = dev ? stage_output_msg(st, 0) : a ? gpt2_stage_output(&st->cfg, &st->range, a) : stage_output(st, 0);
-        comm_link_isend(pl->comm, link, COMM_LINK_NEIGHBOURS, out, bytes, s + 1, TAG_EVAL_ACT, &r);
+        comm_link_isend(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_output_buf(st, slot), bytes, s + 1, &r);
         comm_wait(pl->comm, &r);
     }
     return loss;
@@ -43,12 +39,11 @@ static float forward_through(Pipeline* pl, GPT2Acts* a, int targets_valid) {
 float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
     Stage* st = pl->stage;
     int s = pl->comm->stage, last = s == pl->P - 1;
-    GPT2Acts* a = &st->acts[0];
     if (val) dataloader_reset(val);
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
-        if (val && dataloader_next(val, a->inputs, a->targets)) td_fatal("validation data: %s", val->err);
-        total += forward_through(pl, NULL, last);
+        if (val && dataloader_next(val, stage_inputs(st, 0), stage_targets(st, 0))) td_fatal("validation data: %s", val->err);
+        total += forward_through(pl, 0, last);
     }
     double mean = total / batches;
     if (pl->P > 1) {
@@ -58,33 +53,39 @@ float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
     return pl->comm->world_rank == 0 ? (float)mean : 0.0f;
 }
 
-void pipeline_sample(Pipeline* pl, GPT2Acts* sa, int first, int n, float temperature, uint64_t seed, int* out) {
+void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t seed, int* out) {
     if (pl->comm->replica != 0) return;
     Stage* st = pl->stage;
     int s = pl->comm->stage, last = s == pl->P - 1;
-    int T = sa->T, V = st->cfg.vocab_size, Vp = st->cfg.padded_vocab_size;
+    int T = st->T, V = st->cfg.vocab_size;
+    stage_reserve_sample(st);
+    int* ids = stage_inputs(st, STAGE_SAMPLE_SLOT); // (T) one row
+    float* probs = last ? (float*)malloc_check(V * sizeof(float)) : NULL; // (V)
     Rng rng;
     rng_init(&rng, seed);
-    for (int i = 0; i < T; i++) sa->inputs[i] = first;
+    for (int i = 0; i < T; i++) ids[i] = first;
     if (s == 0) out[0] = first;
     for (int t = 1; t < n && t < T; t++) {
-        forward_through(pl, sa, 0);
+        forward_through(pl, STAGE_SAMPLE_SLOT, 0);
         int next = 0;
-        if (last) next = sample_token(sa->probs + (size_t)(t - 1) * Vp, V, temperature, &rng);
+        if (last) {
+            stage_probs(st, STAGE_SAMPLE_SLOT, t - 1, probs);
+            next = sample_token(probs, V, temperature, &rng);
+        }
         if (pl->P > 1) {
             if (last) send_blocking(pl->comm, &next, sizeof(next), 0, TAG_TOKEN);
             if (s == 0) comm_recv(pl->comm, &next, sizeof(next), pl->P - 1, TAG_TOKEN);
         }
         if (s == 0) {
-            sa->inputs[t] = next;
+            ids[t] = next;
             out[t] = next;
         }
     }
+    free(probs);
 }
 
-void pipeline_gather(Pipeline* pl, int which, float* full) {
+void pipeline_gather(Pipeline* pl, const float* mine, float* full) {
     Stage* st = pl->stage;
-    const float* mine = which == 0 ? st->params : which == 1 ? st->adam_m : st->adam_v;
     size_t bytes = pl->comm->replica == 0 ? st->num_params * sizeof(float) : 0;
     size_t* counts = (size_t*)calloc_check(pl->comm->world_size, sizeof(size_t));
     float* all = (float*)comm_gatherv_to_root(pl->comm, mine, bytes, counts);

@@ -14,19 +14,20 @@ typedef struct {
     Comm* comm;
     Stage* stage;
     int P;
-    GPT2Range* ranges; // (P) every stage's layer range (to assemble the full model on rank 0)
-    const CommLink* link; // the executor's link when the stage keeps its messages on the device, else NULL
+    const GPT2Range* ranges; // (P) every stage's layer range (to assemble the full model on rank 0)
+    const CommLink* link;    // the executor's link: validation's messages travel as training's do
 } Pipeline;
 
 // mean loss over `batches` micro-batches of `val` (read on the first and last stage), forward only
 // through every stage; the result on world rank 0 (other ranks: 0)
 float pipeline_eval(Pipeline* pl, DataLoader* val, int batches);
-// generates up to n tokens from `first` through the stages (replica 0 only); sa: acts with B = 1
-// on every stage; the tokens land in out (n) on world rank 0. temperature 0 = greedy.
-void pipeline_sample(Pipeline* pl, GPT2Acts* sa, int first, int n, float temperature, uint64_t seed, int* out);
-// the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's
-// `which` buffer (0 params, 1 adam_m, 2 adam_v) of replica 0; full is only written on rank 0
-void pipeline_gather(Pipeline* pl, int which, float* full);
+// generates up to n tokens from `first` through the stages (replica 0 only), one row in each stage's
+// sample slot (STAGE_SAMPLE_SLOT, on whatever device); the tokens land in out (n) on world rank 0.
+// temperature 0 = greedy.
+void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t seed, int* out);
+// the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's `mine`
+// (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0
+void pipeline_gather(Pipeline* pl, const float* mine, float* full);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);

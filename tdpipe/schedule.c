@@ -347,7 +347,7 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
         int in = (P - s) + W;
         if (slots) *slots = in < nM ? in : nM;
         if (stashes) *stashes = (W + M - 1) / M;
-        if (grad_slots) *grad_slots = 2 + (W - 1) / M;
+        if (grad_slots) *grad_slots = schedule_shape_grad_slots(&(ScheduleShape){sch->kind, P, M, W, sch->first_step, sch->n_steps});
         return;
     }
     int in, versions;
@@ -355,6 +355,11 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
     if (slots) *slots = in;
     if (stashes) *stashes = versions - 1;
     if (grad_slots) *grad_slots = schedule_stage_grad_slots(sch, s);
+}
+
+int schedule_shape_grad_slots(const ScheduleShape* shape) {
+    if (shape->kind == SCHED_TDPIPE && shape->W > 0) return 2 + (shape->W - 1) / shape->M;
+    return 1;
 }
 
 int schedule_stage_grad_slots(const Schedule* sch, int s) {

@@ -1,278 +1,279 @@
-// A pipeline stage: weights, gradients, AdamW state and activation slots of a layer range (see stage.h).
+// A pipeline stage over its backend (see stage.h): the books of weight versions and gradient
+// slots, token ids, and the host staging of messages and gradients for devices that need it.
 #include "stage.h"
 #include <math.h>
 #include <string.h>
 #include "llmc/common.h"
-#include "llmc/global_norm.h"
+#include "tdpipe/comm.h"
 
-void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots) {
-    stage_init_backend(s, cfg, r, B, T, n_slots, NULL, NULL);
-}
-
-void stage_init_backend(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots, const StageBackend* be, void* dev) {
-    memset(s, 0, sizeof(*s));
-    s->cfg = *cfg;
-    s->range = *r;
-    s->B = B;
-    s->T = T;
-    s->num_params = gpt2_param_sizes(cfg, r, s->sizes);
-    s->be = be;
-    s->dev = dev;
-    s->params = (float*)calloc_check(s->num_params, sizeof(float));
-    s->adam_m = (float*)calloc_check(s->num_params, sizeof(float));
-    s->adam_v = (float*)calloc_check(s->num_params, sizeof(float));
-    gpt2_point_params(&s->p, s->params, s->sizes);
-    stage_reserve(s, n_slots, 1, 1, 0);
-}
-
-void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash) {
-    if (n_slots > s->n_slots) {
-        s->acts = (GPT2Acts*)realloc(s->acts, n_slots * sizeof(GPT2Acts));
-        s->out_host = (float**)realloc(s->out_host, n_slots * sizeof(float*));
-        if (!s->acts || !s->out_host) td_fatal("out of memory for %d activation slots", n_slots);
-        for (int i = s->n_slots; i < n_slots; i++) {
-            s->out_host[i] = NULL;
-            if (!s->be) {
-                gpt2_acts_alloc(&s->acts[i], &s->cfg, &s->range, s->B, s->T);
-                continue;
-            }
-            // on a device: the token ids, and the messages to and from the neighbouring stages, stay here
-            size_t btc = (size_t)s->B * s->T * s->cfg.channels;
-            memset(&s->acts[i], 0, sizeof(GPT2Acts));
-            s->acts[i].B = s->B;
-            s->acts[i].T = s->T;
-            s->acts[i].inputs = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
-            s->acts[i].targets = (int*)calloc_check((size_t)s->B * s->T, sizeof(int));
-            s->acts[i].x_in = s->range.has_embed ? NULL : (float*)calloc_check(btc, sizeof(float));
-            s->out_host[i] = s->range.has_head ? NULL : (float*)calloc_check(btc, sizeof(float));
-        }
-        s->n_slots = n_slots;
-    }
-    if (n_gacts > s->n_gacts) {
-        s->gacts = (GPT2GradActs*)realloc(s->gacts, n_gacts * sizeof(GPT2GradActs));
-        if (!s->gacts) td_fatal("out of memory for %d activation-gradient buffers", n_gacts);
-        for (int i = s->n_gacts; i < n_gacts; i++) {
-            if (s->be) memset(&s->gacts[i], 0, sizeof(GPT2GradActs));
-            else gpt2_grad_acts_alloc(&s->gacts[i], &s->cfg, &s->range, s->B, s->T);
-        }
-        s->n_gacts = n_gacts;
-    }
-    if (n_grad_slots > s->n_grad_slots) {
-        s->grad_slots = (float**)realloc(s->grad_slots, n_grad_slots * sizeof(float*));
-        s->dwte_head_slots = (float**)realloc(s->dwte_head_slots, n_grad_slots * sizeof(float*));
-        if (!s->grad_slots || !s->dwte_head_slots) td_fatal("out of memory for %d gradient slots", n_grad_slots);
-        for (int i = s->n_grad_slots; i < n_grad_slots; i++) {
-            s->grad_slots[i] = (float*)calloc_check(s->num_params, sizeof(float));
-            s->dwte_head_slots[i] = s->range.has_head ? (float*)calloc_check(s->sizes[0], sizeof(float)) : NULL;
-        }
-        s->n_grad_slots = n_grad_slots;
-        stage_use_grad_slot(s, 0);
-    }
-    if (n_stash > s->n_stash) {
-        s->stash = (float**)realloc(s->stash, n_stash * sizeof(float*));
-        s->stash_version = (int*)realloc(s->stash_version, n_stash * sizeof(int));
-        s->stash_views = (ParameterTensors*)realloc(s->stash_views, n_stash * sizeof(ParameterTensors));
-        if (!s->stash || !s->stash_version || !s->stash_views) td_fatal("out of memory for %d weight stashes", n_stash);
-        for (int i = s->n_stash; i < n_stash; i++) {
-            s->stash[i] = s->be ? NULL : (float*)malloc_check(s->num_params * sizeof(float));
-            s->stash_version[i] = -1;
-            if (s->stash[i]) gpt2_point_params(&s->stash_views[i], s->stash[i], s->sizes);
-        }
-        s->n_stash = n_stash;
+void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be, void* dev) {
+    memset(st, 0, sizeof(*st));
+    st->cfg = *init->cfg;
+    st->range = init->range;
+    st->B = init->B;
+    st->T = init->T;
+    st->be = be;
+    st->dev = dev;
+    st->num_params = gpt2_param_sizes(&st->cfg, &st->range, st->sizes);
+    if (init->full) {
+        st->params = (float*)calloc_check(st->num_params, sizeof(float));
+        st->adam_m = (float*)calloc_check(st->num_params, sizeof(float));
+        st->adam_v = (float*)calloc_check(st->num_params, sizeof(float));
+        gpt2_point_params(&st->p, st->params, st->sizes);
+        stage_load_params(st, init->full);
     }
 }
 
-void stage_use_grad_slot(Stage* s, int k) {
-    s->grads = s->grad_slots[k];
-    s->dwte_head = s->dwte_head_slots[k];
-    gpt2_point_params(&s->g, s->grads, s->sizes);
-    if (s->be) s->be->use_grad_slot(s, k);
+void stage_create(Stage* st, const StageDevice* device, const StageInit* init) {
+    device->create(st, init);
+    stage_reserve(st, 1, 1, 1, 0);
+}
+
+// n host buffers of `floats` floats in *bufs (holding *have), grown to n
+static void grow_bufs(float*** bufs, int have, int n, size_t floats) {
+    if (n <= have) return;
+    *bufs = (float**)realloc(*bufs, n * sizeof(float*));
+    if (!*bufs) td_fatal("out of memory for %d stage buffers", n);
+    for (int i = have; i < n; i++) (*bufs)[i] = floats ? (float*)calloc_check(floats, sizeof(float)) : NULL;
+}
+static void grow_ints(int*** bufs, int have, int n, size_t count) {
+    if (n <= have) return;
+    *bufs = (int**)realloc(*bufs, n * sizeof(int*));
+    if (!*bufs) td_fatal("out of memory for %d token slots", n);
+    for (int i = have; i < n; i++) (*bufs)[i] = (int*)calloc_check(count, sizeof(int));
+}
+
+// host staging: a device backend whose messages no link reaches sends and receives host copies
+static int msgs_direct(const Stage* st) { return st->be->host_memory || st->device_msgs; }
+static size_t btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
+
+static void grow_host_msgs(Stage* st) {
+    if (msgs_direct(st)) return;
+    size_t n = btc(st, 0);
+    grow_bufs(&st->host_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_bufs(&st->host_out, st->n_host_slots, st->n_slots, st->range.has_head ? 0 : n);
+    grow_bufs(&st->host_dx_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_bufs(&st->host_dx_out, st->n_host_gacts, st->n_gacts, st->range.has_head ? 0 : n);
+    if (st->n_slots > st->n_host_slots) st->n_host_slots = st->n_slots;
+    if (st->n_gacts > st->n_host_gacts) st->n_host_gacts = st->n_gacts;
+}
+
+void stage_reserve(Stage* st, int n_slots, int n_gacts, int n_grad_slots, int n_stash) {
+    if (n_slots > st->n_slots) {
+        grow_ints(&st->inputs, st->n_slots, n_slots, (size_t)st->B * st->T);
+        grow_ints(&st->targets, st->n_slots, n_slots, (size_t)st->B * st->T);
+        st->n_slots = n_slots;
+    }
+    if (n_gacts > st->n_gacts) st->n_gacts = n_gacts;
+    if (n_grad_slots > st->n_grad_slots) st->n_grad_slots = n_grad_slots;
+    if (n_stash > st->n_stash) {
+        st->stash_version = (int*)realloc(st->stash_version, n_stash * sizeof(int));
+        if (!st->stash_version) td_fatal("out of memory for %d weight stashes", n_stash);
+        for (int i = st->n_stash; i < n_stash; i++) st->stash_version[i] = -1;
+        st->n_stash = n_stash;
+    }
+    st->be->reserve(st);
+    grow_host_msgs(st);
+}
+
+void stage_reserve_sample(Stage* st) {
+    if (st->sample_slot) return;
+    st->sample_slot = 1;
+    st->sample_ids = (int*)calloc_check(st->T, sizeof(int));
+    st->be->reserve(st);
+    if (!msgs_direct(st)) {
+        st->host_sample[0] = (float*)calloc_check(btc(st, STAGE_SAMPLE_SLOT), sizeof(float));
+        st->host_sample[1] = (float*)calloc_check(btc(st, STAGE_SAMPLE_SLOT), sizeof(float));
+    }
+}
+
+static void free_bufs(void** bufs, int n) {
+    if (!bufs) return;
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+}
+
+void stage_destroy(Stage* st) {
+    st->be->destroy(st);
+    free_bufs((void**)st->inputs, st->n_slots);
+    free_bufs((void**)st->targets, st->n_slots);
+    free_bufs((void**)st->host_in, st->n_host_slots);
+    free_bufs((void**)st->host_out, st->n_host_slots);
+    free_bufs((void**)st->host_dx_in, st->n_host_slots);
+    free_bufs((void**)st->host_dx_out, st->n_host_gacts);
+    free(st->host_sample[0]);
+    free(st->host_sample[1]);
+    free_bufs((void**)st->host_grads, st->n_host_grads);
+    free_bufs((void**)st->host_dwte_head, st->n_host_grads);
+    free_bufs((void**)st->host_tied_other, st->n_host_grads);
+    free(st->sample_ids);
+    free(st->stash_version);
+    free(st->params);
+    free(st->adam_m);
+    free(st->adam_v);
+    memset(st, 0, sizeof(*st));
+}
+
+int* stage_inputs(Stage* st, int slot) { return slot == STAGE_SAMPLE_SLOT ? st->sample_ids : st->inputs[slot]; }
+int* stage_targets(Stage* st, int slot) {
+    if (slot == STAGE_SAMPLE_SLOT) td_fatal("stage_targets: the sample slot has no targets");
+    return st->targets[slot];
 }
 
 // -1 when version is the current one, else the stash slot holding it
-static int stash_of(const Stage* s, int version) {
-    if (version == s->version) return -1;
-    for (int i = 0; i < s->n_stash; i++)
-        if (s->stash_version[i] == version) return i;
-    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", s->range.l0, s->range.l1, version, s->version);
+static int stash_of(const Stage* st, int version) {
+    if (version == st->version) return -1;
+    for (int i = 0; i < st->n_stash; i++)
+        if (st->stash_version[i] == version) return i;
+    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", st->range.l0, st->range.l1, version, st->version);
 }
 
-const ParameterTensors* stage_weights(const Stage* s, int version) {
-    int i = stash_of(s, version);
-    return i < 0 ? &s->p : &s->stash_views[i];
+float stage_forward(Stage* st, const Op* op, int slot, int targets_valid) {
+    if (!msgs_direct(st) && !st->range.has_embed)
+        st->be->upload_input(st, slot, slot == STAGE_SAMPLE_SLOT ? st->host_sample[0] : st->host_in[slot]);
+    return st->be->forward(st, op, slot, stash_of(st, op->version), targets_valid);
 }
 
-void stage_stash_into(Stage* s, int i) {
-    memcpy(s->stash[i], s->params, s->num_params * sizeof(float));
-    s->stash_version[i] = s->version;
+void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss) {
+    if (!msgs_direct(st) && !st->range.has_head) st->be->upload_grad(st, gacts, st->host_dx_out[gacts]);
+    st->be->backward_input(st, op, slot, gacts, stash_of(st, op->version), dloss);
 }
 
-void stage_stash_current(Stage* s) {
-    for (int i = 0; i < s->n_stash; i++)
-        if (s->stash_version[i] < 0) {
-            if (s->be) {
-                s->be->stash(s, i);
-                s->stash_version[i] = s->version;
-            } else {
-                stage_stash_into(s, i);
-            }
-            return;
-        }
-    td_fatal("stage [%d, %d): no free stash slot for version %d (%d slots)", s->range.l0, s->range.l1, s->version, s->n_stash);
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts) {
+    st->be->backward_weight(st, op, slot, gacts, stage_grad_slot(st, op->step));
 }
 
-void stage_release_stash(Stage* s, int version) {
-    for (int i = 0; i < s->n_stash; i++)
-        if (s->stash_version[i] == version) s->stash_version[i] = -1;
+void stage_backward(Stage* st, const Op* op, int slot, float dloss) {
+    stage_backward_input(st, op, slot, 0, dloss);
+    stage_backward_weight(st, op, slot, 0);
 }
 
-void stage_free(Stage* s) {
-    for (int i = 0; i < s->n_slots; i++) {
-        if (s->be) free(s->acts[i].x_in); // a backend's slots own x_in outside the (absent) memory block
-        gpt2_acts_free(&s->acts[i]);
-        free(s->out_host[i]);
+void stage_finish(Stage* st) {
+    if (st->be->finish) st->be->finish(st);
+}
+
+void stage_probs(Stage* st, int slot, int t, float* out) {
+    if (!st->range.has_head) td_fatal("stage_probs: only the last stage has the LM head");
+    st->be->probs(st, slot, t, out);
+}
+
+// ---- messages --------------------------------------------------------------------------------------
+
+size_t stage_msg_bytes(const Stage* st, int slot) { return msgs_direct(st) ? st->be->msg_bytes(st, slot) : btc(st, slot) * sizeof(float); }
+
+void* stage_input_buf(Stage* st, int slot) {
+    if (msgs_direct(st)) return st->be->input_msg(st, slot);
+    return slot == STAGE_SAMPLE_SLOT ? st->host_sample[0] : st->host_in[slot];
+}
+
+const void* stage_output_buf(Stage* st, int slot) {
+    if (msgs_direct(st)) return st->be->output_msg(st, slot);
+    float* host = slot == STAGE_SAMPLE_SLOT ? st->host_sample[1] : st->host_out[slot];
+    st->be->download_output(st, slot, host);
+    return host;
+}
+
+void* stage_grad_buf(Stage* st, int gacts) { return msgs_direct(st) ? st->be->grad_msg(st, gacts) : st->host_dx_out[gacts]; }
+
+const void* stage_dx_in_buf(Stage* st, int gacts, int slot) {
+    if (msgs_direct(st)) return st->be->dx_in_msg(st, gacts, slot);
+    st->be->download_dx_in(st, gacts, st->host_dx_in[slot]);
+    return st->host_dx_in[slot];
+}
+
+int stage_keeps_device_msgs(const Stage* st) { return !st->be->host_memory && st->be->input_msg; }
+
+void stage_use_device_msgs(Stage* st) {
+    if (!stage_keeps_device_msgs(st)) td_fatal("stage_use_device_msgs: the %s backend keeps no pipeline messages of its own", st->be->name);
+    st->device_msgs = 1;
+    st->be->reserve(st); // the device-side send buffers
+}
+
+void stage_use_device_tied(Stage* st) {
+    if (!st->device_msgs) td_fatal("stage_use_device_tied: the stage's messages are not in device memory (stage_use_device_msgs)");
+    if (st->range.has_embed == st->range.has_head) td_fatal("stage_use_device_tied: only the first or the last stage of a pipeline exchanges tied shares");
+    st->device_tied = 1;
+    st->be->reserve(st); // the device-side receive buffers of the other end's share
+}
+
+// ---- the gradient cache -----------------------------------------------------------------------------
+
+int stage_grad_slot(const Stage* st, int step) { return step % st->n_grad_slots; }
+
+static int tied_direct(const Stage* st) { return st->be->host_memory || st->device_tied; }
+
+// slot k's host copies (a device backend staging through host memory), allocated when first needed
+static void host_grads_alloc(Stage* st, int k) {
+    if (st->n_host_grads < st->n_grad_slots) {
+        int n = st->n_grad_slots;
+        st->host_grads = (float**)realloc(st->host_grads, n * sizeof(float*));
+        st->host_dwte_head = (float**)realloc(st->host_dwte_head, n * sizeof(float*));
+        st->host_tied_other = (float**)realloc(st->host_tied_other, n * sizeof(float*));
+        if (!st->host_grads || !st->host_dwte_head || !st->host_tied_other) td_fatal("out of memory for %d host gradient slots", n);
+        for (int i = st->n_host_grads; i < n; i++) st->host_grads[i] = st->host_dwte_head[i] = st->host_tied_other[i] = NULL;
+        st->n_host_grads = n;
     }
-    free(s->out_host);
-    for (int i = 0; i < s->n_gacts; i++) gpt2_grad_acts_free(&s->gacts[i]);
-    for (int i = 0; i < s->n_grad_slots; i++) {
-        free(s->grad_slots[i]);
-        free(s->dwte_head_slots[i]);
+    if (!st->host_grads[k]) {
+        st->host_grads[k] = (float*)malloc_check(st->num_params * sizeof(float));
+        if (st->range.has_head) st->host_dwte_head[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
     }
-    for (int i = 0; i < s->n_stash; i++) free(s->stash[i]);
-    free(s->gacts);
-    free(s->grad_slots);
-    free(s->dwte_head_slots);
-    free(s->stash);
-    free(s->stash_version);
-    free(s->stash_views);
-    free(s->acts);
-    free(s->params);
-    free(s->adam_m);
-    free(s->adam_v);
-    memset(s, 0, sizeof(*s));
 }
 
-void stage_load_params(Stage* s, const float* full) { gpt2_slice_params(&s->cfg, &s->range, full, s->params); }
-void stage_store_params(const Stage* s, float* full) { gpt2_unslice_params(&s->cfg, &s->range, s->params, full); }
-
-float stage_forward(Stage* s, int slot, int version, int targets_valid) {
-    if (s->be) return s->be->forward(s, slot, stash_of(s, version), targets_valid);
-    return gpt2_forward(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], targets_valid);
+float* stage_host_grads(Stage* st, int k, float** dwte_head) {
+    if (st->be->host_memory) return st->be->host_grads(st, k, dwte_head);
+    host_grads_alloc(st, k);
+    st->be->grads_to_host(st, k, st->host_grads[k], st->host_dwte_head[k]);
+    if (dwte_head) *dwte_head = st->host_dwte_head[k];
+    return st->host_grads[k];
 }
 
-void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss) {
-    if (s->be) s->be->backward_input(s, slot, gacts, stash_of(s, version), dx_out, dloss);
-    else gpt2_backward_input(&s->cfg, &s->range, stage_weights(s, version), &s->acts[slot], &s->gacts[gacts], dx_out, dloss);
+void stage_host_grads_done(Stage* st, int k) {
+    if (st->be->host_memory) return;
+    st->be->grads_from_host(st, k, st->host_grads[k], st->host_dwte_head[k]);
 }
 
-void stage_backward_weight(Stage* s, int slot, int gacts) {
-    if (s->be) s->be->backward_weight(s, slot, gacts);
-    else gpt2_backward_weight(&s->cfg, &s->range, &s->acts[slot], &s->gacts[gacts], &s->g, s->dwte_head);
+void stage_dp_average_host(void* comm, Stage* st, int k) {
+    float* dwte_head;
+    float* grads = stage_host_grads(st, k, &dwte_head);
+    comm_dp_average((Comm*)comm, grads, st->num_params);
+    if (dwte_head) comm_dp_average((Comm*)comm, dwte_head, st->sizes[0]);
+    stage_host_grads_done(st, k);
 }
 
-void stage_backward(Stage* s, int slot, const float* dx_out, float dloss) {
-    stage_backward_input(s, slot, 0, s->version, dx_out, dloss);
-    stage_backward_weight(s, slot, 0);
+void stage_tie_local(Stage* st, int k) { st->be->tie_local(st, k); }
+
+// Through host memory (a device backend whose tied shares no link reaches), slot k's gradient goes
+// down when this end's share is sent and comes back up with the sum; the device does not touch the
+// slot in between (every backward of its step has run, and its average is done).
+float* stage_tied_share(Stage* st, int k) {
+    if (tied_direct(st)) return st->be->tied_share(st, k);
+    float* dwte_head;
+    float* grads = stage_host_grads(st, k, &dwte_head);
+    return st->range.has_embed ? grads : dwte_head; // wte's gradient is the first tensor
 }
 
-void stage_to_host(Stage* s) {
-    if (s->be) s->be->to_host(s);
+float* stage_tied_other(Stage* st, int k) {
+    if (tied_direct(st)) return st->be->tied_other(st, k);
+    host_grads_alloc(st, k);
+    if (!st->host_tied_other[k]) st->host_tied_other[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
+    return st->host_tied_other[k];
 }
 
-void stage_from_host(Stage* s) {
-    if (s->be) s->be->from_host(s);
-}
-
-const float* stage_output(Stage* s, int slot) {
-    if (!s->be) return gpt2_stage_output(&s->cfg, &s->range, &s->acts[slot]);
-    s->be->output(s, slot, s->out_host[slot]);
-    return s->out_host[slot];
-}
-
-void stage_dx_in(Stage* s, int gacts, float* dst) {
-    if (s->be) s->be->dx_in(s, gacts, dst);
-    else memcpy(dst, s->gacts[gacts].dx_in, (size_t)s->B * s->T * s->cfg.channels * sizeof(float));
-}
-
-void stage_finish(Stage* s) {
-    if (s->be && s->be->finish) s->be->finish(s);
-}
-
-int stage_has_device_msgs(const Stage* s) { return s->be && s->be->msg_bytes; }
-
-static const StageBackend* msgs_of(const Stage* s, const char* what) {
-    if (!s->device_msgs) td_fatal("%s: this stage's pipeline messages are not in device memory (%s)", what,
-                                  stage_has_device_msgs(s) ? "stage_use_device_msgs was not called" : "its backend keeps none");
-    return s->be;
-}
-
-void stage_use_device_msgs(Stage* s) {
-    if (!stage_has_device_msgs(s)) td_fatal("stage_use_device_msgs: the %s backend keeps no pipeline messages", s->be ? s->be->name : "CPU");
-    s->device_msgs = 1;
-}
-void stage_use_device_tied(Stage* s) {
-    msgs_of(s, "stage_use_device_tied");
-    if (s->range.has_embed == s->range.has_head) td_fatal("stage_use_device_tied: only the first or the last stage of a pipeline exchanges tied shares");
-    s->device_tied = 1;
-}
-size_t stage_msg_bytes(const Stage* s) { return msgs_of(s, "stage_msg_bytes")->msg_bytes(s); }
-void* stage_input_msg(Stage* s, int slot) { return msgs_of(s, "stage_input_msg")->input_msg(s, slot); }
-const void* stage_output_msg(Stage* s, int slot) { return msgs_of(s, "stage_output_msg")->output_msg(s, slot); }
-void* stage_grad_msg(Stage* s, int gacts) { return msgs_of(s, "stage_grad_msg")->grad_msg(s, gacts); }
-const void* stage_dx_in_msg(Stage* s, int gacts, int slot) { return msgs_of(s, "stage_dx_in_msg")->dx_in_msg(s, gacts, slot); }
-static const StageBackend* tied_of(const Stage* s, const char* what) {
-    if (!s->device_tied) td_fatal("%s: this stage's tied shares are not in device memory (stage_use_device_tied)", what);
-    return msgs_of(s, what);
-}
-float* stage_tied_share(Stage* s) { return tied_of(s, "stage_tied_share")->tied_share(s); }
-float* stage_tied_other(Stage* s, int k) { return tied_of(s, "stage_tied_other")->tied_other(s, k); }
-void stage_tied_sum(Stage* s, int k) {
-    const StageBackend* be = tied_of(s, "stage_tied_sum");
-    float* own = be->tied_share(s);
-    float* other = be->tied_other(s, k);
-    int first = s->range.has_embed; // the encoder's share comes first on both ends: bitwise equal copies
-    be->tied_sum(s, first ? own : other, first ? other : own);
-}
-
-void stage_grads_to_host(Stage* s) {
-    if (s->be) s->be->grads_to_host(s);
-}
-
-void stage_grads_from_host(Stage* s) {
-    if (s->be) s->be->grads_from_host(s);
-}
-
-void stage_tie_embedding_local(Stage* s) {
-    if (s->be) s->be->tie_embedding_local(s);
-    else stage_tie_embedding_host(s);
-}
-
-void stage_tie_embedding_host(Stage* s) {
-    float* g = s->g.wte;
-    const float* h = s->dwte_head;
-    for (size_t i = 0; i < s->sizes[0]; i++) g[i] += h[i];
-}
-
-void stage_grad_unit_sumsq(const Stage* s, double* out) {
-    if (s->be) {
-        s->be->grad_unit_sumsq(s, out);
+void stage_tied_sum(Stage* st, int k) {
+    int first = st->range.has_embed; // the encoder's share comes first on both ends: bitwise equal copies
+    float* other = stage_tied_other(st, k);
+    if (tied_direct(st)) {
+        float* own = st->be->tied_share(st, k);
+        st->be->tied_sum(st, k, first ? own : other, first ? other : own);
         return;
     }
-    const GPT2Range* r = &s->range;
-    int C = s->cfg.channels, Ls = r->l1 - r->l0;
-    if (r->has_embed) out[0] = sumsq(s->g.wte, s->sizes[0]) + sumsq(s->g.wpe, s->sizes[1]);
-    float* layer_tensors[12] = {s->g.ln1w, s->g.ln1b, s->g.qkvw, s->g.qkvb, s->g.attprojw, s->g.attprojb,
-                                s->g.ln2w, s->g.ln2b, s->g.fcw, s->g.fcb, s->g.fcprojw, s->g.fcprojb};
-    for (int l = 0; l < Ls; l++) {
-        double acc = 0.0;
-        for (int i = 0; i < 12; i++) {
-            size_t per_layer = s->sizes[2 + i] / Ls;
-            acc += sumsq(layer_tensors[i] + l * per_layer, per_layer);
-        }
-        out[1 + r->l0 + l] = acc;
-    }
-    if (r->has_head) out[1 + s->cfg.num_layers] = sumsq(s->g.lnfw, C) + sumsq(s->g.lnfb, C);
+    float* own = first ? st->host_grads[k] : st->host_dwte_head[k]; // sent from here at stage_tied_share
+    float* wte = st->host_grads[k];
+    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first ? own[i] + other[i] : other[i] + own[i];
+    stage_host_grads_done(st, k);
 }
+
+void stage_grad_unit_sumsq(Stage* st, int k, double* out) { st->be->grad_unit_sumsq(st, k, out); }
 
 float grad_norm_from_units(const double* units, int n_units) {
     double total = 0.0;
@@ -280,27 +281,44 @@ float grad_norm_from_units(const double* units, int n_units) {
     return (float)sqrt(total);
 }
 
-void stage_update(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale) {
-    if (s->be) {
-        s->be->update(s, opt, lr, t, grad_scale);
-        s->version++;
-        return;
-    }
-    size_t off = 0;
-    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        if (s->sizes[i])
-            adamw_update(s->params + off, s->grads + off, s->adam_m + off, s->adam_v + off, s->sizes[i], lr, opt->beta1, opt->beta2,
-                         opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
-        off += s->sizes[i];
-    }
-    s->version++;
+void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
+    st->be->update(st, k, opt, lr, t, grad_scale);
+    st->version++;
 }
 
-void stage_zero_grad(Stage* s) {
-    if (s->be) {
-        s->be->zero_grad(s);
-        return;
-    }
-    memset(s->grads, 0, s->num_params * sizeof(float));
-    if (s->dwte_head) memset(s->dwte_head, 0, s->sizes[0] * sizeof(float));
+void stage_zero_grad(Stage* st, int k) { st->be->zero_grad(st, k); }
+
+// ---- weight versions and host copies -----------------------------------------------------------------
+
+void stage_stash_current(Stage* st) {
+    for (int i = 0; i < st->n_stash; i++)
+        if (st->stash_version[i] < 0) {
+            st->be->stash(st, i);
+            st->stash_version[i] = st->version;
+            return;
+        }
+    td_fatal("stage [%d, %d): no free stash slot for version %d (%d slots)", st->range.l0, st->range.l1, st->version, st->n_stash);
+}
+
+void stage_release_stash(Stage* st, int version) {
+    for (int i = 0; i < st->n_stash; i++)
+        if (st->stash_version[i] == version) st->stash_version[i] = -1;
+}
+
+void stage_to_host(Stage* st) {
+    if (st->be->to_host) st->be->to_host(st);
+}
+void stage_from_host(Stage* st) {
+    if (st->be->from_host) st->be->from_host(st);
+}
+
+void stage_load_params(Stage* st, const float* full) { gpt2_slice_params(&st->cfg, &st->range, full, st->params); }
+void stage_store_params(const Stage* st, float* full) { gpt2_unslice_params(&st->cfg, &st->range, st->params, full); }
+
+StageMemory stage_memory(const Stage* st) {
+    double b[4] = {0.0, 0.0, 0.0, 0.0}; // one activation slot, gacts buffer, stash, gradient slot
+    if (st->be->memory) st->be->memory(st, b);
+    StageMemory m = {st->n_slots, st->n_stash, st->n_grad_slots, b[0] * st->n_slots + b[1] * st->n_gacts, b[2] * st->n_stash,
+                     b[3] * st->n_grad_slots};
+    return m;
 }

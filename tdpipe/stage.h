@@ -1,165 +1,229 @@
-// A pipeline stage: the model's layer range [l0, l1) with its weights (and stashed older versions),
-// the gradient cache (a ring of accumulation slots keyed by step), AdamW moments and the
-// activations of its in-flight micro-batches. P = 1: the one stage is the model.
+// A pipeline stage: the model's layer range [l0, l1) on one device, with what the pipeline keeps
+// around it: activation slots of micro-batches in flight, weight stashes, the gradient cache (a ring
+// of accumulation slots keyed by step) and AdamW's moments. P = 1: the one stage is the whole model.
+// Every device (the CPU, CUDA, cpu-staged, synthetic compute) is a StageBackend behind these calls;
+// where bytes live is the backend's business and this file's, never the executor's.
 #pragma once
 #include "llmc/adamw.h"
 #include "llmc/gpt2.h"
+#include "tdpipe/schedule.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+// Terms, as everywhere in tdpipe/:
+//   slot     an activation slot: the tensors of one micro-batch in flight on this stage, from its
+//            forward to its backward (0 <= slot < n_slots), or STAGE_SAMPLE_SLOT (one row, sampling)
+//   gacts    an activation-gradient buffer: what the input-gradient half of backward leaves for the
+//            weight-gradient half (one per slot under zero-bubble's split backward, else one)
+//   version  the number of optimizer updates applied to a set of weights
+//   stash    a copy of an older weight version that an in-flight micro-batch still needs
+//   k        a gradient slot of the cache: step t accumulates into k = t % n_grad_slots
+//   share    the tied embedding's gradient on one end: the encoder's (first stage, in wte's
+//            gradient) or the LM head's (last stage, dwte_head); both ends apply first + last
+#define STAGE_SAMPLE_SLOT (-1)
+
 typedef struct Stage Stage;
 
-// A device backend for a stage's compute. A stage without one computes on the CPU (the reference).
-// The CUDA backend (train_tdpipe.cu, the one file nvcc builds) fills one in; its model lives on the
-// device, the Stage keeps the host side: token ids, the fp32 weights and AdamW moments between
-// stage_to_host / stage_from_host, and the gradient for host-side exchanges. The Stage keeps the
-// books of stashes (which slot holds which version) and of the gradient ring; the backend keeps
-// their contents on the device. `stash` arguments: -1 for the current weights, else a stash slot.
+// A device. Compute calls name the weights by stash (-1: the current weights, else a stash slot)
+// and the gradient by k; stage.c turns versions and steps into those. op is what the schedule runs
+// (synthetic compute times it; real devices ignore it). Buffers named *_msg live in the backend's
+// memory; host_memory says whether MPI may read and write them directly.
 typedef struct {
     const char* name;
-    float (*forward)(Stage* s, int slot, int stash, int targets_valid);
-    void (*backward_input)(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss);
-    void (*backward_weight)(Stage* s, int slot, int gacts);
-    void (*tie_embedding_local)(Stage* s);
-    void (*grad_unit_sumsq)(const Stage* s, double* out);
-    void (*update)(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale);
-    void (*zero_grad)(Stage* s);
-    void (*to_host)(Stage* s);         // weights and AdamW moments -> params, adam_m, adam_v
-    void (*from_host)(const Stage* s); // the reverse (after a resume)
-    void (*output)(Stage* s, int slot, float* host);  // (B, T, C) the stage output of slot
-    void (*dx_in)(Stage* s, int gacts, float* host);  // (B, T, C) the gradient of the stage input
-    void (*grads_to_host)(Stage* s);         // the active gradient (and dwte_head) -> grads, dwte_head
-    void (*grads_from_host)(const Stage* s); // grads -> the device (after host-side exchanges)
-    void (*stash)(Stage* s, int i);          // the current weights -> stash slot i (s->n_stash slots)
-    void (*use_grad_slot)(Stage* s, int k);  // backward accumulates into gradient slot k (s->n_grad_slots)
-    // pipeline messages kept in the backend's memory, moved by a CommLink (after stage_use_device_msgs)
-    size_t (*msg_bytes)(const Stage* s);                     // one (B, T, C) activation or gradient message
-    void* (*input_msg)(Stage* s, int slot);                  // slot's stage input: forward reads it there
-    const void* (*output_msg)(Stage* s, int slot);           // slot's stage output
-    void* (*grad_msg)(Stage* s, int gacts);                  // dL/d(output): backward_input (dx_out NULL) reads it there
-    const void* (*dx_in_msg)(Stage* s, int gacts, int slot); // dL/d(input) of gacts, copied into slot's send buffer
-    // the tied embedding's gradient shares in the backend's memory (first and last stage, device messages)
-    float* (*tied_share)(Stage* s);        // (Vp, C) this end's share in the active slot: wte's (first) or the LM head's (last)
-    float* (*tied_other)(Stage* s, int k); // (Vp, C) where the other end's share for gradient slot k is received
-    void (*tied_sum)(Stage* s, const float* first, const float* last); // wte's gradient (active slot) = first + last
-    void (*finish)(Stage* s); // waits until the compute enqueued so far has run (NULL: calls return when done)
+    int host_memory; // 1: buffers are host memory (the CPU); 0: the device's own (CUDA; cpu-staged pretends)
+    void (*reserve)(Stage* st);   // grow to st->n_slots, n_gacts, n_grad_slots, n_stash (and the sample slot)
+    void (*destroy)(Stage* st);   // free the backend's state (the Stage's own arrays are stage.c's)
+    // compute; forward reads the slot's tokens (stage_tokens) and, off the first stage, its input_msg
+    float (*forward)(Stage* st, const Op* op, int slot, int stash, int targets_valid);
+    void (*backward_input)(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss); // reads grad_msg(gacts) off the last stage
+    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k);
+    void (*finish)(Stage* st); // returns when the compute enqueued so far has run (NULL: calls return when done)
+    void (*probs)(Stage* st, int slot, int t, float* out); // (V) last stage: softmax of row 0's logits at position t
+    // weights, gradients and the optimizer
+    void (*stash)(Stage* st, int i);  // the current weights into stash slot i
+    void (*grad_unit_sumsq)(Stage* st, int k, double* out); // as stage_grad_unit_sumsq
+    void (*update)(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale);
+    void (*zero_grad)(Stage* st, int k);
+    void (*tie_local)(Stage* st, int k); // P = 1: wte's gradient += the LM head's share
+    void (*to_host)(Stage* st);          // weights and AdamW moments -> st->params, adam_m, adam_v
+    void (*from_host)(Stage* st);        // the reverse
+    float* (*host_grads)(Stage* st, int k, float** dwte_head); // host-memory backends: slot k's own buffers
+    void (*grads_to_host)(Stage* st, int k, float* grads, float* dwte_head); // device backends: (num_params), (Vp*C) or NULL
+    void (*grads_from_host)(Stage* st, int k, const float* grads, const float* dwte_head);
+    // pipeline messages in the backend's memory; (B, T, C) in its precision, msg_bytes each
+    size_t (*msg_bytes)(const Stage* st, int slot);
+    void* (*input_msg)(Stage* st, int slot);                  // the stage input of slot
+    const void* (*output_msg)(Stage* st, int slot);           // the stage output of slot
+    void* (*grad_msg)(Stage* st, int gacts);                  // dL/d(output) that backward_input reads
+    const void* (*dx_in_msg)(Stage* st, int gacts, int slot); // dL/d(input), copied into slot's send buffer
+    // host staging of the same, as fp32 (B, T, C), for messages that go through host memory
+    void (*upload_input)(Stage* st, int slot, const float* x);
+    void (*download_output)(Stage* st, int slot, float* x);
+    void (*upload_grad)(Stage* st, int gacts, const float* dx);
+    void (*download_dx_in)(Stage* st, int gacts, float* dx);
+    // the tied embedding's shares (first and last stage): this end's, the other end's (received), their sum
+    float* (*tied_share)(Stage* st, int k);                                  // (Vp, C)
+    float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
+    void (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last
+    void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
 } StageBackend;
 
 struct Stage {
     GPT2Config cfg;
     GPT2Range range;
     int B, T;
-    const StageBackend* be; // NULL: the CPU
-    int device_msgs;        // 1: pipeline messages come and go in the backend's memory (the *_msg calls)
-    int device_tied;        // 1: so do the tied embedding's gradient shares (the stage_tied_* calls)
-    void* dev;              // the backend's state
-    float** out_host;       // (n_slots)[B*T*C] with a backend: host copies of stage outputs being sent
+    const StageBackend* be;
+    void* dev;             // the backend's state
     size_t sizes[GPT2_NUM_PARAM_TENSORS]; // floats per tensor of this stage
     size_t num_params;
-    float* params;       // (num_params) fp32 master weights
-    ParameterTensors p;  // views into params
-    int version;         // optimizer updates applied to params
-    float* grads;        // (num_params) the active gradient slot: accumulated over a step's micro-batches
-    ParameterTensors g;
-    float* dwte_head;    // (Vp, C) the LM head's share of wte's gradient (last stage), or NULL
-    float* adam_m;       // (num_params)
-    float* adam_v;       // (num_params)
-    int n_slots;
-    GPT2Acts* acts;      // (n_slots) activations of micro-batches in flight
-    int n_gacts;
-    GPT2GradActs* gacts; // (n_gacts) gradients of activations between the two halves of backward
-    // the gradient cache: n_grad_slots accumulation slots; step t accumulates into slot t % n_grad_slots
-    int n_grad_slots;
-    float** grad_slots;      // (n_grad_slots)[num_params]
-    float** dwte_head_slots; // (n_grad_slots)[Vp*C] or NULLs
-    // weight stashing: copies of older versions still referenced by in-flight micro-batches
-    int n_stash;
-    int* stash_version;      // (n_stash) version held, -1 when free
-    float** stash;           // (n_stash)[num_params] on the CPU; NULLs with a backend (it holds them)
-    ParameterTensors* stash_views; // (n_stash)
+    // host memory: the weights and AdamW moments (a device backend's copies, between stage_to_host
+    // and stage_from_host; the CPU backend's own), NULL under synthetic compute
+    float* params;         // (num_params)
+    float* adam_m;         // (num_params)
+    float* adam_v;         // (num_params)
+    ParameterTensors p;    // views into params
+    int version;           // optimizer updates applied
+    int** inputs;          // (n_slots)[B*T] token ids of each slot (first stage)
+    int** targets;         // (n_slots)[B*T] next-token ids (last stage)
+    int* sample_ids;       // (T) the sample slot's token ids (B = 1)
+    int n_slots, n_gacts, n_grad_slots, n_stash;
+    int sample_slot;       // 1 once the one-row sample slot is reserved
+    int* stash_version;    // (n_stash) version each stash holds, -1 when free
+    // where messages and the tied shares go through host memory (a device backend without a link
+    // that reaches its memory): host copies, allocated when needed
+    int device_msgs;       // 1: pipeline messages stay in the backend's memory
+    int device_tied;       // 1: so do the tied embedding's shares
+    int n_host_slots, n_host_gacts;
+    float** host_in;       // (n_host_slots)[B*T*C] inputs received on the host
+    float** host_out;      // (n_host_slots)[B*T*C] outputs sent from the host
+    float** host_dx_out;   // (n_host_gacts)[B*T*C] output gradients received on the host
+    float** host_dx_in;    // (n_host_slots)[B*T*C] input gradients sent from the host
+    float* host_sample[2]; // (T*C) the sample slot's input and output on the host
+    int n_host_grads;
+    float** host_grads;     // (n_host_grads)[num_params] gradient slots downloaded for host-side exchanges
+    float** host_dwte_head; // (n_host_grads)[Vp*C] the LM head's share with each (last stage), else NULLs
+    float** host_tied_other;// (n_host_grads)[Vp*C] the other end's share received on the host
 };
 
-// one activation slot, one gradient slot, no stash: what a single process running its
-// micro-batches one after another needs; stage_reserve adds the pipeline's extra buffers
-void stage_init(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots);
-// the same for a stage whose compute runs on a device backend: host activation slots hold only
-// the token ids (the activations live on the device)
-void stage_init_backend(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, int n_slots, const StageBackend* be, void* dev);
+// What a stage is made from. full: the whole model's parameters (laid out for [0, L) with embed
+// and head), NULL for synthetic compute. comm: the rank's Comm (a GPU's local rank; MPI progress
+// during synthetic waits). syn_f, syn_b: synthetic compute's seconds per forward and per backward,
+// jittered by Gamma draws of CV jitter keyed by seed and the op.
+typedef struct {
+    const GPT2Config* cfg;
+    GPT2Range range;
+    int B, T;
+    const float* full;
+    void* comm;
+    double syn_f, syn_b, jitter;
+    unsigned long long seed;
+} StageInit;
+
+// A device: a name and how to make a stage on it (the CPU's, cpu-staged's and synthetic compute's
+// are here; CUDA's in stage_cuda.cuh, which only nvcc builds).
+typedef struct {
+    const char* name;
+    void (*create)(Stage* st, const StageInit* init);
+} StageDevice;
+extern const StageDevice STAGE_CPU;       // stage_cpu.c: fp32, the reference
+extern const StageDevice STAGE_CPU_STAGED; // stage_staged.c: the CPU behind a device's code path (tests)
+extern const StageDevice STAGE_SYNTHETIC;  // stage_synthetic.c: timed waits, no model
+
+// one activation slot, one gradient slot, no stash: a single process running micro-batches one after
+// another; stage_reserve adds what a pipeline schedule needs
+void stage_create(Stage* st, const StageDevice* device, const StageInit* init);
+void stage_destroy(Stage* st);
 // grows to n_slots activation slots, n_gacts activation-gradient buffers, n_grad_slots gradient
 // slots and n_stash weight stashes (never shrinks)
-void stage_reserve(Stage* s, int n_slots, int n_gacts, int n_grad_slots, int n_stash);
-// points grads / g / dwte_head at gradient slot k
-void stage_use_grad_slot(Stage* s, int k);
-// the weights of `version`: the current ones or a stash (td_fatal if neither holds it)
-const ParameterTensors* stage_weights(const Stage* s, int version);
-// copies the current weights into a free stash slot (before an update, when in-flight
-// micro-batches still need this version for their backward)
-void stage_stash_current(Stage* s);
-// a CPU stage's current weights into stash slot i, booked under the current version
-void stage_stash_into(Stage* s, int i);
-void stage_release_stash(Stage* s, int version);
-void stage_free(Stage* s);
-// copies this stage's slice of a full model's parameters (laid out for [0, L) with embed and head)
-void stage_load_params(Stage* s, const float* full);
-// writes this stage's parameters into their place in a full-model buffer (the inverse)
-void stage_store_params(const Stage* s, float* full);
+void stage_reserve(Stage* st, int n_slots, int n_gacts, int n_grad_slots, int n_stash);
+void stage_reserve_sample(Stage* st); // the one-row slot STAGE_SAMPLE_SLOT
+// the Stage's part of stage_create for a backend: shapes, host weights (when init->full), books
+void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be, void* dev);
 
-// forward of the micro-batch in slot with the weights of `version` (the current ones, or a stash:
-// tdpipe's forwards may run on an older version); returns its mean loss on the last stage when
-// targets_valid (0 elsewhere)
-float stage_forward(Stage* s, int slot, int version, int targets_valid);
-// the input-gradient half of backward of slot with the weights of `version`, into activation-
-// gradient buffer gacts; the weight-gradient half into the active gradient slot
-void stage_backward_input(Stage* s, int slot, int gacts, int version, const float* dx_out, float dloss);
-void stage_backward_weight(Stage* s, int slot, int gacts);
-// weights and AdamW moments into params / adam_m / adam_v (a device backend keeps them on the device)
-void stage_to_host(Stage* s);
-void stage_from_host(Stage* s);
-// (B, T, C) the stage output of slot, in host memory that stays valid until the slot is reused
-const float* stage_output(Stage* s, int slot);
-// dst (B, T, C) <- the gradient of the stage input from activation-gradient buffer gacts
-void stage_dx_in(Stage* s, int gacts, float* dst);
-// Pipeline messages in a device backend's own memory, for a CommLink that moves them device to
-// device (NCCL): the executor receives a stage input straight into stage_input_msg and the gradient
-// of the output into stage_grad_msg (then passes dx_out = NULL), and sends from stage_output_msg and
-// stage_dx_in_msg. Every call is fatal on a stage that has no such backend.
-int stage_has_device_msgs(const Stage* s);
-void stage_use_device_msgs(Stage* s);
-size_t stage_msg_bytes(const Stage* s);
-void* stage_input_msg(Stage* s, int slot);
-const void* stage_output_msg(Stage* s, int slot);
-void* stage_grad_msg(Stage* s, int gacts);
-const void* stage_dx_in_msg(Stage* s, int gacts, int slot);
-// The tied embedding's exchange between the first and last stage with device messages: this end's
-// share of wte's gradient (the encoder's on the first stage, the LM head's on the last) is sent from
-// stage_tied_share, the other's received into stage_tied_other(k); stage_tied_sum then makes wte's
-// gradient in slot k the first stage's share + the last stage's on both ends (bitwise equal copies).
-// Slot k must be the active one (stage_use_grad_slot). Both ends must agree to use it (a collective
-// choice: one end on the device and the other on the host would wait for each other forever).
-void stage_use_device_tied(Stage* s);
-float* stage_tied_share(Stage* s);
-float* stage_tied_other(Stage* s, int k);
-void stage_tied_sum(Stage* s, int k);
-// returns when the compute given to the stage's device so far has run: an op's measured time is then
-// its compute, not the time to enqueue it (a no-op on the CPU)
-void stage_finish(Stage* s);
-// host staging of the gradient around exchanges over MPI (no-ops on the CPU)
-void stage_grads_to_host(Stage* s);
-void stage_grads_from_host(Stage* s);
-// the tied embedding on host memory: grads->wte += dwte_head
-void stage_tie_embedding_host(Stage* s);
-// both halves of backward of the micro-batch in slot; dx_out is the gradient of the stage output
-// (NULL on the last stage); dloss the weight of each token's loss
-void stage_backward(Stage* s, int slot, const float* dx_out, float dloss);
-// the tied embedding on one process (P = 1): wte's gradient = encoder share + LM-head share
-void stage_tie_embedding_local(Stage* s);
-// sums of squares of the gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then one
-// per layer, then the head (lnfw, lnfb). Writes units [first_unit(s), ...) of `out` (L + 2 entries).
-void stage_grad_unit_sumsq(const Stage* s, double* out);
-// AdamW on every tensor with the clipping scale; t is the 1-based step
-void stage_update(Stage* s, const AdamWConfig* opt, float lr, int t, float grad_scale);
-void stage_zero_grad(Stage* s);
+// (B*T) host token ids of a slot: its inputs (first stage reads them) and targets (last stage)
+int* stage_inputs(Stage* st, int slot);
+int* stage_targets(Stage* st, int slot);
+
+// forward of the micro-batch in slot with the weights of op->version (the current ones or a stash);
+// its mean loss on the last stage when targets_valid, else 0
+float stage_forward(Stage* st, const Op* op, int slot, int targets_valid);
+// the input-gradient half of backward of slot with the weights of op->version, into gacts (reading
+// stage_grad_buf(gacts) off the last stage); dloss weighs each token's loss
+void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss);
+// the weight-gradient half, accumulated into the gradient slot of op->step
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts);
+// both halves of backward of slot, through activation-gradient buffer 0: one process running its
+// micro-batches one after another (tests, benchmarks)
+void stage_backward(Stage* st, const Op* op, int slot, float dloss);
+// returns when the compute given to the device so far has run: an op's measured time is then its
+// compute, not the time to enqueue it
+void stage_finish(Stage* st);
+// (V) after a forward of slot without targets, on the last stage: row 0's next-token probabilities at t
+void stage_probs(Stage* st, int slot, int t, float* out);
+
+// Pipeline messages: where the executor receives a slot's input and the gradient of its output,
+// and what it sends (the output, the gradient of the input, copied per slot so the next backward may
+// reuse gacts). In the backend's memory when it is host memory or a link reaches it
+// (stage_use_device_msgs), else host copies staged up and down here.
+size_t stage_msg_bytes(const Stage* st, int slot);
+void* stage_input_buf(Stage* st, int slot);
+const void* stage_output_buf(Stage* st, int slot);
+void* stage_grad_buf(Stage* st, int gacts);
+const void* stage_dx_in_buf(Stage* st, int gacts, int slot);
+int stage_keeps_device_msgs(const Stage* st); // 1 when a device link can reach its messages
+void stage_use_device_msgs(Stage* st);
+void stage_use_device_tied(Stage* st);
+
+// The gradient cache. k of step t; the tied embedding: P = 1 sums locally, else each end sends
+// stage_tied_share(k), receives the other's into stage_tied_other(k), and stage_tied_sum(k) makes
+// wte's gradient first + last on both ends (bitwise equal copies).
+int stage_grad_slot(const Stage* st, int step);
+void stage_tie_local(Stage* st, int k);
+float* stage_tied_share(Stage* st, int k);
+float* stage_tied_other(Stage* st, int k);
+void stage_tied_sum(Stage* st, int k);
+// sums of squares of slot k's gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then
+// one per layer, then the head (lnfw, lnfb). Writes this stage's units of out (L + 2 entries).
+void stage_grad_unit_sumsq(Stage* st, int k, double* out);
+// AdamW on every tensor from slot k's gradient times grad_scale (clipping); t is the 1-based step
+void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale);
+void stage_zero_grad(Stage* st, int k);
+// slot k's gradient (num_params) and the LM head's share (Vp*C, last stage; else NULL) in host
+// memory: the backend's own on the CPU, a downloaded copy on a device until stage_host_grads_done
+// uploads it. What host-side exchanges over MPI read and write.
+float* stage_host_grads(Stage* st, int k, float** dwte_head);
+void stage_host_grads_done(Stage* st, int k);
+// the data-parallel average of slot k through host memory over MPI (comm: a Comm*), bitwise the
+// same as a device average that sums in replica order (comm_nccl.cuh, cpu-staged's)
+void stage_dp_average_host(void* comm, Stage* st, int k);
+// a data-parallel average of gradient slot k over the stage's replicas where the gradient lives (NCCL
+// between GPUs, cpu-staged's private memory, or stage_dp_average_host), and where that is, in words
+typedef struct {
+    void (*average)(void* ctx, Stage* st, int k);
+    void* ctx;
+    const char* where;
+} StageDpAverage;
+
+// Weight versions: the weights of `version` are the current ones or a stash (fatal if neither);
+// before an update, stage_stash_current keeps the current weights for in-flight micro-batches.
+void stage_stash_current(Stage* st);
+void stage_release_stash(Stage* st, int version);
+// weights and AdamW moments to and from the host copies (no-ops on the CPU)
+void stage_to_host(Stage* st);
+void stage_from_host(Stage* st);
+// this stage's slice of a full model's parameters into the host weights, and the inverse
+void stage_load_params(Stage* st, const float* full);
+void stage_store_params(const Stage* st, float* full);
+
+// what the stage's pipeline state takes, for the end-of-run table (bytes in the backend's own
+// precision; 0 where a backend keeps none)
+typedef struct {
+    int slots, stashes, grad_slots;
+    double act_bytes;   // activation slots and activation-gradient buffers
+    double stash_bytes, grad_bytes;
+} StageMemory;
+StageMemory stage_memory(const Stage* st);
 
 // global norm from every unit's sum of squares (L + 2 of them), folded in model order
 float grad_norm_from_units(const double* units, int n_units);

@@ -14,42 +14,48 @@
 
 typedef struct {
     GPT2Cuda m;
-    GPT2CudaActs* acts;   // (slots) one per activation slot
-    GPT2CudaGradActs* ga; // (gacts)
-    int n_acts, n_ga;
-    floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (Stage books them)
+    GPT2CudaActs* acts;   // (n_acts) one per activation slot
+    GPT2CudaActs sample;  // (1, T) the sample slot, once reserved
+    GPT2CudaGradActs* ga; // (n_ga)
+    floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (the Stage books them)
     float** grad_ring;    // (n_ring)[num_params] gradient slots; [0] is m's own
     float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
     floatX** dx_send;     // (n_dx_send)[B*T*C] per activation slot: dL/d(input) being sent (device messages)
     float** tied;         // (n_tied)[Vp*C] per gradient slot: the other end's share of wte's gradient (device messages)
-    int n_stash, n_ring, n_dx_send, n_tied;
+    int n_acts, n_ga, n_stash, n_ring, n_dx_send, n_tied, has_sample;
 } CudaStage;
 
-static CudaStage* cuda_of(const Stage* s) { return (CudaStage*)s->dev; }
+static CudaStage* cuda_of(const Stage* st) { return (CudaStage*)st->dev; }
+static GPT2CudaActs* cuda_acts(const Stage* st, int slot) { return slot == STAGE_SAMPLE_SLOT ? &cuda_of(st)->sample : &cuda_of(st)->acts[slot]; }
+static size_t cuda_btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
 
-// the device buffers follow the host slots the executor reserved
-static void cuda_grow(Stage* s) {
-    CudaStage* c = cuda_of(s);
-    if (s->n_slots > c->n_acts) {
-        c->acts = (GPT2CudaActs*)realloc(c->acts, s->n_slots * sizeof(GPT2CudaActs));
-        for (int i = c->n_acts; i < s->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, s->B, s->T);
-        c->n_acts = s->n_slots;
+// the device buffers follow the slots reserved on the Stage
+static void cuda_reserve(Stage* st) {
+    CudaStage* c = cuda_of(st);
+    if (st->n_slots > c->n_acts) {
+        c->acts = (GPT2CudaActs*)realloc(c->acts, st->n_slots * sizeof(GPT2CudaActs));
+        for (int i = c->n_acts; i < st->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, st->B, st->T);
+        c->n_acts = st->n_slots;
     }
-    if (s->n_gacts > c->n_ga) {
-        c->ga = (GPT2CudaGradActs*)realloc(c->ga, s->n_gacts * sizeof(GPT2CudaGradActs));
-        for (int i = c->n_ga; i < s->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, s->B, s->T);
-        c->n_ga = s->n_gacts;
+    if (st->sample_slot && !c->has_sample) {
+        gpt2_cuda_acts_alloc(&c->sample, &c->m, 1, st->T);
+        c->has_sample = 1;
     }
-    if (s->n_stash > c->n_stash) {
-        c->stash = (floatX**)realloc(c->stash, s->n_stash * sizeof(floatX*));
-        for (int i = c->n_stash; i < s->n_stash; i++) cudaCheck(cudaMalloc((void**)&c->stash[i], c->m.num_params * sizeof(floatX)));
-        c->n_stash = s->n_stash;
+    if (st->n_gacts > c->n_ga) {
+        c->ga = (GPT2CudaGradActs*)realloc(c->ga, st->n_gacts * sizeof(GPT2CudaGradActs));
+        for (int i = c->n_ga; i < st->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, st->B, st->T);
+        c->n_ga = st->n_gacts;
     }
-    if (s->n_grad_slots > c->n_ring) {
-        c->grad_ring = (float**)realloc(c->grad_ring, s->n_grad_slots * sizeof(float*));
-        c->dwte_ring = (float**)realloc(c->dwte_ring, s->n_grad_slots * sizeof(float*));
-        size_t vc = s->range.has_head ? (size_t)s->cfg.padded_vocab_size * s->cfg.channels : 0;
-        for (int k = c->n_ring; k < s->n_grad_slots; k++) {
+    if (st->n_stash > c->n_stash) {
+        c->stash = (floatX**)realloc(c->stash, st->n_stash * sizeof(floatX*));
+        for (int i = c->n_stash; i < st->n_stash; i++) cudaCheck(cudaMalloc((void**)&c->stash[i], c->m.num_params * sizeof(floatX)));
+        c->n_stash = st->n_stash;
+    }
+    if (st->n_grad_slots > c->n_ring) {
+        c->grad_ring = (float**)realloc(c->grad_ring, st->n_grad_slots * sizeof(float*));
+        c->dwte_ring = (float**)realloc(c->dwte_ring, st->n_grad_slots * sizeof(float*));
+        size_t vc = st->range.has_head ? (size_t)st->cfg.padded_vocab_size * st->cfg.channels : 0;
+        for (int k = c->n_ring; k < st->n_grad_slots; k++) {
             if (k == 0) {
                 c->grad_ring[0] = c->m.grads_memory;
                 c->dwte_ring[0] = c->m.dwte_head;
@@ -63,125 +69,193 @@ static void cuda_grow(Stage* s) {
                 cudaCheck(cudaMemset(c->dwte_ring[k], 0, vc * sizeof(float)));
             }
         }
-        c->n_ring = s->n_grad_slots;
+        c->n_ring = st->n_grad_slots;
     }
-    if (s->device_msgs && !s->range.has_embed && s->n_slots > c->n_dx_send) {
-        c->dx_send = (floatX**)realloc(c->dx_send, s->n_slots * sizeof(floatX*));
-        for (int i = c->n_dx_send; i < s->n_slots; i++)
-            cudaCheck(cudaMalloc((void**)&c->dx_send[i], (size_t)s->B * s->T * s->cfg.channels * sizeof(floatX)));
-        c->n_dx_send = s->n_slots;
+    if (st->device_msgs && !st->range.has_embed && st->n_slots > c->n_dx_send) {
+        c->dx_send = (floatX**)realloc(c->dx_send, st->n_slots * sizeof(floatX*));
+        for (int i = c->n_dx_send; i < st->n_slots; i++) cudaCheck(cudaMalloc((void**)&c->dx_send[i], cuda_btc(st, 0) * sizeof(floatX)));
+        c->n_dx_send = st->n_slots;
     }
-    if (s->device_tied && s->n_grad_slots > c->n_tied) {
-        c->tied = (float**)realloc(c->tied, s->n_grad_slots * sizeof(float*));
-        for (int k = c->n_tied; k < s->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], s->sizes[0] * sizeof(float)));
-        c->n_tied = s->n_grad_slots;
+    if (st->device_tied && st->n_grad_slots > c->n_tied) {
+        c->tied = (float**)realloc(c->tied, st->n_grad_slots * sizeof(float*));
+        for (int k = c->n_tied; k < st->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], st->sizes[0] * sizeof(float)));
+        c->n_tied = st->n_grad_slots;
     }
 }
 
-// forward and backward read m.params: point it at stash slot i for one call (-1: leave it), then
-// back at the current weights (m.params_memory)
-static void cuda_swap_in(CudaStage* c, int i) {
-    if (i >= 0) gpt2_cuda_point_x(&c->m.params, c->stash[i], c->m.sizes);
+// The model's functions read m.params and m.grads: each call points them at the stash and the
+// gradient slot it was given, and the weights back at the current ones after.
+static void cuda_use_weights(CudaStage* c, int stash) {
+    gpt2_cuda_point_x(&c->m.params, stash < 0 ? c->m.params_memory : c->stash[stash], c->m.sizes);
 }
-static void cuda_swap_out(CudaStage* c) { gpt2_cuda_point_x(&c->m.params, c->m.params_memory, c->m.sizes); }
-
-static void cuda_stash(Stage* s, int i) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    cudaCheck(cudaMemcpyAsync(c->stash[i], c->m.params_memory, c->m.num_params * sizeof(floatX), cudaMemcpyDeviceToDevice, g_cuda_stream));
-}
-
-static void cuda_use_grad_slot(Stage* s, int k) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
+static GPT2Cuda* cuda_model_at(Stage* st, int k) {
+    CudaStage* c = cuda_of(st);
     c->m.grads_memory = c->grad_ring[k];
     gpt2_point_params(&c->m.grads, c->grad_ring[k], c->m.sizes);
     c->m.dwte_head = c->dwte_ring[k];
+    return &c->m;
 }
 
-static float cuda_forward(Stage* s, int slot, int stash, int targets_valid) {
-    cuda_grow(s);
-    GPT2Acts* a = &s->acts[slot];
-    CudaStage* c = cuda_of(s);
-    cuda_swap_in(c, stash);
-    // a later stage's input arrived in the host slot (host staging): it goes up with the forward;
-    // with device messages it was received into the device slot already
-    const float* x_in = s->range.has_embed || s->device_msgs ? NULL : a->x_in;
-    float loss = gpt2_cuda_forward(&c->m, &c->acts[slot], a->inputs, targets_valid ? a->targets : NULL, x_in);
-    cuda_swap_out(c);
+static void cuda_stash(Stage* st, int i) {
+    CudaStage* c = cuda_of(st);
+    cudaCheck(cudaMemcpyAsync(c->stash[i], c->m.params_memory, c->m.num_params * sizeof(floatX), cudaMemcpyDeviceToDevice, g_cuda_stream));
+}
+
+// the stage input was received (device messages) or uploaded (host staging) into the slot's x_in
+static float cuda_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+    CudaStage* c = cuda_of(st);
+    cuda_use_weights(c, stash);
+    int* targets = targets_valid ? stage_targets(st, slot) : NULL;
+    float loss = gpt2_cuda_forward(&c->m, cuda_acts(st, slot), stage_inputs(st, slot), targets, NULL);
+    cuda_use_weights(c, -1);
     return loss;
 }
-static void cuda_backward_input(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss) {
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    cuda_swap_in(c, stash);
-    gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], dx_out, dloss);
-    cuda_swap_out(c);
+// the output gradient was received or uploaded into the last slice of the gacts' dres3
+static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
+    CudaStage* c = cuda_of(st);
+    cuda_use_weights(c, stash);
+    gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
+    cuda_use_weights(c, -1);
 }
-static void cuda_backward_weight(Stage* s, int slot, int gacts) {
-    gpt2_cuda_backward_weight(&cuda_of(s)->m, &cuda_of(s)->acts[slot], &cuda_of(s)->ga[gacts]);
+static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+    gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts]);
 }
-static void cuda_tie(Stage* s) { gpt2_cuda_tie_wte_grads(&cuda_of(s)->m); }
-static void cuda_sumsq(const Stage* s, double* out) { gpt2_cuda_grad_unit_sumsq(&cuda_of(s)->m, out); }
-static void cuda_update(Stage* s, const AdamWConfig* o, float lr, int t, float scale) {
-    gpt2_cuda_update(&cuda_of(s)->m, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
-}
-static void cuda_zero(Stage* s) { gpt2_cuda_zero_grads(&cuda_of(s)->m); }
-static void cuda_to_host(Stage* s) {
-    gpt2_cuda_get_params(&cuda_of(s)->m, s->params);
-    gpt2_cuda_get_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
-}
-static void cuda_from_host(const Stage* s) {
-    gpt2_cuda_set_params(&cuda_of(s)->m, s->params);
-    gpt2_cuda_set_adam(&cuda_of(s)->m, s->adam_m, s->adam_v);
+static void cuda_finish(Stage* st) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
+
+// row 0's logits at position t, to the host, and their softmax over the V real tokens
+static void cuda_probs(Stage* st, int slot, int t, float* out) {
+    int V = st->cfg.vocab_size, Vp = st->cfg.padded_vocab_size;
+    float* logits = (float*)malloc_check(Vp * sizeof(float));
+    floatX_download(logits, cuda_acts(st, slot)->logits + (size_t)t * Vp, Vp);
+    double mx = logits[0], sum = 0.0;
+    for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < V; i++) sum += exp(logits[i] - mx);
+    for (int i = 0; i < V; i++) out[i] = (float)(exp(logits[i] - mx) / sum);
+    free(logits);
 }
 
-static void cuda_output(Stage* s, int slot, float* host) { gpt2_cuda_stage_output(&cuda_of(s)->m, &cuda_of(s)->acts[slot], host); }
-static void cuda_dx_in(Stage* s, int gacts, float* host) { gpt2_cuda_dx_in(&cuda_of(s)->m, &cuda_of(s)->ga[gacts], s->B, s->T, host); }
-static void cuda_grads_to_host(Stage* s) {
-    gpt2_cuda_get_grads(&cuda_of(s)->m, s->grads);
-    if (s->range.has_head) gpt2_cuda_get_dwte_head(&cuda_of(s)->m, s->dwte_head);
+static void cuda_sumsq(Stage* st, int k, double* out) { gpt2_cuda_grad_unit_sumsq(cuda_model_at(st, k), out); }
+static void cuda_update(Stage* st, int k, const AdamWConfig* o, float lr, int t, float scale) {
+    gpt2_cuda_update(cuda_model_at(st, k), lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
 }
-static void cuda_grads_from_host(const Stage* s) { gpt2_cuda_set_grads(&cuda_of(s)->m, s->grads); }
+static void cuda_zero(Stage* st, int k) { gpt2_cuda_zero_grads(cuda_model_at(st, k)); }
+static void cuda_tie_local(Stage* st, int k) { gpt2_cuda_tie_wte_grads(cuda_model_at(st, k)); }
+static void cuda_to_host(Stage* st) {
+    gpt2_cuda_get_params(&cuda_of(st)->m, st->params);
+    gpt2_cuda_get_adam(&cuda_of(st)->m, st->adam_m, st->adam_v);
+}
+static void cuda_from_host(Stage* st) {
+    gpt2_cuda_set_params(&cuda_of(st)->m, st->params);
+    gpt2_cuda_set_adam(&cuda_of(st)->m, st->adam_m, st->adam_v);
+}
+static void cuda_grads_to_host(Stage* st, int k, float* grads, float* dwte_head) {
+    GPT2Cuda* m = cuda_model_at(st, k);
+    gpt2_cuda_get_grads(m, grads);
+    if (dwte_head) gpt2_cuda_get_dwte_head(m, dwte_head);
+}
+static void cuda_grads_from_host(Stage* st, int k, const float* grads, const float* dwte_head) {
+    GPT2Cuda* m = cuda_model_at(st, k);
+    gpt2_cuda_set_grads(m, grads);
+    if (dwte_head) cudaCheck(cudaMemcpy(m->dwte_head, dwte_head, st->sizes[0] * sizeof(float), cudaMemcpyHostToDevice));
+}
 
-// device messages: floatX (B, T, C) buffers, sent and received by NCCL where the model reads and writes them
-static size_t cuda_btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
-static size_t cuda_msg_bytes(const Stage* s) { return cuda_btc(s) * sizeof(floatX); }
-static void* cuda_input_msg(Stage* s, int slot) {
-    cuda_grow(s);
-    return cuda_of(s)->acts[slot].x_in;
+// messages: floatX (B, T, C) buffers, sent and received (NCCL) or staged (host) where the model reads
+// and writes them
+static size_t cuda_msg_bytes(const Stage* st, int slot) { return cuda_btc(st, slot) * sizeof(floatX); }
+static void* cuda_input_msg(Stage* st, int slot) { return cuda_acts(st, slot)->x_in; }
+static const void* cuda_output_msg(Stage* st, int slot) { // the last layer's output
+    return cuda_acts(st, slot)->residual3 + (size_t)(st->range.l1 - st->range.l0 - 1) * cuda_btc(st, slot);
 }
-static const void* cuda_output_msg(Stage* s, int slot) { // the last layer's output
-    return cuda_of(s)->acts[slot].residual3 + (size_t)(s->range.l1 - s->range.l0 - 1) * cuda_btc(s);
+static void* cuda_grad_msg(Stage* st, int gacts) { // the last layer's output gradient
+    return cuda_of(st)->ga[gacts].dres3 + (size_t)(st->range.l1 - st->range.l0 - 1) * cuda_btc(st, 0);
 }
-static void* cuda_grad_msg(Stage* s, int gacts) { // the last layer's output gradient (backward_input with dx_out NULL)
-    cuda_grow(s);
-    return cuda_of(s)->ga[gacts].dres3 + (size_t)(s->range.l1 - s->range.l0 - 1) * cuda_btc(s);
-}
-static const void* cuda_dx_in_msg(Stage* s, int gacts, int slot) { // a copy: the next backward reuses gacts
-    cuda_grow(s);
-    CudaStage* c = cuda_of(s);
-    cudaCheck(cudaMemcpyAsync(c->dx_send[slot], c->ga[gacts].dx_in, cuda_msg_bytes(s), cudaMemcpyDeviceToDevice, g_cuda_stream));
+static const void* cuda_dx_in_msg(Stage* st, int gacts, int slot) { // a copy: the next backward reuses gacts
+    CudaStage* c = cuda_of(st);
+    cudaCheck(cudaMemcpyAsync(c->dx_send[slot], c->ga[gacts].dx_in, cuda_msg_bytes(st, 0), cudaMemcpyDeviceToDevice, g_cuda_stream));
     return c->dx_send[slot];
 }
+static void cuda_upload_input(Stage* st, int slot, const float* x) { floatX_upload((floatX*)cuda_input_msg(st, slot), x, cuda_btc(st, slot)); }
+static void cuda_download_output(Stage* st, int slot, float* x) { floatX_download(x, (const floatX*)cuda_output_msg(st, slot), cuda_btc(st, slot)); }
+static void cuda_upload_grad(Stage* st, int gacts, const float* dx) { floatX_upload((floatX*)cuda_grad_msg(st, gacts), dx, cuda_btc(st, 0)); }
+static void cuda_download_dx_in(Stage* st, int gacts, float* dx) { floatX_download(dx, cuda_of(st)->ga[gacts].dx_in, cuda_btc(st, 0)); }
 
-// the tied embedding's shares: wte's gradient in the active slot (first stage) or the LM head's share (last)
-static float* cuda_tied_share(Stage* s) { return s->range.has_embed ? cuda_of(s)->m.grads.wte : cuda_of(s)->m.dwte_head; }
-static float* cuda_tied_other(Stage* s, int k) {
-    cuda_grow(s);
-    return cuda_of(s)->tied[k];
+// the tied embedding's shares: wte's gradient in slot k (first stage) or the LM head's share (last)
+static float* cuda_tied_share(Stage* st, int k) { return st->range.has_embed ? cuda_model_at(st, k)->grads.wte : cuda_of(st)->dwte_ring[k]; }
+static float* cuda_tied_other(Stage* st, int k) { return cuda_of(st)->tied[k]; }
+static void cuda_tied_sum(Stage* st, int k, const float* first, const float* last) { // added as the CPU adds
+    comm_nccl_sum(cuda_model_at(st, k)->grads.wte, first, last, st->sizes[0], g_cuda_stream);
 }
-static void cuda_tied_sum(Stage* s, const float* first, const float* last) { // added as the CPU adds
-    comm_nccl_sum(cuda_of(s)->m.grads.wte, first, last, s->sizes[0], g_cuda_stream);
-}
-static void cuda_finish(Stage* s) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
 
-static const StageBackend CUDA_BACKEND = {"cuda", cuda_forward, cuda_backward_input, cuda_backward_weight, cuda_tie,
-                                          cuda_sumsq, cuda_update, cuda_zero, cuda_to_host, cuda_from_host,
-                                          cuda_output, cuda_dx_in, cuda_grads_to_host, cuda_grads_from_host,
-                                          cuda_stash, cuda_use_grad_slot, cuda_msg_bytes, cuda_input_msg,
-                                          cuda_output_msg, cuda_grad_msg, cuda_dx_in_msg, cuda_tied_share,
-                                          cuda_tied_other, cuda_tied_sum, cuda_finish};
+static void cuda_memory(const Stage* st, double bytes[4]) {
+    const GPT2Config* cfg = &st->cfg;
+    size_t BT = (size_t)st->B * st->T, C = cfg->channels, Ls = st->range.l1 - st->range.l0, X = sizeof(floatX);
+    size_t head = st->range.has_head ? 1 : 0, Vp = cfg->padded_vocab_size;
+    // as gpt2_cuda_acts_alloc and gpt2_cuda_grad_acts_alloc lay them out (floatX arrays, fp32 statistics)
+    bytes[0] = (double)(BT * C * X + Ls * BT * C * X * 8 + Ls * BT * 8 * C * X + head * BT * (C * X + Vp * X + 16) + Ls * BT * 16 +
+                        Ls * cfg->num_heads * BT * 4 + BT * 8);
+    bytes[1] = (double)(BT * C * X + Ls * BT * C * X * 5 + Ls * BT * 8 * C * X + Ls * BT * 3 * C * X + head * BT * C * X);
+    bytes[2] = (double)(st->num_params * X);
+    bytes[3] = (double)(st->num_params * 4 + head * Vp * C * 4);
+}
+
+static void cuda_destroy(Stage* st) {
+    CudaStage* c = cuda_of(st);
+    for (int i = 0; i < c->n_acts; i++) gpt2_cuda_acts_free(&c->acts[i]);
+    if (c->has_sample) gpt2_cuda_acts_free(&c->sample);
+    for (int i = 0; i < c->n_ga; i++) gpt2_cuda_grad_acts_free(&c->ga[i]);
+    for (int i = 0; i < c->n_stash; i++) cudaCheck(cudaFree(c->stash[i]));
+    for (int k = 1; k < c->n_ring; k++) {
+        cudaCheck(cudaFree(c->grad_ring[k]));
+        if (c->dwte_ring[k]) cudaCheck(cudaFree(c->dwte_ring[k]));
+    }
+    for (int i = 0; i < c->n_dx_send; i++) cudaCheck(cudaFree(c->dx_send[i]));
+    for (int k = 0; k < c->n_tied; k++) cudaCheck(cudaFree(c->tied[k]));
+    cuda_model_at(st, 0);  // m's gradient pointers back at its own memory (slot 0), which it frees
+    gpt2_cuda_free(&c->m);
+    free(c->dx_send);
+    free(c->tied);
+    free(c->acts);
+    free(c->ga);
+    free(c->stash);
+    free(c->grad_ring);
+    free(c->dwte_ring);
+    free(c);
+}
+
+static const StageBackend CUDA_BACKEND = {
+    .name = "cuda",
+    .host_memory = 0,
+    .reserve = cuda_reserve,
+    .destroy = cuda_destroy,
+    .forward = cuda_forward,
+    .backward_input = cuda_backward_input,
+    .backward_weight = cuda_backward_weight,
+    .finish = cuda_finish,
+    .probs = cuda_probs,
+    .stash = cuda_stash,
+    .grad_unit_sumsq = cuda_sumsq,
+    .update = cuda_update,
+    .zero_grad = cuda_zero,
+    .tie_local = cuda_tie_local,
+    .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
+    .host_grads = NULL,
+    .grads_to_host = cuda_grads_to_host,
+    .grads_from_host = cuda_grads_from_host,
+    .msg_bytes = cuda_msg_bytes,
+    .input_msg = cuda_input_msg,
+    .output_msg = cuda_output_msg,
+    .grad_msg = cuda_grad_msg,
+    .dx_in_msg = cuda_dx_in_msg,
+    .upload_input = cuda_upload_input,
+    .download_output = cuda_download_output,
+    .upload_grad = cuda_upload_grad,
+    .download_dx_in = cuda_download_dx_in,
+    .tied_share = cuda_tied_share,
+    .tied_other = cuda_tied_other,
+    .tied_sum = cuda_tied_sum,
+    .memory = cuda_memory,
+};
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why
 static int cuda_available_why(char* why, size_t cap) {
@@ -194,43 +268,14 @@ static int cuda_available_why(char* why, size_t cap) {
 
 // ranks on one host take its GPUs round-robin by local rank; ranks sharing a GPU exchange
 // activations and gradients through host memory over MPI (host staging)
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full, const Comm* comm) {
+static void cuda_stage_create(Stage* st, const StageInit* init) {
+    const Comm* comm = (const Comm*)init->comm;
     int n = 1;
     cudaCheck(cudaGetDeviceCount(&n));
     cuda_device_init(comm->local_rank % n);
     CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
-    float* mine = (float*)malloc_check(gpt2_param_sizes(cfg, r, st->sizes) * sizeof(float));
-    gpt2_slice_params(cfg, r, full, mine);
-    gpt2_cuda_init(&c->m, cfg, r, mine);
-    free(mine);
-    stage_init_backend(st, cfg, r, B, T, 1, &CUDA_BACKEND, c);
-    stage_load_params(st, full);
-    cuda_grow(st);
-}
-
-// the device side of the stage (slots, stashes, the gradient ring beyond m's own, the model), then
-// the host side
-static void cuda_stage_free(Stage* st) {
-    CudaStage* c = cuda_of(st);
-    for (int i = 0; i < c->n_acts; i++) gpt2_cuda_acts_free(&c->acts[i]);
-    for (int i = 0; i < c->n_ga; i++) gpt2_cuda_grad_acts_free(&c->ga[i]);
-    for (int i = 0; i < c->n_stash; i++) cudaCheck(cudaFree(c->stash[i]));
-    for (int k = 1; k < c->n_ring; k++) {
-        cudaCheck(cudaFree(c->grad_ring[k]));
-        if (c->dwte_ring[k]) cudaCheck(cudaFree(c->dwte_ring[k]));
-    }
-    for (int i = 0; i < c->n_dx_send; i++) cudaCheck(cudaFree(c->dx_send[i]));
-    for (int k = 0; k < c->n_tied; k++) cudaCheck(cudaFree(c->tied[k]));
-    gpt2_cuda_free(&c->m); // after the ring: m's gradient pointers may name a ring slot, its memory is slot 0
-    free(c->dx_send);
-    free(c->tied);
-    free(c->acts);
-    free(c->ga);
-    free(c->stash);
-    free(c->grad_ring);
-    free(c->dwte_ring);
-    free(c);
-    stage_free(st);
+    stage_init_common(st, init, &CUDA_BACKEND, c);
+    gpt2_cuda_init(&c->m, init->cfg, &init->range, st->params);
 }
 
 static double cuda_peak(void) { return cuda_peak_bf16_flops(); }
@@ -275,15 +320,14 @@ static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) {
     return 1;
 }
 
-// the executor's dp_average_device: the active gradient slot and the LM head's share of wte,
-// averaged in place, bitwise comm_dp_average's result
-static void cuda_dp_average(void* ctx, Stage* st) {
+// a StageDpAverage: gradient slot k and the LM head's share of wte, averaged in place, bitwise
+// comm_dp_average's result
+static void cuda_dp_average(void* ctx, Stage* st, int k) {
     CudaDp* dp = (CudaDp*)ctx;
-    CudaStage* c = cuda_of(st);
+    GPT2Cuda* m = cuda_model_at(st, k);
     comm_nccl_wait_for(&dp->nccl, g_cuda_stream); // after the backward kernels that wrote them
-    comm_nccl_dp_average(&dp->nccl, c->m.grads_memory, c->m.num_params, dp->scratch);
-    if (c->m.dwte_head)
-        comm_nccl_dp_average(&dp->nccl, c->m.dwte_head, (size_t)st->cfg.padded_vocab_size * st->cfg.channels, dp->scratch);
+    comm_nccl_dp_average(&dp->nccl, m->grads_memory, m->num_params, dp->scratch);
+    if (m->dwte_head) comm_nccl_dp_average(&dp->nccl, m->dwte_head, (size_t)st->cfg.padded_vocab_size * st->cfg.channels, dp->scratch);
     comm_nccl_sync(&dp->nccl); // the kernels that read them next run on the compute stream
 }
 
@@ -298,14 +342,16 @@ static int cuda_available_why(char* why, size_t cap) {
     snprintf(why, cap, "this build has no CUDA backend (build where nvcc is installed)");
     return 0;
 }
-static void cuda_stage_init(Stage* st, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full, const Comm* comm) {
+static void cuda_stage_create(Stage* st, const StageInit* init) {
     td_fatal("--device cuda: this build has no CUDA backend (build where nvcc is installed)");
 }
-static void cuda_stage_free(Stage* st) {}
 static double cuda_peak(void) { return 0.0; }
 static int cuda_link_init(const Comm* c, const CommLink** link) { return 0; }
 static void cuda_link_free(const CommLink* link) {}
 static int cuda_dp_init(const Comm* c, Stage* st, void** ctx) { return 0; }
-static void cuda_dp_average(void* ctx, Stage* st) {}
+static void cuda_dp_average(void* ctx, Stage* st, int k) {}
 static void cuda_dp_free(void* ctx) {}
 #endif
+
+// the GPU as a device for stage_create (refused at run time by a build without nvcc)
+static const StageDevice STAGE_CUDA = {"cuda", cuda_stage_create};

@@ -1,166 +1,129 @@
-// The "staged" backend: the CPU model behind the StageBackend interface, with its weights,
-// gradients and activations in a second, private Stage (the "device"). It runs exactly the code
-// path a GPU stage takes through the executor (host staging of messages and gradients), so the
-// tests can check that path bitwise on a machine without a GPU (--device cpu-staged). It keeps
-// pipeline messages in the "device" too, as a GPU stage does when NCCL moves them.
+// The "staged" backend (--device cpu-staged): the CPU model behind the StageBackend interface as a
+// device, its weights, gradients, activations and messages in a second, private CPU stage (the
+// "device" memory). It runs exactly the code path a GPU stage takes (host staging of messages and
+// gradients, or messages kept on the device and moved by a link), so the tests check that path
+// bitwise on a machine without a GPU.
 #include "stage_staged.h"
 #include <string.h>
 #include "llmc/common.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/stage_cpu.h"
 
-typedef struct {
-    Stage inner;      // the "device": model, slots, stashes and gradient ring
-    float** dx_out;   // (n_gacts)[B*T*C] received gradients of the stage output (device messages)
-    float** dx_send;  // (n_slots)[B*T*C] gradients of the stage input being sent (device messages)
-    float** tied;     // (n_grad_slots)[Vp*C] the other end's share of wte's gradient (device messages)
-    int n_dx_out, n_dx_send, n_tied;
-} Staged;
+static Stage* inner(const Stage* st) { return (Stage*)st->dev; }
+static const StageBackend* cpu(void) { return stage_cpu_backend(); }
+static size_t fp32_bytes(const Stage* st, int slot) { return cpu()->msg_bytes(inner(st), slot); }
 
-static Staged* staged_of(const Stage* s) { return (Staged*)s->dev; }
-static Stage* inner(const Stage* s) { return &staged_of(s)->inner; }
-static size_t btc(const Stage* s) { return (size_t)s->B * s->T * s->cfg.channels; }
-
-// n buffers of `floats` floats in *bufs (holding *have), grown to n
-static void grow_msgs(float*** bufs, int* have, int n, size_t floats) {
-    if (n <= *have) return;
-    *bufs = (float**)realloc(*bufs, n * sizeof(float*));
-    if (!*bufs) td_fatal("out of memory for %d message buffers", n);
-    for (int i = *have; i < n; i++) (*bufs)[i] = (float*)calloc_check(floats, sizeof(float));
-    *have = n;
+// the private stage follows the slots and buffers reserved on the outer one
+static void staged_reserve(Stage* st) {
+    stage_reserve(inner(st), st->n_slots, st->n_gacts, st->n_grad_slots, st->n_stash);
+    if (st->sample_slot) stage_reserve_sample(inner(st));
 }
 
-// the private stage follows the slots and buffers the executor reserved on the outer one
-static void grow(Stage* s) {
-    stage_reserve(inner(s), s->n_slots, s->n_gacts, s->n_grad_slots, s->n_stash);
-    if (!s->device_msgs) return;
-    Staged* d = staged_of(s);
-    grow_msgs(&d->dx_out, &d->n_dx_out, s->n_gacts, btc(s));
-    grow_msgs(&d->dx_send, &d->n_dx_send, s->n_slots, btc(s));
-    if (s->device_tied) grow_msgs(&d->tied, &d->n_tied, s->n_grad_slots, s->sizes[0]);
+static void staged_destroy(Stage* st) {
+    stage_destroy(inner(st));
+    free(inner(st));
 }
 
-// the inner stage's version of the weights `stash` names (-1: current)
-static int version_of(const Stage* s, int stash) { return stash < 0 ? inner(s)->version : inner(s)->stash_version[stash]; }
+static float staged_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+    Stage* d = inner(st);
+    size_t bt = (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T;
+    memcpy(stage_inputs(d, slot), stage_inputs(st, slot), bt * sizeof(int)); // "upload" the token ids
+    if (targets_valid) memcpy(stage_targets(d, slot), stage_targets(st, slot), bt * sizeof(int));
+    return cpu()->forward(d, op, slot, stash, targets_valid);
+}
+static void staged_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
+    cpu()->backward_input(inner(st), op, slot, gacts, stash, dloss);
+}
+static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) { cpu()->backward_weight(inner(st), op, slot, gacts, k); }
+static void staged_probs(Stage* st, int slot, int t, float* out) { cpu()->probs(inner(st), slot, t, out); }
+static void staged_stash(Stage* st, int i) { cpu()->stash(inner(st), i); }
+static void staged_sumsq(Stage* st, int k, double* out) { cpu()->grad_unit_sumsq(inner(st), k, out); }
+static void staged_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float scale) { cpu()->update(inner(st), k, opt, lr, t, scale); }
+static void staged_zero(Stage* st, int k) { cpu()->zero_grad(inner(st), k); }
+static void staged_tie_local(Stage* st, int k) { cpu()->tie_local(inner(st), k); }
 
-static float staged_forward(Stage* s, int slot, int stash, int targets_valid) {
-    grow(s);
-    GPT2Acts* out = &s->acts[slot];
-    GPT2Acts* in = &inner(s)->acts[slot];
-    memcpy(in->inputs, out->inputs, sizeof(int) * s->B * s->T); // "upload"
-    memcpy(in->targets, out->targets, sizeof(int) * s->B * s->T);
-    // a later stage's input: uploaded from the host slot, or already received into the device's
-    if (out->x_in && !s->range.has_embed && !s->device_msgs) memcpy(in->x_in, out->x_in, btc(s) * sizeof(float));
-    return stage_forward(inner(s), slot, version_of(s, stash), targets_valid);
+static void staged_to_host(Stage* st) {
+    size_t bytes = st->num_params * sizeof(float);
+    memcpy(st->params, inner(st)->params, bytes);
+    memcpy(st->adam_m, inner(st)->adam_m, bytes);
+    memcpy(st->adam_v, inner(st)->adam_v, bytes);
+}
+static void staged_from_host(Stage* st) {
+    size_t bytes = st->num_params * sizeof(float);
+    memcpy(inner(st)->params, st->params, bytes);
+    memcpy(inner(st)->adam_m, st->adam_m, bytes);
+    memcpy(inner(st)->adam_v, st->adam_v, bytes);
 }
 
-static void staged_backward_input(Stage* s, int slot, int gacts, int stash, const float* dx_out, float dloss) {
-    grow(s);
-    if (!dx_out && !s->range.has_head) dx_out = staged_of(s)->dx_out[gacts]; // received on the device
-    stage_backward_input(inner(s), slot, gacts, version_of(s, stash), dx_out, dloss);
+static void staged_grads_to_host(Stage* st, int k, float* grads, float* dwte_head) {
+    memcpy(grads, stage_cpu_grads(inner(st), k), st->num_params * sizeof(float));
+    if (dwte_head) memcpy(dwte_head, stage_cpu_dwte_head(inner(st), k), st->sizes[0] * sizeof(float));
+}
+static void staged_grads_from_host(Stage* st, int k, const float* grads, const float* dwte_head) {
+    memcpy(stage_cpu_grads(inner(st), k), grads, st->num_params * sizeof(float));
+    if (dwte_head) memcpy(stage_cpu_dwte_head(inner(st), k), dwte_head, st->sizes[0] * sizeof(float));
 }
 
-// the device copy of the weights into stash slot i, booked on the inner stage under its version
-static void staged_stash(Stage* s, int i) {
-    grow(s);
-    stage_stash_into(inner(s), i);
+// messages live in the private stage, as a GPU stage's live in device memory
+static size_t staged_msg_bytes(const Stage* st, int slot) { return fp32_bytes(st, slot); }
+static void* staged_input_msg(Stage* st, int slot) { return cpu()->input_msg(inner(st), slot); }
+static const void* staged_output_msg(Stage* st, int slot) { return cpu()->output_msg(inner(st), slot); }
+static void* staged_grad_msg(Stage* st, int gacts) { return cpu()->grad_msg(inner(st), gacts); }
+static const void* staged_dx_in_msg(Stage* st, int gacts, int slot) { return cpu()->dx_in_msg(inner(st), gacts, slot); }
+static void staged_upload_input(Stage* st, int slot, const float* x) { memcpy(staged_input_msg(st, slot), x, fp32_bytes(st, slot)); }
+static void staged_download_output(Stage* st, int slot, float* x) { memcpy(x, staged_output_msg(st, slot), fp32_bytes(st, slot)); }
+static void staged_upload_grad(Stage* st, int gacts, const float* dx) { memcpy(staged_grad_msg(st, gacts), dx, fp32_bytes(st, 0)); }
+static void staged_download_dx_in(Stage* st, int gacts, float* dx) { memcpy(dx, stage_cpu_gacts(inner(st), gacts)->dx_in, fp32_bytes(st, 0)); }
+
+static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inner(st), k); }
+static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
+static void staged_tied_sum(Stage* st, int k, const float* first, const float* last) { cpu()->tied_sum(inner(st), k, first, last); }
+static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
+
+static const StageBackend STAGED = {
+    .name = "cpu-staged",
+    .host_memory = 0, // pretends: its memory is reached only as a GPU's is
+    .reserve = staged_reserve,
+    .destroy = staged_destroy,
+    .forward = staged_forward,
+    .backward_input = staged_backward_input,
+    .backward_weight = staged_backward_weight,
+    .probs = staged_probs,
+    .stash = staged_stash,
+    .grad_unit_sumsq = staged_sumsq,
+    .update = staged_update,
+    .zero_grad = staged_zero,
+    .tie_local = staged_tie_local,
+    .to_host = staged_to_host,
+    .from_host = staged_from_host,
+    .grads_to_host = staged_grads_to_host,
+    .grads_from_host = staged_grads_from_host,
+    .msg_bytes = staged_msg_bytes,
+    .input_msg = staged_input_msg,
+    .output_msg = staged_output_msg,
+    .grad_msg = staged_grad_msg,
+    .dx_in_msg = staged_dx_in_msg,
+    .upload_input = staged_upload_input,
+    .download_output = staged_download_output,
+    .upload_grad = staged_upload_grad,
+    .download_dx_in = staged_download_dx_in,
+    .tied_share = staged_tied_share,
+    .tied_other = staged_tied_other,
+    .tied_sum = staged_tied_sum,
+    .memory = staged_memory,
+};
+
+void stage_staged_dp_average(void* comm, Stage* st, int k) {
+    Stage* d = inner(st);
+    comm_dp_average((Comm*)comm, stage_cpu_grads(d, k), d->num_params);
+    float* head = stage_cpu_dwte_head(d, k);
+    if (head) comm_dp_average((Comm*)comm, head, d->sizes[0]);
 }
 
-static void staged_use_grad_slot(Stage* s, int k) {
-    grow(s);
-    stage_use_grad_slot(inner(s), k);
+static void staged_create(Stage* st, const StageInit* init) {
+    Stage* d = (Stage*)calloc_check(1, sizeof(Stage));
+    stage_create(d, &STAGE_CPU, init);
+    stage_init_common(st, init, &STAGED, d);
 }
 
-static void staged_backward_weight(Stage* s, int slot, int gacts) { stage_backward_weight(inner(s), slot, gacts); }
-static void staged_tie(Stage* s) { stage_tie_embedding_local(inner(s)); }
-static void staged_sumsq(const Stage* s, double* out) { stage_grad_unit_sumsq(inner(s), out); }
-static void staged_update(Stage* s, const AdamWConfig* opt, float lr, int t, float scale) { stage_update(inner(s), opt, lr, t, scale); }
-static void staged_zero(Stage* s) { stage_zero_grad(inner(s)); }
-
-static void staged_to_host(Stage* s) {
-    size_t bytes = s->num_params * sizeof(float);
-    memcpy(s->params, inner(s)->params, bytes);
-    memcpy(s->adam_m, inner(s)->adam_m, bytes);
-    memcpy(s->adam_v, inner(s)->adam_v, bytes);
-}
-
-static void staged_from_host(const Stage* s) {
-    size_t bytes = s->num_params * sizeof(float);
-    memcpy(inner(s)->params, s->params, bytes);
-    memcpy(inner(s)->adam_m, s->adam_m, bytes);
-    memcpy(inner(s)->adam_v, s->adam_v, bytes);
-    inner(s)->version = s->version;
-}
-
-static void staged_output(Stage* s, int slot, float* host) {
-    memcpy(host, gpt2_stage_output(&s->cfg, &s->range, &inner(s)->acts[slot]), btc(s) * sizeof(float));
-}
-
-static void staged_dx_in(Stage* s, int gacts, float* host) { memcpy(host, inner(s)->gacts[gacts].dx_in, btc(s) * sizeof(float)); }
-
-static void staged_grads_to_host(Stage* s) {
-    memcpy(s->grads, inner(s)->grads, s->num_params * sizeof(float));
-    if (s->dwte_head) memcpy(s->dwte_head, inner(s)->dwte_head, s->sizes[0] * sizeof(float));
-}
-
-static void staged_grads_from_host(const Stage* s) { memcpy(inner(s)->grads, s->grads, s->num_params * sizeof(float)); }
-
-static size_t staged_msg_bytes(const Stage* s) { return btc(s) * sizeof(float); }
-static void* staged_input_msg(Stage* s, int slot) {
-    grow(s);
-    return inner(s)->acts[slot].x_in;
-}
-static const void* staged_output_msg(Stage* s, int slot) { return gpt2_stage_output(&s->cfg, &s->range, &inner(s)->acts[slot]); }
-static void* staged_grad_msg(Stage* s, int gacts) {
-    grow(s);
-    return staged_of(s)->dx_out[gacts];
-}
-static const void* staged_dx_in_msg(Stage* s, int gacts, int slot) {
-    grow(s);
-    float* dst = staged_of(s)->dx_send[slot];
-    memcpy(dst, inner(s)->gacts[gacts].dx_in, btc(s) * sizeof(float));
-    return dst;
-}
-
-static float* staged_tied_share(Stage* s) { return s->range.has_embed ? inner(s)->g.wte : inner(s)->dwte_head; }
-static float* staged_tied_other(Stage* s, int k) {
-    grow(s);
-    return staged_of(s)->tied[k];
-}
-static void staged_tied_sum(Stage* s, const float* first, const float* last) {
-    float* wte = inner(s)->g.wte;
-    for (size_t i = 0; i < s->sizes[0]; i++) wte[i] = first[i] + last[i];
-}
-
-static const StageBackend STAGED = {"cpu-staged", staged_forward, staged_backward_input, staged_backward_weight, staged_tie,
-                                    staged_sumsq, staged_update, staged_zero, staged_to_host, staged_from_host,
-                                    staged_output, staged_dx_in, staged_grads_to_host, staged_grads_from_host,
-                                    staged_stash, staged_use_grad_slot, staged_msg_bytes, staged_input_msg,
-                                    staged_output_msg, staged_grad_msg, staged_dx_in_msg, staged_tied_share,
-                                    staged_tied_other, staged_tied_sum, NULL};
-
-void stage_staged_dp_average(void* comm, Stage* s) {
-    Stage* d = inner(s);
-    comm_dp_average((Comm*)comm, d->grads, d->num_params);
-    if (d->dwte_head) comm_dp_average((Comm*)comm, d->dwte_head, d->sizes[0]);
-}
-
-void stage_init_staged(Stage* s, const GPT2Config* cfg, const GPT2Range* r, int B, int T, const float* full) {
-    Staged* d = (Staged*)calloc_check(1, sizeof(Staged));
-    stage_init(&d->inner, cfg, r, B, T, 1);
-    stage_load_params(&d->inner, full);
-    stage_init_backend(s, cfg, r, B, T, 1, &STAGED, d);
-    stage_load_params(s, full);
-}
-
-void stage_free_staged(Stage* s) {
-    Staged* d = staged_of(s);
-    stage_free(s);
-    stage_free(&d->inner);
-    for (int i = 0; i < d->n_dx_out; i++) free(d->dx_out[i]);
-    for (int i = 0; i < d->n_dx_send; i++) free(d->dx_send[i]);
-    for (int k = 0; k < d->n_tied; k++) free(d->tied[k]);
-    free(d->dx_out);
-    free(d->dx_send);
-    free(d->tied);
-    free(d);
-}
+const StageDevice STAGE_CPU_STAGED = {"cpu-staged", staged_create};

@@ -173,7 +173,7 @@ static void test_link(void) {
     if (s < C.P - 1) {
         for (int k = 0; k < LK_N; k++) {
             pattern_fill(buf + (size_t)k * LK_BYTES, LK_BYTES, key((uint64_t)s, (uint64_t)d, 500 + (uint64_t)k));
-            comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, buf + (size_t)k * LK_BYTES, LK_BYTES, s + 1, 11, &req[k]);
+            comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, buf + (size_t)k * LK_BYTES, LK_BYTES, s + 1, &req[k]);
         }
         int all_link = 1;
         for (int k = 0; k < LK_N; k++) all_link &= req[k].link == &link;
@@ -186,7 +186,7 @@ static void test_link(void) {
         RCHECK(done, "link: comm_wait completes every send, inactive and detached");
     }
     if (s > 0) {
-        for (int k = 0; k < LK_N; k++) comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, buf + (size_t)k * LK_BYTES, LK_BYTES, s - 1, 11, &req[k]);
+        for (int k = 0; k < LK_N; k++) comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, buf + (size_t)k * LK_BYTES, LK_BYTES, s - 1, &req[k]);
         comm_irecv(&C, &note_in, sizeof note_in, s - 1, 12, &note_req);
         int seen[LK_N + 1] = {0}, twice = 0, got = 0;
         while (got < LK_N + 1) { // the link's receives, in order, and the note, both polled by comm_wait_any
@@ -204,36 +204,36 @@ static void test_link(void) {
         RCHECK(!twice && intact && note_in == key((uint64_t)(s - 1), (uint64_t)d, 777),
                "link: %d messages posted ahead and a plain MPI one, collected by comm_wait_any, each once and intact", LK_N);
     }
-    // as over NCCL, the link's messages match in order whatever their tags (which only the MPI path
-    // without a link uses): the first receive posted gets the first message sent
+    // as over NCCL, the link's messages match in the order they were posted: the first receive
+    // posted gets the first message sent
     uint64_t two[2] = {key((uint64_t)s, (uint64_t)d, 31), key((uint64_t)s, (uint64_t)d, 32)}, got[2] = {0, 0};
     if (s < C.P - 1) {
-        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[0], sizeof two[0], s + 1, 21, &req[0]);
-        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[1], sizeof two[1], s + 1, 22, &req[1]);
+        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[0], sizeof two[0], s + 1, &req[0]);
+        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[1], sizeof two[1], s + 1, &req[1]);
         comm_wait(&C, &req[0]);
         comm_wait(&C, &req[1]);
     }
     if (s > 0) {
-        comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[0], sizeof got[0], s - 1, 22, &req[0]);
-        comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[1], sizeof got[1], s - 1, 21, &req[1]);
+        comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[0], sizeof got[0], s - 1, &req[0]);
+        comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[1], sizeof got[1], s - 1, &req[1]);
         comm_wait(&C, &req[0]);
         comm_wait(&C, &req[1]);
         RCHECK(got[0] == key((uint64_t)(s - 1), (uint64_t)d, 31) && got[1] == key((uint64_t)(s - 1), (uint64_t)d, 32),
-               "link: messages match in the order posted, not by tag (as NCCL's)");
+               "link: messages match in the order posted (as NCCL's)");
     }
     // channels keep messages apart: a tied-embedding message sent before a neighbour message arrives
     // in the receive posted on its own channel, though that one was posted second
     if (s == 0 && C.P > 1) {
-        comm_link_isend(&C, &link, COMM_LINK_TIED, &two[0], sizeof two[0], C.P - 1, 0, &req[0]);
-        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[1], sizeof two[1], 1, 0, &req[1]);
+        comm_link_isend(&C, &link, COMM_LINK_TIED, &two[0], sizeof two[0], C.P - 1, &req[0]);
+        comm_link_isend(&C, &link, COMM_LINK_NEIGHBOURS, &two[1], sizeof two[1], 1, &req[1]);
         comm_wait(&C, &req[0]);
         comm_wait(&C, &req[1]);
     }
     if (s > 0) {
         int last = s == C.P - 1;
         got[0] = got[1] = 0;
-        if (s == 1) comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[1], sizeof got[1], 0, 0, &req[1]);
-        if (last) comm_link_irecv(&C, &link, COMM_LINK_TIED, &got[0], sizeof got[0], 0, 0, &req[0]);
+        if (s == 1) comm_link_irecv(&C, &link, COMM_LINK_NEIGHBOURS, &got[1], sizeof got[1], 0, &req[1]);
+        if (last) comm_link_irecv(&C, &link, COMM_LINK_TIED, &got[0], sizeof got[0], 0, &req[0]);
         comm_wait(&C, &req[0]);
         comm_wait(&C, &req[1]);
         uint64_t t0 = key(0, (uint64_t)d, 31), n1 = key(0, (uint64_t)d, 32);

@@ -8,6 +8,7 @@
 #include "llmc/gpt2.h"
 #include "llmc/rng.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/stage_cpu.h"
 #include "tests/test.h"
 
 enum { NLAYER = 2, CH = 16, NHEAD = 2, HS = CH / NHEAD, VOCAB = 37, VPAD = 128, MAXT = 8, BATCH = 2, SEQ = 5, BT = BATCH * SEQ };
@@ -116,15 +117,13 @@ int main(void) {
     cfg.max_seq_len = MAXT; cfg.vocab_size = VOCAB; cfg.padded_vocab_size = VPAD;
     cfg.num_layers = NLAYER; cfg.num_heads = NHEAD; cfg.channels = CH;
     GPT2Range all = {0, NLAYER, 1, 1};
-    Stage s;
-    stage_init(&s, &cfg, &all, BATCH, SEQ, 1);
-    size_t n_params = 0;
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_stage = gpt2_param_sizes(&cfg, &all, sizes), n_params = 0;
     int layout_ok = 1;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        layout_ok &= s.sizes[i] == REF_SIZES[i];
+        layout_ok &= sizes[i] == REF_SIZES[i];
         n_params += REF_SIZES[i];
     }
-    CHECK(layout_ok && n_params == s.num_params, "parameter layout matches llm.c's (%zu floats)", n_params);
+    CHECK(layout_ok && n_params == n_stage, "parameter layout matches llm.c's (%zu floats)", n_params);
 
     // GPT-2's init (std 0.02), then moved off its special values so every gradient is exercised:
     // matrices x5 (std 0.1: attention away from uniform, GELU away from linear), LayerNorm weights
@@ -145,24 +144,27 @@ int main(void) {
         }
         it += REF_SIZES[i];
     }
-    stage_load_params(&s, full);
-
-    GPT2Acts* a = &s.acts[0];
+    Stage s;
+    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = BATCH, .T = SEQ, .full = full});
+    int* inputs = stage_inputs(&s, 0);   // (BT)
+    int* targets = stage_targets(&s, 0); // (BT)
     for (int n = 0; n < BT; n++) {
-        a->inputs[n] = (int)rng_below(&rng, VOCAB);
-        a->targets[n] = (int)rng_below(&rng, VOCAB);
+        inputs[n] = (int)rng_below(&rng, VOCAB);
+        targets[n] = (int)rng_below(&rng, VOCAB);
     }
-    a->inputs[SEQ + 2] = a->inputs[1]; // a repeated token: its wte row gathers two encoder gradients
-    a->targets[3] = a->inputs[1];      // and the same row is a target (head share) too
+    inputs[SEQ + 2] = inputs[1]; // a repeated token: its wte row gathers two encoder gradients
+    targets[3] = inputs[1];      // and the same row is a target (head share) too
 
     // analytic gradient, as the trainer takes it for one micro-batch
-    float loss_f = stage_forward(&s, 0, s.version, 1);
-    stage_backward(&s, 0, NULL, 1.0f / (float)BT);
-    stage_tie_embedding_local(&s);
+    Op f = {OP_F, 0, 0, 0}, b = {OP_B, 0, 0, 0};
+    float loss_f = stage_forward(&s, &f, 0, 1);
+    stage_backward(&s, &b, 0, 1.0f / (float)BT);
+    stage_tie_local(&s, 0);
+    const float* grads = stage_cpu_grads(&s, 0); // (n_params)
 
     double* pd = (double*)malloc_check(n_params * sizeof(double));
     for (size_t j = 0; j < n_params; j++) pd[j] = full[j];
-    double loss_d = ref_loss(pd, a->inputs, a->targets);
+    double loss_d = ref_loss(pd, inputs, targets);
     // the float forward rounds at ~6e-8 relative per operation over chains of ~50 operations and
     // sums of <= 64 terms, and the classifier's log-sum-exp is taken in double: a few 1e-7 relative
     // at most, so 2e-6 relative has margin ~10 while a wrong op would move the loss by >1e-3
@@ -171,7 +173,7 @@ int main(void) {
 
     // padded wte rows: bitwise zero gradient (neither the encoder nor the head may touch them)
     int pad_zero = 1;
-    for (size_t j = (size_t)VOCAB * CH; j < (size_t)VPAD * CH; j++) pad_zero &= s.grads[j] == 0.0f;
+    for (size_t j = (size_t)VOCAB * CH; j < (size_t)VPAD * CH; j++) pad_zero &= grads[j] == 0.0f;
     CHECK(pad_zero, "padded wte rows (%d..%d) have an exactly zero gradient", VOCAB, VPAD - 1);
 
     // Bound: |g - g_fd| <= 1e-5 * max|g_tensor| + 1e-9.
@@ -188,7 +190,7 @@ int main(void) {
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         size_t n = REF_SIZES[i];
-        const float* g = s.grads + off;
+        const float* g = grads + off;
         double gmax = 0.0;
         for (size_t j = 0; j < n; j++) gmax = fmax(gmax, fabs(g[j]));
         size_t idx[SAMPLES];
@@ -196,7 +198,7 @@ int main(void) {
         if (n <= SAMPLES) {
             for (size_t j = 0; j < n; j++) idx[m++] = j;
         } else if (i == 0) { // rows of tokens in the batch, other real rows, padded rows
-            for (int k = 0; k < 8; k++) idx[m++] = (size_t)a->inputs[(k * 3) % BT] * CH + rng_below(&rng, CH);
+            for (int k = 0; k < 8; k++) idx[m++] = (size_t)inputs[(k * 3) % BT] * CH + rng_below(&rng, CH);
             for (int k = 0; k < 6; k++) idx[m++] = (size_t)rng_below(&rng, VOCAB) * CH + rng_below(&rng, CH);
             for (int k = 0; k < 6; k++) idx[m++] = (size_t)(VOCAB + rng_below(&rng, VPAD - VOCAB)) * CH + rng_below(&rng, CH);
         } else {
@@ -209,9 +211,9 @@ int main(void) {
             double* e = pd + off + idx[k];
             double save = *e;
             *e = save + h;
-            double lp = ref_loss(pd, a->inputs, a->targets);
+            double lp = ref_loss(pd, inputs, targets);
             *e = save - h;
-            double lm = ref_loss(pd, a->inputs, a->targets);
+            double lm = ref_loss(pd, inputs, targets);
             *e = save;
             double fd = (lp - lm) / (2.0 * h), err = fabs(g[idx[k]] - fd);
             max_abs = fmax(max_abs, err);
@@ -226,6 +228,6 @@ int main(void) {
 
     free(pd);
     free(full);
-    stage_free(&s);
+    stage_destroy(&s);
     return test_summary();
 }

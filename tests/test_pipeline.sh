@@ -88,6 +88,15 @@ cp "$TMP/out" "$TMP/st22m.txt"
 check "  losses and model bitwise equal to the CPU path with D = 2" staged_same2 "$TMP/st22m"
 check "  it says so" grep -q "averaged over the 2 replicas in host memory, MPI" "$TMP/st22m.txt"
 refuse "--comm with an unknown value" "--comm nccl2: expected auto or mpi" $BIN --comm nccl2 -x 1
+# samples go through the backend (a one-row sample slot on every stage, messages over the link)
+SMP="-e d4 -b 2 -t 16 -x 6 -v 0 -s 3 -g 12 --micro-batches 4"
+samples() { grep -a '^sample (' "$1"; }
+check "samples on the CPU, P = 1" $BIN $SMP -o "$TMP/smp1"
+cp "$TMP/out" "$TMP/smp1.txt"
+check "samples through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $SMP --device cpu-staged --stages 2 -o "$TMP/smp2"
+cp "$TMP/out" "$TMP/smp2.txt"
+same_samples() { [ "$(samples "$TMP/smp1.txt" | wc -l)" -eq 4 ] && diff <(samples "$TMP/smp1.txt") <(samples "$TMP/smp2.txt") >/dev/null; }
+check "  the same 4 samples as the CPU (temperature 1 and greedy, steps 3 and 6)" same_samples
 # TD-Pipe behind the backend interface: stashes and the gradient ring kept by the backend
 check "--device cpu-staged, tdpipe W = 2, P = 1" $BIN $SMALL --device cpu-staged --schedule tdpipe --aew 2 -o "$TMP/sw1"
 check "--device cpu-staged, tdpipe W = 2, P = 4, jitter 0.3" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule tdpipe --aew 2 --jitter 0.3 -o "$TMP/sw4"
@@ -172,6 +181,8 @@ check "--trace writes a Chrome trace: every op of every stage" trace_ok
 check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedule 1f1b --micro-batches 4 -e d4
 $MPI -np 2 $BIN --print-schedule --stages 2 --schedule zbh1 --micro-batches 2 -e d4 > "$TMP/sched.txt" 2>&1
 check "--print-schedule under mpirun: rank 0 prints both stages' lists once" test "$(grep -c '^stage [01]' "$TMP/sched.txt")" -eq 2
+$BIN --print-schedule --stages 4 --schedule tdpipe --aew 2 --micro-batches 4 -e d4 > "$TMP/sched4.txt" 2>&1
+check "--print-schedule prints P = 4 from one process (no ranks needed to print)" test "$(grep -c '^stage [0-3]:' "$TMP/sched4.txt")" -eq 4
 
 # --- the partition: per-rank speed and memory steer the dynamic program
 $MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed 1,1,0.5,1 > "$TMP/part.txt" 2>&1

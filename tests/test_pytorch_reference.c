@@ -10,6 +10,7 @@
 #include "llmc/matmul.h"
 #include "llmc/model_file.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/stage_cpu.h"
 #include "tests/test.h"
 
 #define MODEL_PATH "tests/fixtures/ref_model.bin"
@@ -103,14 +104,14 @@ int main(void) {
     double* ref_norms = to_double(outs + (size_t)BT * V + 1 + n_params + n_steps, n_steps);
 
     Stage s;
-    stage_init(&s, &cfg, &all, B, T, 1);
-    stage_load_params(&s, full);
-    GPT2Acts* a = &s.acts[0];
+    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    GPT2Acts* a = stage_cpu_acts(&s, 0);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            a->inputs[b * T + t] = tokens[b * (T + 1) + t];
-            a->targets[b * T + t] = tokens[b * (T + 1) + t + 1];
+            stage_inputs(&s, 0)[b * T + t] = tokens[b * (T + 1) + t];
+            stage_targets(&s, 0)[b * T + t] = tokens[b * (T + 1) + t + 1];
         }
+    const float* grads = stage_cpu_grads(&s, 0); // (n_params) the one gradient slot
 
     // the trainer's hyperparameters, as the reference used them (its header)
     AdamWConfig opt;
@@ -125,9 +126,10 @@ int main(void) {
 
     // train_tdpipe's step (M = 1); step 0 is also where forward and gradients are compared
     for (int step = 0; step < n_steps; step++) {
-        losses[step] = stage_forward(&s, 0, s.version, 1);
-        stage_backward(&s, 0, NULL, dloss);
-        stage_tie_embedding_local(&s);
+        Op f = {OP_F, step, 0, s.version}, bw = {OP_B, step, 0, s.version};
+        losses[step] = stage_forward(&s, &f, 0, 1);
+        stage_backward(&s, &bw, 0, dloss);
+        stage_tie_local(&s, 0);
         if (step == 0) {
             // float32 forward vs float64: ~6e-8 relative per operation over chains of ~50 operations
             // (sums of <= 128 terms) on values of order 1 give a few 1e-7 at most; the reference's
@@ -169,19 +171,19 @@ int main(void) {
             // order of max|g| itself).
             size_t off = 0;
             for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-                compare(gpt2_param_name(i), s.grads + off, ref_grads + off, sizes[i], 1e-5, 0.0);
+                compare(gpt2_param_name(i), grads + off, ref_grads + off, sizes[i], 1e-5, 0.0);
                 off += sizes[i];
             }
             int pad_grad_zero = 1;
-            for (size_t j = (size_t)V * C; j < sizes[0]; j++) pad_grad_zero &= s.grads[j] == 0.0f && ref_grads[j] == 0.0;
+            for (size_t j = (size_t)V * C; j < sizes[0]; j++) pad_grad_zero &= grads[j] == 0.0f && ref_grads[j] == 0.0;
             CHECK(pad_grad_zero, "padded wte rows have an exactly zero gradient (here and in the reference)");
         }
-        stage_grad_unit_sumsq(&s, units);
+        stage_grad_unit_sumsq(&s, 0, units);
         norms[step] = grad_norm_from_units(units, L + 2);
         float scale = (clip > 0 && norms[step] > clip) ? clip / norms[step] : 1.0f;
         float lr = lr_schedule(step, n_steps, 0, opt.lr, 1.0f); // constant: warmup 0, final fraction 1
-        stage_update(&s, &opt, lr, step + 1, scale);
-        stage_zero_grad(&s);
+        stage_update(&s, 0, &opt, lr, step + 1, scale);
+        stage_zero_grad(&s, 0);
     }
 
     // Training: each step's parameters differ from the float64 reference's by the float32 rounding
@@ -216,6 +218,6 @@ int main(void) {
     free(full);
     free(outs);
     free(tokens);
-    stage_free(&s);
+    stage_destroy(&s);
     return test_summary();
 }

@@ -90,7 +90,8 @@ static void test_shapes(void) {
                     for (int s = 0; s < P; s++) {
                         int inflight, versions;
                         schedule_stage_stats(&sch, s, &inflight, &versions);
-                        if (versions != 1 || schedule_stage_grad_slots(&sch, s) != 1) ok_stats = 0;
+                        ScheduleShape shape = {(SchedKind)k, P, M, 0, 0, n};
+                        if (versions != 1 || schedule_stage_grad_slots(&sch, s) != 1 || schedule_shape_grad_slots(&shape) != 1) ok_stats = 0;
                         const Op* ops = sch.ops[s];
                         if (k == SCHED_1F1B) {
                             int warm = 0;
@@ -121,7 +122,7 @@ static void test_shapes(void) {
                 }
     CHECK(ok_valid, "gpipe, 1f1b, zbh1 build and validate for P 1..6, M P..P+6, 1 and 3 steps");
     CHECK(ok_warm, "1f1b: stage s runs P-s-1 warmup forwards, then F before its first B");
-    CHECK(ok_stats, "sync schedules: 1 weight version, 1 gradient slot; 1f1b peak in-flight = P - s");
+    CHECK(ok_stats, "sync schedules: 1 weight version, 1 gradient slot (as schedule_shape_grad_slots says); 1f1b peak in-flight = P - s");
     CHECK(ok_gpipe, "B, BI and BW run in increasing micro-batch order on every stage (gpipe, 1f1b)");
     CHECK(ok_zb, "zbh1: BI and BW each in increasing micro-batch order on every stage");
     CHECK(ok_zbmem, "zbh1: at most P - s awaiting BI, at most P awaiting BW (1F1B's peak memory)");

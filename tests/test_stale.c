@@ -14,6 +14,8 @@
 #include "tdpipe/executor.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/stage_cpu.h"
+#include "tdpipe/trace.h"
 #include "tests/test.h"
 
 enum { B = 2, T = 8, M = 4, STEPS = 6, TOKENS = 4096 };
@@ -50,39 +52,40 @@ static void loader(DataLoader* dl) {
 static void reference(int W, const float* init, size_t n, float* params, float* losses) {
     GPT2Range all = {0, CFG.num_layers, 1, 1};
     Stage s; // only for its update, zero_grad, tie and norm units (the same code the executor uses)
-    stage_init(&s, &CFG, &all, B, T, 1);
-    memcpy(s.params, init, n * sizeof(float));
+    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
     float* versions = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float)); // (STEPS+1, n) weights after v updates
     ParameterTensors view;
     DataLoader dl;
     loader(&dl);
     AdamWConfig opt = adamw();
     double units[8];
+    GPT2Acts* a = stage_cpu_acts(&s, 0);
+    GPT2GradActs* ga = stage_cpu_gacts(&s, 0);
     for (int t = 0; t < STEPS; t++) {
         memcpy(versions + (size_t)t * n, s.params, n * sizeof(float));
         double loss_sum = 0.0;
         for (int m = 0; m < M; m++) {
             int g = t * M + m, v = g < W ? 0 : (g - W) / M;
             gpt2_point_params(&view, versions + (size_t)v * n, s.sizes);
-            if (dataloader_next(&dl, s.acts[0].inputs, s.acts[0].targets)) td_fatal("%s", dl.err);
-            loss_sum += gpt2_forward(&CFG, &all, &view, &s.acts[0], 1);
-            gpt2_backward_input(&CFG, &all, &view, &s.acts[0], &s.gacts[0], NULL, 1.0f / ((float)B * T * M));
-            gpt2_backward_weight(&CFG, &all, &s.acts[0], &s.gacts[0], &s.g, s.dwte_head);
+            if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
+            loss_sum += gpt2_forward(&CFG, &all, &view, a, 1);
+            gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
+            gpt2_backward_weight(&CFG, &all, a, ga, stage_cpu_grad_views(&s, 0), stage_cpu_dwte_head(&s, 0));
         }
         losses[t] = (float)(loss_sum / M);
-        stage_tie_embedding_local(&s);
+        stage_tie_local(&s, 0);
         memset(units, 0, sizeof(units));
-        stage_grad_unit_sumsq(&s, units);
+        stage_grad_unit_sumsq(&s, 0, units);
         double sq = 0.0;
         for (int i = 0; i < CFG.num_layers + 2; i++) sq += units[i];
         float norm = (float)sqrt(sq), scale = norm > CLIP ? CLIP / norm : 1.0f;
-        stage_update(&s, &opt, lr_schedule(t, STEPS, WARMUP, LR, FINAL), t + 1, scale);
-        stage_zero_grad(&s);
+        stage_update(&s, 0, &opt, lr_schedule(t, STEPS, WARMUP, LR, FINAL), t + 1, scale);
+        stage_zero_grad(&s, 0);
     }
     memcpy(params, s.params, n * sizeof(float));
     free(versions);
     dataloader_free(&dl);
-    stage_free(&s);
+    stage_destroy(&s);
 }
 
 int main(int argc, char** argv) {
@@ -105,32 +108,39 @@ int main(int argc, char** argv) {
         reference(W, init, n, ref, ref_losses);
 
         Stage st;
-        stage_init(&st, &CFG, &all, B, T, 1);
-        memcpy(st.params, init, n * sizeof(float));
+        stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
         DataLoader dl;
         loader(&dl);
-        Executor ex;
-        memset(&ex, 0, sizeof(ex));
-        ex.comm = &comm;
-        ex.stage = &st;
-        ex.data = &dl;
-        ex.B = B, ex.T = T, ex.C = CFG.channels, ex.L = CFG.num_layers;
-        ex.opt = adamw();
-        ex.total_steps = STEPS, ex.warmup = WARMUP, ex.final_lr_frac = FINAL, ex.clip = CLIP;
-        ex.on_step = on_step;
+        CommLink link;
+        comm_mpi_link(&comm, &link);
+        Trace trace;
+        trace_init(&trace, 1);
+        Executor ex = {.comm = &comm, .stage = &st, .data = &dl, .link = &link,
+                       .optim = {adamw(), STEPS, WARMUP, FINAL, CLIP}, .trace = &trace, .on_step = on_step};
         Schedule sch;
         if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 1, .M = M, .W = W, .n_steps = STEPS}, err, sizeof(err))) td_fatal("%s", err);
         memset(g_losses, 0, sizeof(g_losses));
-        executor_run(&ex, &sch, 0);
+        executor_run(&ex, &sch);
         int stale = schedule_max_staleness(&sch);
         CHECK(memcmp(g_losses, ref_losses, sizeof(g_losses)) == 0,
               "W = %d (staleness up to %d): %d step losses bitwise equal to stale SGD written out (last %.7f vs %.7f)", W, stale,
               STEPS, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
         CHECK(memcmp(st.params, ref, n * sizeof(float)) == 0, "  and the final weights (%zu floats)", n);
+        // One process has no messages: every op's input is there once its dependency has run, which
+        // is also what the simulator's run at nominal times sees. Both pick through
+        // schedule_tdpipe_pick, so the executor's live order is the schedule's list op for op.
+        int same = (int)trace.n == sch.n_ops[0];
+        for (int i = 0; same && i < sch.n_ops[0]; i++) {
+            char name[32];
+            schedule_op_name(&sch.ops[0][i], name, sizeof(name));
+            same = strcmp(name, trace.events[i].name) == 0;
+        }
+        CHECK(same, "  the executor ran the %d ops in the order the simulator's run of the same policy lists them", sch.n_ops[0]);
+        trace_free(&trace);
         schedule_free(&sch);
         executor_free(&ex);
         dataloader_free(&dl);
-        stage_free(&st);
+        stage_destroy(&st);
     }
     // the check can fail: a reference that forwards on the current weights instead of the stale
     // ones disagrees with the executor from the first stale step on

@@ -123,13 +123,13 @@ static void check_link(Comm* c, int device) {
     cudaCheck(cudaDeviceSynchronize());
     int me = c->stage, peer = 1 - me;
     uint64_t mine = me == 0 ? 100 : 200, theirs = me == 0 ? 200 : 100; // activations 100 + k, gradients 200 + k
-    for (int k = 0; k < K; k++) comm_link_irecv(c, &l.link, COMM_LINK_NEIGHBOURS, d_in[k], bytes[k], peer, 1, &rreq[k]);
+    for (int k = 0; k < K; k++) comm_link_irecv(c, &l.link, COMM_LINK_NEIGHBOURS, d_in[k], bytes[k], peer, &rreq[k]);
     double t0 = now_seconds();
     for (int k = 0; k < K; k++) {
         if (me == 1) comm_wait(c, &rreq[k]); // a gradient answers its activation
         unsigned char* h = pattern(bytes[k], mine + k);
         cudaCheck(cudaMemcpyAsync(d_out[k], h, bytes[k], cudaMemcpyHostToDevice, g_cuda_stream));
-        comm_link_isend(c, &l.link, COMM_LINK_NEIGHBOURS, d_out[k], bytes[k], peer, 1, &sreq[k]);
+        comm_link_isend(c, &l.link, COMM_LINK_NEIGHBOURS, d_out[k], bytes[k], peer, &sreq[k]);
         cudaCheck(cudaStreamSynchronize(g_cuda_stream)); // h may go once the copy has run
         free(h);
     }
@@ -162,8 +162,8 @@ static void check_link(Comm* c, int device) {
     unsigned char* want = pattern(tb, 300 + (uint64_t)peer);
     unsigned char* h_tied = pattern(tb, 300 + (uint64_t)me);
     cudaCheck(cudaMemcpy(d_out[K - 1], h_tied, tb, cudaMemcpyHostToDevice));
-    comm_link_irecv(c, &l.link, COMM_LINK_TIED, d_in[K - 1], tb, peer, 2, &rreq[0]);
-    comm_link_isend(c, &l.link, COMM_LINK_TIED, d_out[K - 1], tb, peer, 2, &sreq[0]);
+    comm_link_irecv(c, &l.link, COMM_LINK_TIED, d_in[K - 1], tb, peer, &rreq[0]);
+    comm_link_isend(c, &l.link, COMM_LINK_TIED, d_out[K - 1], tb, peer, &sreq[0]);
     comm_wait(c, &rreq[0]);
     comm_wait(c, &sreq[0]);
     cudaCheck(cudaMemcpy(h_tied, d_in[K - 1], tb, cudaMemcpyDeviceToHost));

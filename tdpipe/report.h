@@ -1,0 +1,39 @@
+// What a training run tells its user (world rank 0): a line and a log.jsonl record per step and per
+// validation, and at the end a table of every stage's measured op times and pipeline memory.
+#pragma once
+#include <stdio.h>
+#include "tdpipe/executor.h"
+#include "tdpipe/partition.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    FILE* log;              // log.jsonl, or NULL
+    int total_steps;
+    int tokens_per_step;    // B * T * M * D
+    int P;
+    double flops_per_step;  // model FLOPs of one step (6 N per token + attention), for MFU
+    double peak_flops;      // the devices' bf16 peak FLOP/s; 0 on the CPU (no MFU)
+    double seconds_sum;     // over reported steps after the first
+    int seconds_n;
+} Reporter;
+
+// the executor's on_step (ctx: a Reporter): the step line on stdout, its record in log.jsonl
+void report_step(void* reporter, const StepReport* r);
+// a validation: the line and the record; floor: the data's entropy floor, or < 0 when unknown
+void report_val(Reporter* rep, int step, float val, double floor);
+
+// one stage's figures for the end table: measured mean op times, and what its pipeline state took
+typedef struct {
+    double f_ms, b_ms;     // mean forward / backward op (a zero-bubble half counts as one)
+    StageMemory mem;       // activation slots, stashes, gradient ring, in the device's precision
+} StageSummary;
+
+StageSummary report_stage_summary(const Executor* ex);
+// the end table (world rank 0): one row per stage from every stage's summary (P of them)
+void report_end_table(const Reporter* rep, const Partition* part, const StageSummary* per_stage);
+
+#ifdef __cplusplus
+}
+#endif

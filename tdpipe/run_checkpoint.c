@@ -1,0 +1,122 @@
+// A run's checkpoint sections, saved from and resumed into a pipeline (see run_checkpoint.h).
+#include "run_checkpoint.h"
+#include <string.h>
+#include "llmc/checkpoint.h"
+#include "llmc/common.h"
+
+#define CKPT_CONFIG_INTS 16
+// byte shuffle + Huffman-only deflate: the smallest and fastest of the modes measured on a trained
+// 124M checkpoint (README, make bench-checkpoint)
+#define CKPT_ZLIB_LEVEL CKPT_LEVEL_HUFFMAN
+
+// The "config" section: what a resume must match, one table for save and resume. The layout does not
+// depend on P or D (micro-batches count over all replicas), so a run may resume in another shape.
+enum { CFG_FIELDS = 9 };
+static const char* const CFG_NAMES[CFG_FIELDS] = {"maxT", "V", "L", "NH", "C", "Vp", "B (-b)", "T (-t)", "micro-batches per step (M x D)"};
+static void config_fields(const RunCheckpoint* rc, const GPT2Config* cfg, int32_t out[CKPT_CONFIG_INTS]) {
+    int32_t v[CFG_FIELDS] = {cfg->max_seq_len, cfg->vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels, cfg->padded_vocab_size,
+                             rc->B, rc->T, rc->mb_per_step};
+    memset(out, 0, CKPT_CONFIG_INTS * sizeof(int32_t));
+    memcpy(out, v, sizeof(v));
+}
+
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train) {
+    char err[1024] = "", path[1200] = "";
+    Stage* s = pl->stage;
+    int root = pl->comm->world_rank == 0;
+    size_t n_full = 0;
+    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
+    float* full = root ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+    CkptWriter* w = NULL;
+    int failed = 0;
+    if (root) {
+        w = ckpt_writer_open(rc->dir, step, CKPT_ZLIB_LEVEL, 1, err, sizeof(err));
+        int32_t config[CKPT_CONFIG_INTS];
+        config_fields(rc, &s->cfg, config);
+        int64_t step64 = step;
+        uint64_t seed = rc->seed;
+        DataLoaderState dls;
+        dataloader_get_state(train, &dls);
+        failed = !w || ckpt_writer_add(w, "config", config, sizeof(config), 4, err, sizeof(err)) ||
+                 ckpt_writer_add(w, "step", &step64, sizeof(step64), 8, err, sizeof(err)) ||
+                 ckpt_writer_add(w, "rng", &seed, sizeof(seed), 8, err, sizeof(err)) ||
+                 ckpt_writer_add(w, "dataloader", &dls, sizeof(dls), 8, err, sizeof(err));
+    }
+    const char* names[3] = {"params", "adam_m", "adam_v"};
+    const float* mine[3] = {s->params, s->adam_m, s->adam_v};
+    for (int i = 0; i < 3; i++) {
+        pipeline_gather(pl, mine[i], full); // collective: every rank takes part even after a failure
+        if (root && !failed) failed = ckpt_writer_add(w, names[i], full, n_full * sizeof(float), 4, err, sizeof(err));
+    }
+    if (root) {
+        if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
+        else if (w) ckpt_writer_abort(w);
+        if (failed) fprintf(stderr, "[rank 0] checkpoint at step %d not written: %s (earlier checkpoints are untouched)\n", step, err);
+        else {
+            if (ckpt_prune(rc->dir, rc->keep, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
+            printf("checkpoint: %s\n", path);
+        }
+    }
+    free(full);
+    return comm_any(pl->comm, failed) ? -1 : 0;
+}
+
+// the section `name` of exactly `bytes`, or NULL after saying what is wrong
+static const void* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
+    size_t got;
+    const void* p = ckpt_section(c, name, &got);
+    if (!p) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
+    else if (got != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, got, bytes);
+    else return p;
+    return NULL;
+}
+
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, char* err, size_t errlen) {
+    Ckpt c;
+    char path[1200], note[4096];
+    int rc_find = ckpt_find_latest(rc->dir, &c, path, sizeof(path), note, sizeof(note));
+    if (note[0] && g_rank == 0) fprintf(stderr, "%s", note);
+    if (rc_find == 1) return td_error(err, errlen, "-y 1: no checkpoint in %s to resume from", rc->dir);
+    if (rc_find < 0) return td_error(err, errlen, "-y 1: no usable checkpoint in %s", rc->dir);
+    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
+    int step = -1;
+    do { // checked in this order: the config, then every section's presence and size
+        const int32_t* config = (const int32_t*)section_exact(&c, path, "config", CKPT_CONFIG_INTS * 4, err, errlen);
+        if (!config) break;
+        int32_t want[CKPT_CONFIG_INTS];
+        config_fields(rc, &s->cfg, want);
+        int i = 0;
+        while (i < CFG_FIELDS && config[i] == want[i]) i++;
+        if (i < CFG_FIELDS) {
+            td_error(err, errlen, "%s: checkpoint has %s = %d but this run has %d", path, CFG_NAMES[i], config[i], want[i]);
+            break;
+        }
+        const int64_t* step64 = (const int64_t*)section_exact(&c, path, "step", 8, err, errlen);
+        if (!step64 || !section_exact(&c, path, "rng", 8, err, errlen)) break;
+        const DataLoaderState* dls = (const DataLoaderState*)section_exact(&c, path, "dataloader", sizeof(DataLoaderState), err, errlen);
+        if (!dls) break;
+        char msg[256];
+        if (train && dataloader_set_state(train, dls, msg, sizeof(msg))) {
+            td_error(err, errlen, "%s: %s", path, msg);
+            break;
+        }
+        const char* names[3] = {"params", "adam_m", "adam_v"};
+        float* mine[3] = {s->params, s->adam_m, s->adam_v};
+        int ok = 1;
+        for (int t = 0; t < 3 && ok; t++) {
+            const float* full = (const float*)section_exact(&c, path, names[t], n_full * 4, err, errlen);
+            if (full) gpt2_slice_params(&s->cfg, &s->range, full, mine[t]);
+            ok = full != NULL;
+        }
+        if (!ok) break;
+        step = (int)*step64;
+        s->version = step;
+        stage_from_host(s);
+        if (g_rank == 0) printf("resumed from %s at step %d\n", path, step);
+    } while (0);
+    ckpt_free(&c);
+    return step;
+}

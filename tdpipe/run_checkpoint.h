@@ -1,0 +1,30 @@
+// A training run's checkpoints: what one holds (the config a resume must match, the step, the RNG
+// seed, the data loader's position, the whole model's parameters and AdamW moments, laid out
+// independently of P and D), written by world rank 0 from every stage, read back by every rank.
+#pragma once
+#include "llmc/dataloader.h"
+#include "tdpipe/pipeline.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char* dir;   // -o
+    int keep;          // --keep: checkpoints kept in dir
+    unsigned long long seed; // every random stream (data order, sampling) derives from it and the step
+    int B, T;
+    int mb_per_step;   // micro-batches per step over all replicas (M x D)
+} RunCheckpoint;
+
+// Collective. World rank 0 writes dir/ckpt_<step>.tdck (temporary file, fsync, rename) and prunes to
+// `keep`; train: the data loader whose position is saved (the first stage's). Returns 0 on every
+// rank, or -1 on every rank after rank 0 said why (the earlier checkpoints are untouched).
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train);
+// Every rank reads the newest valid checkpoint of dir and takes its stage's slice (weights, moments,
+// version); train (or NULL): the data loader that continues from the saved position. Returns the
+// step, or -1 with a message naming the file and the problem (a config this run does not match).
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif

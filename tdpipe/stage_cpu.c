@@ -1,0 +1,256 @@
+// The CPU backend: llmc/gpt2.c's model over the Stage's own host weights, activation slots, gradient
+// slots and stashes; messages are received and sent where the model reads and writes them.
+#include "stage_cpu.h"
+#include <string.h>
+#include "llmc/common.h"
+#include "llmc/global_norm.h"
+
+typedef struct {
+    GPT2Acts* acts;            // (n_acts) one per activation slot
+    GPT2Acts sample;           // (1, T) the sample slot, once reserved
+    GPT2GradActs* gacts;       // (n_gacts)
+    float** grads;             // (n_grads)[num_params] gradient slots
+    ParameterTensors* gviews;  // (n_grads) views into them
+    float** dwte_head;         // (n_grads)[Vp*C] the LM head's share of wte's gradient per slot (last stage), else NULLs
+    float** tied_other;        // (n_grads)[Vp*C] the other end's share, received (first and last stage of a pipeline)
+    float** stash;             // (n_stash)[num_params] older weight versions
+    ParameterTensors* sviews;  // (n_stash)
+    float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
+    int n_acts, n_gacts, n_grads, n_stash, has_sample;
+} CpuStage;
+
+static CpuStage* cpu_of(const Stage* st) { return (CpuStage*)st->dev; }
+static size_t cpu_btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
+
+GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
+    CpuStage* c = cpu_of(st);
+    if (slot == STAGE_SAMPLE_SLOT) {
+        if (!c->has_sample) td_fatal("stage_cpu_acts: the sample slot is not reserved (stage_reserve_sample)");
+        return &c->sample;
+    }
+    return &c->acts[slot];
+}
+GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
+float* stage_cpu_grads(Stage* st, int k) { return cpu_of(st)->grads[k]; }
+ParameterTensors* stage_cpu_grad_views(Stage* st, int k) { return &cpu_of(st)->gviews[k]; }
+float* stage_cpu_dwte_head(Stage* st, int k) { return cpu_of(st)->dwte_head[k]; }
+
+// n pointers in *arr (holding have), grown to n; new entries NULL
+static void grow_ptrs(void*** arr, int have, int n) {
+    *arr = (void**)realloc(*arr, n * sizeof(void*));
+    if (!*arr) td_fatal("out of memory for %d CPU stage buffers", n);
+    for (int i = have; i < n; i++) (*arr)[i] = NULL;
+}
+
+static void cpu_reserve(Stage* st) {
+    CpuStage* c = cpu_of(st);
+    const GPT2Config* cfg = &st->cfg;
+    const GPT2Range* r = &st->range;
+    int pipelined = !(r->has_embed && r->has_head); // a stage of P > 1 exchanges messages and tied shares
+    if (st->n_slots > c->n_acts) {
+        c->acts = (GPT2Acts*)realloc(c->acts, st->n_slots * sizeof(GPT2Acts));
+        grow_ptrs((void***)&c->dx_send, c->n_acts, st->n_slots);
+        if (!c->acts) td_fatal("out of memory for %d activation slots", st->n_slots);
+        for (int i = c->n_acts; i < st->n_slots; i++) {
+            gpt2_acts_alloc(&c->acts[i], cfg, r, st->B, st->T);
+            if (!r->has_embed) c->dx_send[i] = (float*)malloc_check(cpu_btc(st, 0) * sizeof(float));
+        }
+        c->n_acts = st->n_slots;
+    }
+    if (st->sample_slot && !c->has_sample) {
+        gpt2_acts_alloc(&c->sample, cfg, r, 1, st->T);
+        c->has_sample = 1;
+    }
+    if (st->n_gacts > c->n_gacts) {
+        c->gacts = (GPT2GradActs*)realloc(c->gacts, st->n_gacts * sizeof(GPT2GradActs));
+        if (!c->gacts) td_fatal("out of memory for %d activation-gradient buffers", st->n_gacts);
+        for (int i = c->n_gacts; i < st->n_gacts; i++) gpt2_grad_acts_alloc(&c->gacts[i], cfg, r, st->B, st->T);
+        c->n_gacts = st->n_gacts;
+    }
+    if (st->n_grad_slots > c->n_grads) {
+        int n = st->n_grad_slots;
+        grow_ptrs((void***)&c->grads, c->n_grads, n);
+        grow_ptrs((void***)&c->dwte_head, c->n_grads, n);
+        grow_ptrs((void***)&c->tied_other, c->n_grads, n);
+        c->gviews = (ParameterTensors*)realloc(c->gviews, n * sizeof(ParameterTensors));
+        if (!c->gviews) td_fatal("out of memory for %d gradient slots", n);
+        for (int k = c->n_grads; k < n; k++) {
+            c->grads[k] = (float*)calloc_check(st->num_params, sizeof(float));
+            gpt2_point_params(&c->gviews[k], c->grads[k], st->sizes);
+            if (r->has_head) c->dwte_head[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
+            if (pipelined && (r->has_embed || r->has_head)) c->tied_other[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
+        }
+        c->n_grads = n;
+    }
+    if (st->n_stash > c->n_stash) {
+        grow_ptrs((void***)&c->stash, c->n_stash, st->n_stash);
+        c->sviews = (ParameterTensors*)realloc(c->sviews, st->n_stash * sizeof(ParameterTensors));
+        if (!c->sviews) td_fatal("out of memory for %d weight stashes", st->n_stash);
+        for (int i = c->n_stash; i < st->n_stash; i++) {
+            c->stash[i] = (float*)malloc_check(st->num_params * sizeof(float));
+            gpt2_point_params(&c->sviews[i], c->stash[i], st->sizes);
+        }
+        c->n_stash = st->n_stash;
+    }
+}
+
+static void cpu_destroy(Stage* st) {
+    CpuStage* c = cpu_of(st);
+    for (int i = 0; i < c->n_acts; i++) {
+        gpt2_acts_free(&c->acts[i]);
+        free(c->dx_send[i]);
+    }
+    if (c->has_sample) gpt2_acts_free(&c->sample);
+    for (int i = 0; i < c->n_gacts; i++) gpt2_grad_acts_free(&c->gacts[i]);
+    for (int k = 0; k < c->n_grads; k++) {
+        free(c->grads[k]);
+        free(c->dwte_head[k]);
+        free(c->tied_other[k]);
+    }
+    for (int i = 0; i < c->n_stash; i++) free(c->stash[i]);
+    free(c->acts);
+    free(c->dx_send);
+    free(c->gacts);
+    free(c->grads);
+    free(c->gviews);
+    free(c->dwte_head);
+    free(c->tied_other);
+    free(c->stash);
+    free(c->sviews);
+    free(c);
+}
+
+static const ParameterTensors* weights(Stage* st, int stash) { return stash < 0 ? &st->p : &cpu_of(st)->sviews[stash]; }
+
+static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+    GPT2Acts* a = stage_cpu_acts(st, slot);
+    size_t bt = (size_t)a->B * a->T;
+    if (st->range.has_embed) memcpy(a->inputs, stage_inputs(st, slot), bt * sizeof(int));
+    if (targets_valid) memcpy(a->targets, stage_targets(st, slot), bt * sizeof(int));
+    return gpt2_forward(&st->cfg, &st->range, weights(st, stash), a, targets_valid);
+}
+
+// the output gradient was received in place (grad_msg): the last slice of gacts' dres3
+static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
+    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
+}
+
+static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+    CpuStage* c = cpu_of(st);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k]);
+}
+
+static void cpu_probs(Stage* st, int slot, int t, float* out) {
+    GPT2Acts* a = stage_cpu_acts(st, slot);
+    memcpy(out, a->probs + (size_t)t * st->cfg.padded_vocab_size, st->cfg.vocab_size * sizeof(float));
+}
+
+static void cpu_stash(Stage* st, int i) { memcpy(cpu_of(st)->stash[i], st->params, st->num_params * sizeof(float)); }
+
+static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
+    const GPT2Range* r = &st->range;
+    const ParameterTensors* grads = &cpu_of(st)->gviews[k];
+    int C = st->cfg.channels, Ls = r->l1 - r->l0;
+    if (r->has_embed) out[0] = sumsq(grads->wte, st->sizes[0]) + sumsq(grads->wpe, st->sizes[1]);
+    float* layer_tensors[12] = {grads->ln1w, grads->ln1b, grads->qkvw, grads->qkvb, grads->attprojw, grads->attprojb,
+                                grads->ln2w, grads->ln2b, grads->fcw, grads->fcb, grads->fcprojw, grads->fcprojb};
+    for (int l = 0; l < Ls; l++) {
+        double acc = 0.0;
+        for (int i = 0; i < 12; i++) {
+            size_t per_layer = st->sizes[2 + i] / Ls;
+            acc += sumsq(layer_tensors[i] + l * per_layer, per_layer);
+        }
+        out[1 + r->l0 + l] = acc;
+    }
+    if (r->has_head) out[1 + st->cfg.num_layers] = sumsq(grads->lnfw, C) + sumsq(grads->lnfb, C);
+}
+
+static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
+    const float* grads = cpu_of(st)->grads[k];
+    size_t off = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        if (st->sizes[i])
+            adamw_update(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
+                         opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
+        off += st->sizes[i];
+    }
+}
+
+static void cpu_zero_grad(Stage* st, int k) {
+    CpuStage* c = cpu_of(st);
+    memset(c->grads[k], 0, st->num_params * sizeof(float));
+    if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+}
+
+static void cpu_tie_local(Stage* st, int k) {
+    float* wte = cpu_of(st)->gviews[k].wte;
+    const float* head = cpu_of(st)->dwte_head[k];
+    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] += head[i];
+}
+
+static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
+    if (dwte_head) *dwte_head = cpu_of(st)->dwte_head[k];
+    return cpu_of(st)->grads[k];
+}
+
+static size_t cpu_msg_bytes(const Stage* st, int slot) { return cpu_btc(st, slot) * sizeof(float); }
+static void* cpu_input_msg(Stage* st, int slot) { return stage_cpu_acts(st, slot)->x_in; }
+static const void* cpu_output_msg(Stage* st, int slot) { return gpt2_stage_output(&st->cfg, &st->range, stage_cpu_acts(st, slot)); }
+static void* cpu_grad_msg(Stage* st, int gacts) {
+    return cpu_of(st)->gacts[gacts].dres3 + (size_t)(st->range.l1 - st->range.l0 - 1) * cpu_btc(st, 0);
+}
+static const void* cpu_dx_in_msg(Stage* st, int gacts, int slot) {
+    float* dst = cpu_of(st)->dx_send[slot];
+    memcpy(dst, cpu_of(st)->gacts[gacts].dx_in, cpu_btc(st, 0) * sizeof(float));
+    return dst;
+}
+
+static float* cpu_tied_share(Stage* st, int k) { return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k]; }
+static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
+static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last) {
+    float* wte = cpu_of(st)->gviews[k].wte;
+    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first[i] + last[i];
+}
+
+static void cpu_memory(const Stage* st, double bytes[4]) {
+    CpuStage* c = cpu_of(st);
+    bytes[0] = 4.0 * (double)c->acts[0].num_floats;
+    bytes[1] = 4.0 * (double)c->gacts[0].num_floats;
+    bytes[2] = 4.0 * (double)st->num_params;
+    bytes[3] = 4.0 * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0));
+}
+
+static const StageBackend CPU_BACKEND = {
+    .name = "cpu",
+    .host_memory = 1,
+    .reserve = cpu_reserve,
+    .destroy = cpu_destroy,
+    .forward = cpu_forward,
+    .backward_input = cpu_backward_input,
+    .backward_weight = cpu_backward_weight,
+    .probs = cpu_probs,
+    .stash = cpu_stash,
+    .grad_unit_sumsq = cpu_grad_unit_sumsq,
+    .update = cpu_update,
+    .zero_grad = cpu_zero_grad,
+    .tie_local = cpu_tie_local,
+    .host_grads = cpu_host_grads,
+    .msg_bytes = cpu_msg_bytes,
+    .input_msg = cpu_input_msg,
+    .output_msg = cpu_output_msg,
+    .grad_msg = cpu_grad_msg,
+    .dx_in_msg = cpu_dx_in_msg,
+    .tied_share = cpu_tied_share,
+    .tied_other = cpu_tied_other,
+    .tied_sum = cpu_tied_sum,
+    .memory = cpu_memory,
+};
+
+const StageBackend* stage_cpu_backend(void) { return &CPU_BACKEND; }
+
+static void cpu_create(Stage* st, const StageInit* init) {
+    if (!init->full) td_fatal("stage_create(cpu): the CPU stage needs the model's parameters");
+    stage_init_common(st, init, &CPU_BACKEND, calloc_check(1, sizeof(CpuStage)));
+}
+
+const StageDevice STAGE_CPU = {"cpu", cpu_create};
