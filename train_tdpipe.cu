@@ -25,6 +25,7 @@
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
 #include "tdpipe/schedule.h"
+#include "tdpipe/staleness.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
@@ -251,6 +252,7 @@ typedef struct {
     Comm comm;
     SchedKind kind;
     int W;                  // --aew; -1: auto (measured after the first step)
+    StaleComp comp;         // staleness compensation
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
     Partition part;
@@ -322,6 +324,9 @@ static void parse(Trainer* tr, int argc, char** argv) {
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
+    if (staleness_parse(a->stale_comp, &tr->comp.method)) fatal_all("--stale-comp %s: expected none, predict, dcasgd or lr", a->stale_comp);
+    tr->comp.tau = a->stale_tau;
+    tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
     partition_make(&tr->part, a, &tr->cfg, P);
     ScheduleShape shape = {tr->kind, P, a->grad_accum, tr->W > 0 ? tr->W : 0, 0, 2};
@@ -386,6 +391,7 @@ static void make_stage(Trainer* tr) {
     }
     stage_create(&tr->stage, tr->device, &init);
     free(full);
+    if (!tr->synthetic && tr->comp.method != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
     tr->ex.data = needs_data ? &tr->data.train : NULL;
 }
 
@@ -444,6 +450,9 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
     if (tr->kind == SCHED_TDPIPE) printf(", AEW W = %s", a->aew);
     printf("\n");
+    if (tr->comp.method != STALE_NONE)
+        printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.method), tr->comp.tau,
+               tr->kind == SCHED_TDPIPE ? "" : " (a synchronous schedule has none: nothing to compensate)");
     if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", tr->msg_where);
     if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, tr->dp.where);
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
@@ -526,6 +535,7 @@ static void make_executor(Trainer* tr) {
     ex->link = tr->link;
     ex->dp = tr->dp;
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
+    ex->comp = tr->synthetic || tr->comp.method == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
     ex->seed = (uint64_t)a->seed;
     ex->trace = &tr->trace;

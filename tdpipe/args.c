@@ -68,6 +68,16 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and exit"},
     {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},
     {"pipeline", 0, "synthetic-compute", "pipeline.synthetic_compute", A_BOOL, F(synthetic), 0, 1, "0", "replace the model by timed waits from a cost model"},
+    {"asynchrony", 0, "stale-comp", "pipeline.stale_comp", A_STR, F(stale_comp), 0, 0, "none", "staleness compensation of tdpipe's stale micro-batches: none | predict (weight prediction) | dcasgd | lr (LR by staleness)"},
+    {"asynchrony", 0, "stale-tau", "pipeline.stale_tau", A_INT, F(stale_tau), 0, 1e6, "0", "compensate micro-batches whose staleness exceeds this"},
+    {"asynchrony", 0, "dc-lambda", "pipeline.dc_lambda", A_FLOAT, F(dc_lambda), 0, 1e12, "0", "DC-ASGD's lambda in g + lambda g*g*(w_now - w_used)"},
+    {"asynchrony", 0, "drift-every", "pipeline.drift_every", A_INT, F(drift_every), 0, 1e9, "0", "every N steps compare the applied gradient with the exact synchronous one, per layer; 0 = off"},
+    {"asynchrony", 0, "drift-min-cos", "pipeline.drift_min_cos", A_FLOAT, F(drift_min_cos), 0, 1, "0", "a drift cosine below this halves the window; 0 = never"},
+    {"asynchrony", 0, "gns", "pipeline.gns", A_INT, F(gns), 0, 1, "0", "estimate the gradient noise scale B_simple every step (0/1)"},
+    {"asynchrony", 0, "lr-gns", "pipeline.lr_gns", A_INT, F(lr_gns), 0, 1, "0", "scale the learning rate by the measured gradient noise (0/1; implies --gns 1)"},
+    {"asynchrony", 0, "spike-z", "pipeline.spike_z", A_FLOAT, F(spike_z), 0, 1e6, "0", "roll back a step whose loss is this many standard deviations above the recent mean; 0 = off"},
+    {"asynchrony", 0, "max-rollbacks", "pipeline.max_rollbacks", A_INT, F(max_rollbacks), 1, 1e6, "3", "rollbacks in a row at W = 0 before the run stops"},
+    {"asynchrony", 0, "inject-nan", NULL, A_INT, F(inject_nan), 0, 1e9, "0", "for tests: a NaN in stage 0's gradient of this step (its first attempt); 0 = none"},
 };
 #undef F
 #define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))

@@ -54,6 +54,17 @@ typedef struct {
     char device[16];          // --device auto|cpu|cuda
     char matmul[16];          // --matmul tdpipe|tdpipe-mma|cublaslt (CUDA)
     char comm[8];             // --comm auto|mpi: where a device stage's data-parallel average runs
+    // asynchrony: staleness compensation, drift monitor, gradient noise scale, guard and rollback
+    char stale_comp[16];      // --stale-comp none|predict|dcasgd|lr
+    int stale_tau;            // --stale-tau  compensate micro-batches staler than this
+    float dc_lambda;          // --dc-lambda  DC-ASGD's lambda
+    int drift_every;          // --drift-every N  the drift monitor every N steps (0 = off)
+    float drift_min_cos;      // --drift-min-cos c  below it the window halves (0 = never)
+    int gns;                  // --gns  estimate the gradient noise scale every step
+    int lr_gns;               // --lr-gns  scale the learning rate by the measured noise scale
+    float spike_z;            // --spike-z  a loss this many deviations above the running mean is a spike (0 = off)
+    int max_rollbacks;        // --max-rollbacks  rollbacks in a row at W = 0 before the run stops
+    int inject_nan;           // --inject-nan STEP  (tests) a NaN in stage 0's gradient at STEP's first attempt (0 = none)
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);

@@ -31,6 +31,7 @@
 #include <string.h>
 #include "llmc/common.h"
 #include "tdpipe/simulator.h"
+#include "tdpipe/staleness.h"
 
 enum { TAG_STATS = 4 }; // step statistics to world rank 0 (pipeline messages travel the link by channel)
 
@@ -64,7 +65,7 @@ typedef struct {
 
 // an activation slot: one micro-batch in flight on this stage, from its forward to its backward
 typedef struct {
-    int version;          // the weights its forward used
+    int version, ahead;   // the weights its forward used: a version, extrapolated ahead (weight prediction) or not
     int needs_weights;    // until its input-gradient backward has run
     CommRequest out_send; // its output, on its way downstream
     CommRequest dx_send;  // the gradient of its input, on its way upstream
@@ -88,6 +89,7 @@ typedef struct {
     Incoming act, grad;
     StepState* steps;     // (n_steps)
     int next_f;           // micro-batches forwarded (the next forward's g)
+    int next_post;        // the next step to post (steps post in order)
     int next_report;
     double busy, last_u;  // compute seconds since this stage's last update; when that ended
     double* rep_bubble;   // world rank 0: (P) the report's per-stage figures
@@ -156,14 +158,20 @@ static void expect_grad(Run* r, int g) {
 
 // ---- weight versions ---------------------------------------------------------------------------------
 
-// 1 while weight version v is still needed: an in-flight micro-batch used it and has not run its
-// input-gradient backward, or a forward still to come in this schedule will use it
-static int version_needed(const Run* r, int v) {
+// how many updates ahead of its version op's micro-batch extrapolates its weights (weight prediction)
+static int ahead_of(const Run* r, const Op* op) { return r->ex->comp ? staleness_ahead(r->ex->comp, op) : 0; }
+
+// 1 while the weights (v, ahead) are still needed: an in-flight micro-batch used them and has not run
+// its input-gradient backward, or a forward still to come in this schedule will use them
+static int weights_needed(const Run* r, int v, int ahead) {
     int nM = r->sch->n_steps * r->sch->M;
-    if (r->next_f < nM && schedule_mb_op(r->sch, OP_F, r->next_f).version <= v && v <= schedule_mb_op(r->sch, OP_F, nM - 1).version)
-        return 1;
+    for (int g = r->next_f; g < nM; g++) { // forwards run in order: their versions never decrease
+        Op f = schedule_mb_op(r->sch, OP_F, g);
+        if (f.version > v) break;
+        if (f.version == v && ahead_of(r, &f) == ahead) return 1;
+    }
     for (int i = 0; i < r->n_slots; i++)
-        if (r->slots[i].needs_weights && r->slots[i].version == v) return 1;
+        if (r->slots[i].needs_weights && r->slots[i].version == v && r->slots[i].ahead == ahead) return 1;
     return 0;
 }
 
@@ -171,12 +179,31 @@ static int version_needed(const Run* r, int v) {
 static void weights_done(Run* r, int slot) {
     Slot* x = &r->slots[slot];
     x->needs_weights = 0;
-    if (x->version != r->st->version && !version_needed(r, x->version)) stage_release_stash(r->st, x->version);
+    if ((x->version != r->st->version || x->ahead) && !weights_needed(r, x->version, x->ahead)) stage_release_stash(r->st, x->version, x->ahead);
+}
+
+// weight prediction: the current version extrapolated for every forward still to come that will run
+// on it, made as soon as the version is current (at the chunk's start, after each update); each
+// holds as many scheduled learning rates as it runs ahead
+static void predict_weights(Run* r) {
+    Stage* st = r->st;
+    const OptimConfig* o = &r->ex->optim;
+    if (!r->ex->comp || r->ex->comp->method != STALE_PREDICT || st->version == 0) return;
+    int nM = r->sch->n_steps * r->sch->M;
+    for (int g = r->next_f; g < nM; g++) {
+        Op f = schedule_mb_op(r->sch, OP_F, g);
+        if (f.version > st->version) break;
+        int ahead = ahead_of(r, &f);
+        if (f.version < st->version || !ahead || stage_has_weights(st, f.version, ahead)) continue;
+        float lr_sum = 0.0f;
+        for (int j = f.version; j < f.version + ahead; j++) lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+        stage_predict(st, ahead, &o->adamw, lr_sum);
+    }
 }
 
 // ---- the ops ---------------------------------------------------------------------------------------
 
-static void post_step(Run* r, int t);
+static void post_ready(Run* r);
 
 // F: the micro-batch's tokens (first and last stage) and its input (later stages) in; the stage's
 // layers with the weights of op->version (a stash when the window let an update happen since);
@@ -193,6 +220,7 @@ static void op_forward(Run* r, const Op* op) {
         comm_wait(r->ex->comm, &r->act.req);
     }
     r->slots[slot].version = op->version;
+    r->slots[slot].ahead = ahead_of(r, op);
     r->slots[slot].needs_weights = 1;
     r->next_f++;
     double t0 = now_seconds();
@@ -211,7 +239,8 @@ static void grad_done(Run* r, const Op* op, int slot) {
     r->ex->stats.backwards++;
     r->slot_of[mb_of(r, op)] = -1;
     r->free_slots[r->n_free++] = slot;
-    if (--step_of(r, op->step)->grad_ops_left == 0) post_step(r, op->step);
+    step_of(r, op->step)->grad_ops_left--;
+    post_ready(r);
 }
 
 // B or BI: the gradient of the output in (off the last stage); the input-gradient half of backward
@@ -230,10 +259,10 @@ static void op_backward(Run* r, const Op* op) {
     double t0 = now_seconds();
     if (op->kind != OP_BW) {
         stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
-        weights_done(r, slot);
         if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
     }
-    if (op->kind != OP_BI) stage_backward_weight(st, op, slot, ga);
+    if (op->kind != OP_BI) stage_backward_weight(st, op, slot, ga); // DC-ASGD reads the weights here too
+    if (op->kind != OP_BW) weights_done(r, slot);
     computed(r, op, t0);
     if (op->kind != OP_BI) grad_done(r, op, slot);
 }
@@ -263,12 +292,23 @@ static void tied_finish(Run* r, int t) {
     stage_tied_sum(st, k);
 }
 
+// 1 when some micro-batch of step t is compensated by method m
+static int step_compensated(const Run* r, StaleMethod m, int t) {
+    if (!r->ex->comp) return 0;
+    for (int i = 0; i < r->sch->M; i++) {
+        Op f = schedule_mb_op(r->sch, OP_F, (t - r->sch->first_step) * r->sch->M + i);
+        if (staleness_applies(r->ex->comp, m, &f)) return 1;
+    }
+    return 0;
+}
+
 // post(t): the stage's gradient of step t is complete
 static void post_step(Run* r, int t) {
     Executor* ex = r->ex;
     Stage* st = r->st;
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t), L = st->cfg.num_layers;
+    if (step_compensated(r, STALE_DCASGD, t)) stage_dc_correct(st, k); // the weights now current are those U(t) applies to
     if (r->D > 1) ex->dp.average(ex->dp.ctx, st, k);
     tied_start(r, t);
     if (r->first) tied_finish(r, t); // the norm needs wte's summed gradient
@@ -280,6 +320,19 @@ static void post_step(Run* r, int t) {
     }
     comm_pipe_sum_start(ex->comm, (const double*)ss->mine, (double*)ss->sums, L + 3, &ss->pipe_req);
     ss->posted = 1;
+}
+
+// Posts every step that is ready, in step order (the replicas' collectives and the pipeline sums
+// match by order): its backwards have all run, and under DC-ASGD the weights U(t) will apply to are
+// current (U(t - 1) has run here; with a whole step stale its backwards may finish before that).
+static void post_ready(Run* r) {
+    while (r->next_post < r->sch->n_steps) {
+        int t = r->sch->first_step + r->next_post;
+        if (step_of(r, t)->grad_ops_left > 0) return;
+        if (step_compensated(r, STALE_DCASGD, t) && r->st->version < t) return;
+        post_step(r, t);
+        r->next_post++;
+    }
 }
 
 // U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
@@ -296,8 +349,9 @@ static void op_update(Run* r, const Op* op) {
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
     ss->lr = lr_schedule(t, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+    if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, t);
     if (r->last && !r->first) tied_finish(r, t);
-    if (version_needed(r, st->version)) stage_stash_current(st); // weight stashing
+    if (weights_needed(r, st->version, 0)) stage_stash_current(st); // weight stashing
     float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
     stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
     stage_zero_grad(st, k);
@@ -306,6 +360,8 @@ static void op_update(Run* r, const Op* op) {
     r->busy = 0.0;
     r->last_u = now;
     ss->updated = 1;
+    predict_weights(r);
+    post_ready(r); // a step whose post waited for this update
     if (!r->report && ex->comm->replica == 0) comm_isend(ex->comm, &ss->stats, sizeof(ss->stats), 0, TAG_STATS, &ss->stats_send);
 }
 
@@ -450,6 +506,9 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->split = sch->kind == SCHED_ZBH1;
     int stashes, grad_slots, n_mb = sch->n_steps * sch->M;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
+    // weight prediction holds each stale version's extrapolations instead of (and, while the
+    // versions of two steps overlap, beside) its plain copy: at most one per (version, ahead) in flight
+    if (ex->comp && ex->comp->method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
     stage_reserve(r->st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     run_reserve(r, r->n_slots, sch->n_steps, n_mb);
     // every request of the previous run completed before it returned: only the books reset
@@ -462,6 +521,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->n_free = r->n_slots;
     r->act.g = r->grad.g = -1;
     r->next_f = 0;
+    r->next_post = 0;
     r->next_report = 0;
     r->busy = 0.0;
     for (int t = 0; t < sch->n_steps; t++) {
@@ -474,6 +534,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
             for (int s = 1; s < r->P; s++) comm_irecv(c, &ss->peer[s], sizeof(StepStats), s, TAG_STATS, &ss->peer_req[s]);
     }
     r->last_u = now_seconds();
+    predict_weights(r);
     return r;
 }
 

@@ -8,6 +8,7 @@
 #include "tdpipe/comm.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/staleness.h"
 #include "tdpipe/trace.h"
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +61,7 @@ typedef struct {
     const CommLink* link;  // carries activations, gradients and the tied shares between stages' buffers
     StageDpAverage dp;     // the replicas' average of a gradient slot (used when D > 1)
     OptimConfig optim;
+    const StaleComp* comp; // staleness compensation (tdpipe/staleness.h), the stage's too; NULL: none
     float jitter;          // --jitter on real compute: each op stretched by (1 + Y), Y ~ Gamma(mean 1, CV 2 jitter)
     uint64_t seed;         // the jitter's
     Trace* trace;          // NULL or the trace to record into

@@ -7,6 +7,7 @@
 #include "llmc/adamw.h"
 #include "llmc/gpt2.h"
 #include "tdpipe/schedule.h"
+#include "tdpipe/staleness.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,7 +18,8 @@ extern "C" {
 //   gacts    an activation-gradient buffer: what the input-gradient half of backward leaves for the
 //            weight-gradient half (one per slot under zero-bubble's split backward, else one)
 //   version  the number of optimizer updates applied to a set of weights
-//   stash    a copy of an older weight version that an in-flight micro-batch still needs
+//   stash    a copy of an older weight version that an in-flight micro-batch still needs, or (weight
+//            prediction) a version extrapolated `ahead` updates along AdamW's direction
 //   k        a gradient slot of the cache: step t accumulates into k = t % n_grad_slots
 //   share    the tied embedding's gradient on one end: the encoder's (first stage, in wte's
 //            gradient) or the LM head's (last stage, dwte_head); both ends apply first + last
@@ -67,6 +69,10 @@ typedef struct {
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
     void (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
+    // staleness compensation (tdpipe/staleness.h); NULL: the backend has none
+    void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum); // stash i = the current weights lr_sum of AdamW steps ahead
+    void (*dc_backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, int stash); // backward_weight, and slot k's DC sums
+    void (*dc_correct)(Stage* st, int k, float lambda); // slot k += lambda (w * sum g^2 - sum g^2 w_used); the sums zeroed
 } StageBackend;
 
 struct Stage {
@@ -90,6 +96,8 @@ struct Stage {
     int n_slots, n_gacts, n_grad_slots, n_stash;
     int sample_slot;       // 1 once the one-row sample slot is reserved
     int* stash_version;    // (n_stash) version each stash holds, -1 when free
+    int* stash_ahead;      // (n_stash) 0: that version; > 0: it extrapolated so many updates ahead (weight prediction)
+    const StaleComp* comp; // staleness compensation, or NULL (none)
     // where messages and the tied shares go through host memory (a device backend without a link
     // that reaches its memory): host copies, allocated when needed
     int device_msgs;       // 1: pipeline messages stay in the backend's memory
@@ -145,13 +153,15 @@ void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be,
 int* stage_inputs(Stage* st, int slot);
 int* stage_targets(Stage* st, int slot);
 
-// forward of the micro-batch in slot with the weights of op->version (the current ones or a stash);
-// its mean loss on the last stage when targets_valid, else 0
+// forward of the micro-batch in slot with the weights of op->version (the current ones or a stash;
+// under weight prediction, that version extrapolated: staleness_ahead); its mean loss on the last
+// stage when targets_valid, else 0
 float stage_forward(Stage* st, const Op* op, int slot, int targets_valid);
 // the input-gradient half of backward of slot with the weights of op->version, into gacts (reading
 // stage_grad_buf(gacts) off the last stage); dloss weighs each token's loss
 void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss);
-// the weight-gradient half, accumulated into the gradient slot of op->step
+// the weight-gradient half, accumulated into the gradient slot of op->step (under DC-ASGD, for a
+// compensated micro-batch, also into the slot's sums that stage_dc_correct applies)
 void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts);
 // both halves of backward of slot, through activation-gradient buffer 0: one process running its
 // micro-batches one after another (tests, benchmarks)
@@ -205,10 +215,18 @@ typedef struct {
     const char* where;
 } StageDpAverage;
 
-// Weight versions: the weights of `version` are the current ones or a stash (fatal if neither);
+// Weight versions: the weights of (version, ahead) are the current ones or a stash (fatal if neither);
 // before an update, stage_stash_current keeps the current weights for in-flight micro-batches.
 void stage_stash_current(Stage* st);
-void stage_release_stash(Stage* st, int version);
+void stage_release_stash(Stage* st, int version, int ahead);
+int stage_has_weights(const Stage* st, int version, int ahead);
+// Staleness compensation (tdpipe/staleness.h): the stage follows comp (NULL: none) from now on.
+// stage_predict keeps the current weights extrapolated `ahead` updates along AdamW's direction, by
+// lr_sum (the scheduled learning rates of those updates), for the micro-batches that will use them;
+// stage_dc_correct applies DC-ASGD to slot k with the current weights (those the update applies to).
+void stage_use_compensation(Stage* st, const StaleComp* comp);
+void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum);
+void stage_dc_correct(Stage* st, int k);
 // weights and AdamW moments to and from the host copies (no-ops on the CPU)
 void stage_to_host(Stage* st);
 void stage_from_host(Stage* st);

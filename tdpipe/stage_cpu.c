@@ -3,6 +3,7 @@
 #include "stage_cpu.h"
 #include <string.h>
 #include "llmc/common.h"
+#include "llmc/compensation.h"
 #include "llmc/global_norm.h"
 
 typedef struct {
@@ -13,10 +14,14 @@ typedef struct {
     ParameterTensors* gviews;  // (n_grads) views into them
     float** dwte_head;         // (n_grads)[Vp*C] the LM head's share of wte's gradient per slot (last stage), else NULLs
     float** tied_other;        // (n_grads)[Vp*C] the other end's share, received (first and last stage of a pipeline)
-    float** stash;             // (n_stash)[num_params] older weight versions
+    float** stash;             // (n_stash)[num_params] older weight versions (or predicted ones), allocated when first used
     ParameterTensors* sviews;  // (n_stash)
     float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
-    int n_acts, n_gacts, n_grads, n_stash, has_sample;
+    // DC-ASGD: one micro-batch's gradient alone, and per gradient slot the sums of g^2 and g^2 * w_used
+    float* dc_g;               // (num_params + Vp*C on the last stage) the micro-batch's gradient, then its head share
+    float** dc_a;              // (n_grads)[same] sum of g^2 per element
+    float** dc_b;              // (n_grads)[same] sum of g^2 * w_used
+    int n_acts, n_gacts, n_grads, n_stash, n_dc, has_sample;
 } CpuStage;
 
 static CpuStage* cpu_of(const Stage* st) { return (CpuStage*)st->dev; }
@@ -86,10 +91,6 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->stash, c->n_stash, st->n_stash);
         c->sviews = (ParameterTensors*)realloc(c->sviews, st->n_stash * sizeof(ParameterTensors));
         if (!c->sviews) td_fatal("out of memory for %d weight stashes", st->n_stash);
-        for (int i = c->n_stash; i < st->n_stash; i++) {
-            c->stash[i] = (float*)malloc_check(st->num_params * sizeof(float));
-            gpt2_point_params(&c->sviews[i], c->stash[i], st->sizes);
-        }
         c->n_stash = st->n_stash;
     }
 }
@@ -108,6 +109,13 @@ static void cpu_destroy(Stage* st) {
         free(c->tied_other[k]);
     }
     for (int i = 0; i < c->n_stash; i++) free(c->stash[i]);
+    for (int k = 0; k < c->n_dc; k++) {
+        free(c->dc_a[k]);
+        free(c->dc_b[k]);
+    }
+    free(c->dc_g);
+    free(c->dc_a);
+    free(c->dc_b);
     free(c->acts);
     free(c->dx_send);
     free(c->gacts);
@@ -145,7 +153,67 @@ static void cpu_probs(Stage* st, int slot, int t, float* out) {
     memcpy(out, a->probs + (size_t)t * st->cfg.padded_vocab_size, st->cfg.vocab_size * sizeof(float));
 }
 
-static void cpu_stash(Stage* st, int i) { memcpy(cpu_of(st)->stash[i], st->params, st->num_params * sizeof(float)); }
+// stash slot i's buffer, allocated at its first use (weight prediction may hold more copies than plain stashing)
+static float* stash_buf(Stage* st, int i) {
+    CpuStage* c = cpu_of(st);
+    if (!c->stash[i]) {
+        c->stash[i] = (float*)malloc_check(st->num_params * sizeof(float));
+        gpt2_point_params(&c->sviews[i], c->stash[i], st->sizes);
+    }
+    return c->stash[i];
+}
+
+static void cpu_stash(Stage* st, int i) { memcpy(stash_buf(st, i), st->params, st->num_params * sizeof(float)); }
+
+static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+    float* out = stash_buf(st, i);
+    size_t off = 0;
+    for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
+        if (st->sizes[t])
+            adamw_predict(out + off, st->params + off, st->adam_m + off, st->adam_v + off, st->sizes[t], lr_sum, opt->beta1, opt->beta2,
+                          opt->eps, gpt2_param_decays(t) ? opt->weight_decay : 0.0f, st->version);
+        off += st->sizes[t];
+    }
+}
+
+// the DC-ASGD buffers, allocated at their first use
+static void dc_alloc(Stage* st) {
+    CpuStage* c = cpu_of(st);
+    size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
+    if (!c->dc_g) c->dc_g = (float*)malloc_check(n * sizeof(float));
+    if (c->n_dc < c->n_grads) {
+        grow_ptrs((void***)&c->dc_a, c->n_dc, c->n_grads);
+        grow_ptrs((void***)&c->dc_b, c->n_dc, c->n_grads);
+        for (int k = c->n_dc; k < c->n_grads; k++) {
+            c->dc_a[k] = (float*)calloc_check(n, sizeof(float));
+            c->dc_b[k] = (float*)calloc_check(n, sizeof(float));
+        }
+        c->n_dc = c->n_grads;
+    }
+}
+
+// the micro-batch's weight gradient alone (into dc_g), then into slot k and its sums; the LM head's
+// share (last stage) is the tied wte's: its weights are the version's wte
+static void cpu_dc_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash) {
+    CpuStage* c = cpu_of(st);
+    dc_alloc(st);
+    size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    memset(c->dc_g, 0, (n + vc) * sizeof(float));
+    ParameterTensors g;
+    gpt2_point_params(&g, c->dc_g, st->sizes);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &g, vc ? c->dc_g + n : NULL);
+    const float* w = stash < 0 ? st->params : c->stash[stash];
+    dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+    if (vc) dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+}
+
+static void cpu_dc_correct(Stage* st, int k, float lambda) {
+    CpuStage* c = cpu_of(st);
+    dc_alloc(st);
+    size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
+    if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
+}
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
     const GPT2Range* r = &st->range;
@@ -216,7 +284,9 @@ static void cpu_memory(const Stage* st, double bytes[4]) {
     CpuStage* c = cpu_of(st);
     bytes[0] = 4.0 * (double)c->acts[0].num_floats;
     bytes[1] = 4.0 * (double)c->gacts[0].num_floats;
-    bytes[2] = 4.0 * (double)st->num_params;
+    int held = 0; // stashes allocated so far (weight prediction may use more than plain stashing)
+    for (int i = 0; i < c->n_stash; i++) held += c->stash[i] != NULL;
+    bytes[2] = c->n_stash ? 4.0 * (double)st->num_params * held / c->n_stash : 0.0;
     bytes[3] = 4.0 * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0));
 }
 
@@ -244,6 +314,9 @@ static const StageBackend CPU_BACKEND = {
     .tied_other = cpu_tied_other,
     .tied_sum = cpu_tied_sum,
     .memory = cpu_memory,
+    .predict = cpu_predict,
+    .dc_backward_weight = cpu_dc_backward_weight,
+    .dc_correct = cpu_dc_correct,
 };
 
 const StageBackend* stage_cpu_backend(void) { return &CPU_BACKEND; }

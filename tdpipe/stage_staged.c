@@ -79,6 +79,14 @@ static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inn
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
 static void staged_tied_sum(Stage* st, int k, const float* first, const float* last) { cpu()->tied_sum(inner(st), k, first, last); }
 static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
+static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+    inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)
+    cpu()->predict(inner(st), i, opt, lr_sum);
+}
+static void staged_dc_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash) {
+    cpu()->dc_backward_weight(inner(st), op, slot, gacts, k, stash);
+}
+static void staged_dc_correct(Stage* st, int k, float lambda) { cpu()->dc_correct(inner(st), k, lambda); }
 
 static const StageBackend STAGED = {
     .name = "cpu-staged",
@@ -111,6 +119,9 @@ static const StageBackend STAGED = {
     .tied_other = staged_tied_other,
     .tied_sum = staged_tied_sum,
     .memory = staged_memory,
+    .predict = staged_predict,
+    .dc_backward_weight = staged_dc_backward_weight,
+    .dc_correct = staged_dc_correct,
 };
 
 void stage_staged_dp_average(void* comm, Stage* st, int k) {
