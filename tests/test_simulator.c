@@ -163,7 +163,7 @@ static void test_jitter(void) {
     for (int c = 0; c < 2; c++) {
         double sum = 0, sq = 0, mn = INFINITY;
         for (int i = 0; i < n; i++) {
-            Op op = {OP_F, i / 16, i % 16, 0};
+            Op op = {OP_F, i / 16, i % 16, 0, 0};
             double x = simulator_jitter(42, i % 5, &op, cvs[c]);
             sum += x, sq += x * x;
             if (x < mn) mn = x;
@@ -174,7 +174,7 @@ static void test_jitter(void) {
         int ok = fabs(mean - 1.0) < tol_mean && mn > 0 && (cvs[c] > 1 || fabs(cv - cvs[c]) < 0.01);
         CHECK(ok, "jitter beta %.1f: positive, mean %.4f ~ 1%s (cv %.4f)", cvs[c], mean, cvs[c] < 1 ? ", cv ~ beta" : "", cv);
     }
-    Op op = {OP_B, 3, 1, 3};
+    Op op = {OP_B, 3, 1, 3, 0};
     CHECK(simulator_jitter(5, 2, &op, 0.0) == 1.0, "beta 0: factor exactly 1");
     double m1 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 11, NULL), m2 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 11, NULL);
     double m3 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 12, NULL);
