@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
             }
             double makespan = 0.0, util = 0.0, steady = 0.0;
             for (int seed = 1; seed <= n_seeds; seed++) {
-                SimCost cost = {t_f, t_b, t_h, t_h, NULL, 0.0, beta, (uint64_t)seed};
+                SimCost cost = {.t_f = t_f, .t_b = t_b, .t_bi = t_h, .t_bw = t_h, .jitter_cv = beta, .seed = (uint64_t)seed};
                 SimResult res;
                 if (simulator_run(&res, &sch, &cost, err, sizeof(err))) td_fatal("%s", err);
                 makespan += res.makespan / n_seeds;

@@ -14,7 +14,7 @@ static void unit_costs(void) {
 }
 
 static SimCost cost_of(double cv, uint64_t seed, double latency) {
-    SimCost c = {T_F, T_B, T_BI, T_BW, NULL, latency, cv, seed};
+    SimCost c = {.t_f = T_F, .t_b = T_B, .t_bi = T_BI, .t_bw = T_BW, .latency = latency, .jitter_cv = cv, .seed = seed};
     return c;
 }
 
