@@ -45,6 +45,8 @@ static Opt opts[] = {
     {.name = "zero1", .type = OPT_INT, .def = "0", .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
     {.name = "scatter-gather", .type = OPT_INT, .def = "1", .help = "1: messages across nodes split over the TP ranks' NICs"},
     {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages)"},
+    {.name = "partition", .type = OPT_STRING, .def = "auto", .help = "auto (the trainer's DP over layer times and speeds) | uniform (even, as Megatron-LM)"},
+    {.name = "stage-speed", .type = OPT_STRING, .def = "", .help = "relative speed of each stage's GPUs, e.g. 1,1,0.5,0.5 (default all 1)"},
     {.name = "hardware", .type = OPT_STRING, .def = "dgx-a100", .help = "the cluster preset"},
     {.name = "matmul-eff", .type = OPT_DOUBLE, .def = "", .help = "override the preset's matmul efficiency"},
     {.name = "nic-bw", .type = OPT_DOUBLE, .def = "", .help = "override one NIC's bandwidth, GB/s"},
@@ -180,6 +182,22 @@ int main(int argc, char** argv) {
     if (strcmp(pl, "replicas") && strcmp(pl, "stages")) td_fatal("--placement %s: expected replicas or stages", pl);
     y.placement = !strcmp(pl, "replicas") ? CLUSTER_PLACE_REPLICAS_FIRST : CLUSTER_PLACE_STAGES_FIRST;
 
+    const char* part = text("partition");
+    if (strcmp(part, "auto") && strcmp(part, "uniform")) td_fatal("--partition %s: expected auto or uniform", part);
+    y.balance = !strcmp(part, "auto");
+    double* speed = NULL; // (P)
+    if (given("stage-speed")) {
+        speed = (double*)malloc_check((size_t)y.P * sizeof(double));
+        const char* it = text("stage-speed");
+        for (int s = 0; s < y.P; s++) {
+            char* end;
+            speed[s] = strtod(it, &end);
+            if (end == it || !(speed[s] > 0) || (s + 1 < y.P ? *end != ',' : *end != '\0'))
+                td_fatal("--stage-speed %s: expected %d speeds > 0 separated by commas (one per stage)", text("stage-speed"), y.P);
+            it = end + 1;
+        }
+        y.speed = speed;
+    }
     ClusterResult r;
     ClusterCosts c;
     char err[512];
@@ -201,6 +219,12 @@ int main(int argc, char** argv) {
            1e3 * c.tp_comm[0]);
     printf("msg_mb=%.4g msg_ms=%.4g dp_ms=%.4g dp_mb_sent=%.4g\n", c.msg_bytes / 1e6, c.Q > 1 ? 1e3 * c.t_msg_f[0] : 0.0,
            1e3 * c.t_dp[0], c.dp_bytes[0] / 1e6);
+    printf("layers_per_virtual_stage=");
+    for (int q = 0; q < c.Q; q++) printf("%s%d", q ? "," : "", c.first[q + 1] - c.first[q]);
+    printf("\nnode_group_of_stage=");
+    for (int s = 0; s < c.P; s++) printf("%s%d", s ? "," : "", c.group[s]);
+    printf("\n");
     cluster_costs_free(&c);
+    free(speed);
     return 0;
 }

@@ -161,6 +161,7 @@ void cluster_costs_free(ClusterCosts* c) {
     free(c->t_f), free(c->t_b), free(c->t_bi), free(c->t_bw), free(c->t_u);
     free(c->t_msg_f), free(c->t_msg_b), free(c->msg_cross), free(c->t_dp), free(c->dp_bytes), free(c->tp_comm);
     free(c->mem), free(c->mem_weights), free(c->mem_grads), free(c->mem_optim), free(c->mem_acts), free(c->mem_async);
+    free(c->first), free(c->group);
     memset(c, 0, sizeof(*c));
 }
 
@@ -192,13 +193,38 @@ static int check_layout(const ClusterHw* hw, const ClusterModel* m, const Cluste
     return 0;
 }
 
-// node group of stage s, or -1 where stages of one pipeline never share a node
-static int stage_node(const ClusterHw* hw, const ClusterLayout* y, int s) {
-    int G = hw->node.gpus_per_node;
-    if (y->placement == CLUSTER_PLACE_REPLICAS_FIRST)
-        return y->tp * y->D >= G ? -1 : s * y->tp * y->D / G; // ranks tp (d + D s): nodes hold replicas
-    if (y->stage_group) return y->stage_group[s];
-    return s * y->tp / G;
+// time of one pipeline message of `bytes` between two stages' GPUs, inside a node or across
+static double message_time(const ClusterHw* hw, const ClusterLayout* y, double bytes, int cross) {
+    int tp = y->tp;
+    if (!cross) return bytes / hw->node.nvlink_bw + hw->node.nvlink_lat;
+    if (y->scatter_gather && tp > 1) // each TP rank sends 1/tp over its NIC, then the receivers all-gather
+        return bytes / tp / nic_share(hw, 1) + hw->net.nic_lat + (tp - 1.0) / tp * bytes / hw->node.nvlink_bw +
+               (tp - 1) * hw->node.nvlink_lat;
+    return bytes / nic_share(hw, 1) + hw->net.nic_lat;
+}
+
+// the node group of each stage: replicas first, ranks tp (d + D s) fill nodes with replicas, so
+// stages share a node only when tp D is below a node (-1: never); stages first, the layout's groups
+// or partition_place's over the message times, on the fewest nodes a pipeline needs
+static int stage_groups(const ClusterHw* hw, const ClusterLayout* y, double msg_bytes, int* group, char* err, size_t errlen) {
+    int G = hw->node.gpus_per_node, P = y->P;
+    if (y->placement == CLUSTER_PLACE_REPLICAS_FIRST) {
+        for (int s = 0; s < P; s++) group[s] = y->tp * y->D >= G ? -1 : s * y->tp * y->D / G;
+        return 0;
+    }
+    if (y->stage_group) {
+        memcpy(group, y->stage_group, (size_t)P * sizeof(int));
+        return 0;
+    }
+    double* near = zeros(P - 1); // (P-1)
+    double* far = zeros(P - 1);  // (P-1)
+    for (int b = 0; b + 1 < P; b++) near[b] = message_time(hw, y, msg_bytes, 0), far[b] = message_time(hw, y, msg_bytes, 1);
+    int per = G / y->tp;
+    PlacementCost pc = {.P = P, .per_group = per, .groups = (P + per - 1) / per, .near = near, .far = far};
+    int rc = partition_place(group, &pc, NULL, err, errlen);
+    free(near);
+    free(far);
+    return rc;
 }
 
 // bytes each GPU sends in the average of n gradient values, and its time, over the D replicas
@@ -241,23 +267,42 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     Schedule sch;
     ScheduleShape shape = {.kind = y->kind, .P = P, .M = y->M, .W = y->W, .n_steps = 2, .chunks = y->chunks};
     if (schedule_build(&sch, &shape, err, errlen)) return -1;
-    Partition part;
-    if (y->first) {
-        for (int q = 0; q < Q; q++)
-            if (y->first[q + 1] <= y->first[q] || y->first[0] != 0 || y->first[Q] != m->L) {
-                schedule_free(&sch);
-                return td_error(err, errlen, "the layer split must give every virtual stage at least one layer and add up to %d", m->L);
-            }
-        partition_uniform(&part, m->L, Q, NULL, 0); // only its array's shape; overwritten
-        memcpy(part.first, y->first, (size_t)(Q + 1) * sizeof(int));
-    } else if (partition_uniform(&part, m->L, Q, err, errlen)) {
-        schedule_free(&sch);
-        return -1;
-    }
     ClusterLayer lay;
     cluster_layer(hw, m, tp, 0, y->b, &lay);
     const ClusterGpu* g = &hw->gpu;
     double C = m->C, T = m->T, bt = (double)y->b * T, x = bt * C;
+    // the head's matmul (C x V/tp) forward and both gradients, and the fused cross-entropy's passes
+    Work head = matmul(g, 1, bt, m->V / (double)tp, C);
+    double head_b = matmul(g, 1, bt, C, m->V / (double)tp).time, head_w = matmul(g, 1, C, m->V / (double)tp, bt).time;
+    double logits = bt * m->V / tp;
+    double ce_f = stream(g, 2.0 * logits + 4.0 * x), ce_b = stream(g, 4.0 * logits + 6.0 * x); // + final LayerNorm
+    double embed_f = stream(g, 6.0 * x), embed_b = stream(g, 6.0 * x); // gather / scatter-add of b T rows
+    double per_layer_time = lay.f + lay.bi + lay.bw + (4 + 2 * y->recompute) * lay.ar + (y->recompute ? lay.f : 0.0);
+    Partition part;
+    int rc = 0;
+    if (y->first) {
+        for (int q = 0; q < Q; q++)
+            if (y->first[q + 1] <= y->first[q] || y->first[0] != 0 || y->first[Q] != m->L) rc = -1;
+        if (rc) td_error(err, errlen, "the layer split must give every virtual stage at least one layer and add up to %d", m->L);
+        else {
+            partition_uniform(&part, m->L, Q, NULL, 0); // only its array's shape; overwritten
+            memcpy(part.first, y->first, (size_t)(Q + 1) * sizeof(int));
+        }
+    } else if (y->balance) { // the trainer's DP over this model's layer times and the stages' speeds
+        double* lt = zeros(m->L); // (L)
+        double* sp = zeros(Q);    // (Q) speed of each virtual stage's GPUs
+        for (int l = 0; l < m->L; l++) lt[l] = per_layer_time;
+        for (int q = 0; q < Q; q++) sp[q] = y->speed ? y->speed[q % P] : 1.0;
+        PartitionCost pc = {.L = m->L, .P = Q, .layer_time = lt, .first_time = embed_f + embed_b + lay.ar,
+                            .last_time = head.time + head_b + head_w + ce_f + ce_b + lay.ar, .speed = sp};
+        rc = partition_solve(&part, &pc, err, errlen);
+        free(lt);
+        free(sp);
+    } else rc = partition_uniform(&part, m->L, Q, err, errlen);
+    if (rc) {
+        schedule_free(&sch);
+        return -1;
+    }
     c->P = P;
     c->Q = Q;
     c->params = cluster_params(m);
@@ -268,12 +313,6 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     c->mem_acts = zeros(P), c->mem_async = zeros(P);
     double* params_stage = zeros(P); // (P) parameters per GPU of each stage
     int* max_layers = (int*)calloc_check(P, sizeof(int)); // (P) most layers of a chunk on the stage
-    // the head's matmul (C x V/tp) forward and both gradients, and the fused cross-entropy's passes
-    Work head = matmul(g, 1, bt, m->V / (double)tp, C);
-    double head_b = matmul(g, 1, bt, C, m->V / (double)tp).time, head_w = matmul(g, 1, C, m->V / (double)tp, bt).time;
-    double logits = bt * m->V / tp;
-    double ce_f = stream(g, 2.0 * logits + 4.0 * x), ce_b = stream(g, 4.0 * logits + 6.0 * x); // + final LayerNorm
-    double embed_f = stream(g, 6.0 * x), embed_b = stream(g, 6.0 * x); // gather / scatter-add of b T rows
     double layer_params = (12.0 * C * C + 13.0 * C) / tp;
     for (int q = 0; q < Q; q++) {
         int s = q % P, n = part.first[q + 1] - part.first[q];
@@ -296,18 +335,15 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     else params_stage[0] += 2 * C;
     // pipeline messages: b T C bf16 each way; NVLink when both ends share a node
     c->msg_bytes = 2.0 * x;
+    c->group = (int*)calloc_check(P, sizeof(int));
+    if (stage_groups(hw, y, c->msg_bytes, c->group, err, errlen)) {
+        free(params_stage), free(max_layers), partition_free(&part), schedule_free(&sch), cluster_costs_free(c);
+        return -1;
+    }
     for (int q = 0; q + 1 < Q; q++) {
-        int s = q % P, t = (q + 1) % P;
-        int a = stage_node(hw, y, s), bnode = stage_node(hw, y, t);
-        int cross = a < 0 || bnode < 0 || a != bnode;
-        double tm;
-        if (!cross) tm = c->msg_bytes / hw->node.nvlink_bw + hw->node.nvlink_lat;
-        else if (y->scatter_gather && tp > 1) // each TP rank sends 1/tp over its NIC, then the receivers all-gather
-            tm = c->msg_bytes / tp / nic_share(hw, 1) + hw->net.nic_lat + (tp - 1.0) / tp * c->msg_bytes / hw->node.nvlink_bw +
-                 (tp - 1) * hw->node.nvlink_lat;
-        else tm = c->msg_bytes / nic_share(hw, 1) + hw->net.nic_lat;
-        c->msg_cross[q] = cross;
-        c->t_msg_f[q] = c->t_msg_b[q] = tm;
+        int a = c->group[q % P], bnode = c->group[(q + 1) % P];
+        c->msg_cross[q] = a < 0 || bnode < 0 || a != bnode;
+        c->t_msg_f[q] = c->t_msg_b[q] = message_time(hw, y, c->msg_bytes, c->msg_cross[q]);
     }
     double gbytes = y->grad == CLUSTER_GRAD_BF16 ? 2.0 : 4.0; // gradients accumulate in fp32, or in bf16
     for (int s = 0; s < P; s++) {
@@ -332,6 +368,8 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     }
     free(params_stage);
     free(max_layers);
+    c->first = (int*)malloc_check((size_t)(Q + 1) * sizeof(int));
+    memcpy(c->first, part.first, (size_t)(Q + 1) * sizeof(int));
     partition_free(&part);
     schedule_free(&sch);
     for (int s = 0; s < P; s++)

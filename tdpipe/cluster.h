@@ -81,8 +81,11 @@ typedef struct {
                          // NVLink all-gather (Megatron-LM's optimisation); 0: every TP rank sends it all
     ClusterPlacement placement;
     const int* stage_group; // (P) stages first: the node group of each stage (non-decreasing, at most
-                            // gpus_per_node / tp stages a group); NULL: fill nodes in order
-    const int* first;       // (P*chunks + 1) layers of each virtual stage; NULL: partition_uniform
+                            // gpus_per_node / tp stages a group); NULL: partition_place's, from the
+                            // message times inside and across nodes, on the fewest nodes
+    const int* first;       // (P*chunks + 1) layers of each virtual stage; NULL: by `balance`
+    int balance;            // without `first`: 1, partition_solve's split over this model's layer times
+                            // and the stages' speeds; 0, partition_uniform's (Megatron-LM's even split)
     const double* speed;    // (P) relative speed of each stage's GPUs (1 = hw's); NULL: all 1
 } ClusterLayout;
 
@@ -107,6 +110,8 @@ typedef struct {
     double* mem_optim;   // (P) fp32 master weights and AdamW m, v (divided by D with ZeRO-1)
     double* mem_acts;    // (P) activations of the micro-batches in flight, and one layer's working set
     double* mem_async;   // (P) TD-Pipe's extra: weight stashes and gradient-ring slots beyond one
+    int* first;          // (Q+1) the layer split used
+    int* group;          // (P) the node group of each stage (-1: replicas first, no two stages share one)
     double params;       // the model's parameters
     double params_gpu_max; // the largest stage's parameters per GPU
 } ClusterCosts;
