@@ -5,7 +5,20 @@
 #include "llmc/common.h"
 #include "tdpipe/cluster_sim.h"
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
+
+// one line on stderr naming the problem, and exit 1
+static void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "sim_cluster: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
 
 typedef enum { OPT_INT, OPT_DOUBLE, OPT_STRING } OptType;
 
@@ -36,12 +49,13 @@ static Opt opts[] = {
     {.name = "aew", .type = OPT_INT, .def = "0", .help = "tdpipe: asynchronous window W in micro-batches"},
     {.name = "jitter", .type = OPT_DOUBLE, .def = "0", .help = "op-time coefficient of variation beta (Gamma jitter)"},
     {.name = "seeds", .type = OPT_INT, .def = "5", .help = "jitter seeds averaged when --jitter > 0"},
-    {.name = "steps", .type = OPT_INT, .def = "3", .help = "steps simulated (the steady step time is measured between updates)"},
+    {.name = "steps", .type = OPT_INT, .def = "6", .help = "steps simulated (the steady step time is measured between updates)"},
     {.name = "recompute", .type = OPT_INT, .def = "1", .help = "1: full activation recomputation"},
     {.name = "grad-quant", .type = OPT_STRING, .def = "none", .help = "none | int8 (issue 11's format: 256 int8 + one fp32 scale a block; two-shot)"},
     {.name = "grad-dtype", .type = OPT_STRING, .def = "fp32", .help = "fp32 | bf16: gradients without --grad-quant"},
     {.name = "dp-algo", .type = OPT_STRING, .def = "ring", .help = "ring | two-shot: the data-parallel average (int8: two-shot)"},
     {.name = "dp-overlap", .type = OPT_INT, .def = "0", .help = "1: the average streams beside the last backward; 0: after it"},
+    {.name = "dp-comm", .type = OPT_INT, .def = "1", .help = "0: the data-parallel average takes no time (what-if: what it costs)"},
     {.name = "zero1", .type = OPT_INT, .def = "0", .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
     {.name = "scatter-gather", .type = OPT_INT, .def = "1", .help = "1: messages across nodes split over the TP ranks' NICs"},
     {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages)"},
@@ -51,6 +65,7 @@ static Opt opts[] = {
     {.name = "matmul-eff", .type = OPT_DOUBLE, .def = "", .help = "override the preset's matmul efficiency"},
     {.name = "nic-bw", .type = OPT_DOUBLE, .def = "", .help = "override one NIC's bandwidth, GB/s"},
     {.name = "nics-per-node", .type = OPT_INT, .def = "", .help = "override the NICs per node"},
+    {.name = "nvlink-bw", .type = OPT_DOUBLE, .def = "", .help = "override the GPU-to-GPU bandwidth inside a node, GB/s"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -78,7 +93,7 @@ static double number(const char* name) {
     char* end;
     double v = strtod(o->value, &end);
     if (end == o->value || *end || (o->type == OPT_INT && v != floor(v)))
-        td_fatal("--%s %s: expected %s", name, o->value, o->type == OPT_INT ? "an integer" : "a number");
+        fail("--%s %s: expected %s", name, o->value, o->type == OPT_INT ? "an integer" : "a number");
     return v;
 }
 
@@ -92,34 +107,21 @@ int main(int argc, char** argv) {
             return 0;
         }
         Opt* o = strncmp(argv[i], "--", 2) == 0 ? find(argv[i] + 2) : NULL;
-        if (!o) {
-            fprintf(stderr, "sim_cluster: unknown option %s (--help lists them)\n", argv[i]);
-            return 1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "sim_cluster: %s needs a value\n", argv[i]);
-            return 1;
-        }
+        if (!o) fail("unknown option %s (--help lists them)", argv[i]);
+        if (i + 1 >= argc) fail("%s needs a value", argv[i]);
         o->value = argv[++i];
         o->set = 1;
     }
     ClusterModel m = {.name = "custom"};
-    if (given("model") && cluster_model_preset(text("model"), &m)) {
-        fprintf(stderr, "sim_cluster: --model %s: expected gpt3-13b, gpt3-175b or mtnlg-530b\n", text("model"));
-        return 1;
-    }
+    if (given("model") && cluster_model_preset(text("model"), &m)) fail("--model %s: expected gpt3-13b, gpt3-175b or mtnlg-530b", text("model"));
     const char* shape[] = {"layers", "hidden", "heads"};
     for (int k = 0; k < 3; k++)
-        if (!given("model") && !given(shape[k])) {
-            fprintf(stderr, "sim_cluster: --%s is required (or --model)\n", shape[k]);
-            return 1;
-        }
+        if (!given("model") && !given(shape[k])) fail("--%s is required (or --model)", shape[k]);
     for (int k = 0; k < N_OPTS; k++)
         if (!opts[k].value) {
             if (given("model") && (!strcmp(opts[k].name, "layers") || !strcmp(opts[k].name, "hidden") || !strcmp(opts[k].name, "heads")))
                 continue;
-            fprintf(stderr, "sim_cluster: --%s is required\n", opts[k].name);
-            return 1;
+            fail("--%s is required", opts[k].name);
         }
     if (given("layers")) m.L = (int)number("layers");
     if (given("hidden")) m.C = (int)number("hidden");
@@ -129,15 +131,14 @@ int main(int argc, char** argv) {
     m.dropout = (int)number("dropout");
 
     ClusterHw hw;
-    if (cluster_hw_preset(text("hardware"), &hw)) {
-        fprintf(stderr, "sim_cluster: --hardware %s: expected %s\n", text("hardware"), cluster_hw_names());
-        return 1;
-    }
+    if (cluster_hw_preset(text("hardware"), &hw)) fail("--hardware %s: expected %s", text("hardware"), cluster_hw_names());
     if (given("matmul-eff")) hw.gpu.matmul_eff = number("matmul-eff");
     if (given("nic-bw")) hw.net.nic_bw = number("nic-bw") * 1e9;
     if (given("nics-per-node")) hw.net.nics_per_node = (int)number("nics-per-node");
-    if (!(hw.gpu.matmul_eff > 0 && hw.gpu.matmul_eff <= 1)) td_fatal("--matmul-eff %g: expected a fraction in (0, 1]", hw.gpu.matmul_eff);
-    if (!(hw.net.nic_bw > 0) || hw.net.nics_per_node < 1) td_fatal("--nic-bw and --nics-per-node must be positive");
+    if (given("nvlink-bw")) hw.node.nvlink_bw = number("nvlink-bw") * 1e9;
+    if (!(hw.gpu.matmul_eff > 0 && hw.gpu.matmul_eff <= 1)) fail("--matmul-eff %g: expected a fraction in (0, 1]", hw.gpu.matmul_eff);
+    if (!(hw.net.nic_bw > 0) || hw.net.nics_per_node < 1 || !(hw.node.nvlink_bw > 0))
+        fail("--nic-bw, --nics-per-node and --nvlink-bw must be positive");
 
     ClusterLayout y = {0};
     y.gpus = (int)number("gpus");
@@ -145,45 +146,34 @@ int main(int argc, char** argv) {
     y.P = (int)number("pp");
     y.b = (int)number("micro-batch");
     int gb = (int)number("global-batch");
-    if (y.tp < 1 || y.P < 1 || y.gpus < 1 || gb < 1 || y.b < 1) {
-        fprintf(stderr, "sim_cluster: --gpus, --tp, --pp, --global-batch and --micro-batch must be at least 1\n");
-        return 1;
-    }
-    if (y.gpus % (y.tp * y.P)) {
-        fprintf(stderr, "sim_cluster: --gpus %d is not a multiple of --tp %d x --pp %d = %d\n", y.gpus, y.tp, y.P, y.tp * y.P);
-        return 1;
-    }
+    if (y.tp < 1 || y.P < 1 || y.gpus < 1 || gb < 1 || y.b < 1) fail("--gpus, --tp, --pp, --global-batch and --micro-batch must be at least 1");
+    if (y.gpus % (y.tp * y.P)) fail("--gpus %d is not a multiple of --tp %d x --pp %d = %d", y.gpus, y.tp, y.P, y.tp * y.P);
     y.D = y.gpus / (y.tp * y.P);
-    if (gb % (y.D * y.b)) {
-        fprintf(stderr, "sim_cluster: --global-batch %d is not a multiple of data-parallel %d x --micro-batch %d = %d\n", gb, y.D, y.b,
+    if (gb % (y.D * y.b)) fail("--global-batch %d is not a multiple of data-parallel %d x --micro-batch %d = %d", gb, y.D, y.b,
                 y.D * y.b);
-        return 1;
-    }
     y.M = gb / (y.D * y.b);
-    if (schedule_parse_kind(text("schedule"), &y.kind)) {
-        fprintf(stderr, "sim_cluster: --schedule %s: expected gpipe, 1f1b, interleaved, zbh1 or tdpipe\n", text("schedule"));
-        return 1;
-    }
+    if (schedule_parse_kind(text("schedule"), &y.kind)) fail("--schedule %s: expected gpipe, 1f1b, interleaved, zbh1 or tdpipe", text("schedule"));
     y.chunks = y.kind == SCHED_INTERLEAVED ? (int)number("chunks") : 1;
     y.W = (int)number("aew");
     y.recompute = (int)number("recompute");
     const char* q = text("grad-quant");
     const char* dt = text("grad-dtype");
-    if (strcmp(q, "none") && strcmp(q, "int8")) td_fatal("--grad-quant %s: expected none or int8", q);
-    if (strcmp(dt, "fp32") && strcmp(dt, "bf16")) td_fatal("--grad-dtype %s: expected fp32 or bf16", dt);
+    if (strcmp(q, "none") && strcmp(q, "int8")) fail("--grad-quant %s: expected none or int8", q);
+    if (strcmp(dt, "fp32") && strcmp(dt, "bf16")) fail("--grad-dtype %s: expected fp32 or bf16", dt);
     y.grad = !strcmp(q, "int8") ? CLUSTER_GRAD_INT8 : !strcmp(dt, "bf16") ? CLUSTER_GRAD_BF16 : CLUSTER_GRAD_FP32;
     const char* algo = text("dp-algo");
-    if (strcmp(algo, "ring") && strcmp(algo, "two-shot")) td_fatal("--dp-algo %s: expected ring or two-shot", algo);
+    if (strcmp(algo, "ring") && strcmp(algo, "two-shot")) fail("--dp-algo %s: expected ring or two-shot", algo);
     y.dp_algo = !strcmp(algo, "ring") && y.grad != CLUSTER_GRAD_INT8 ? CLUSTER_DP_RING : CLUSTER_DP_TWO_SHOT;
     y.dp_overlap = (int)number("dp-overlap");
+    y.no_dp = !(int)number("dp-comm");
     y.zero1 = (int)number("zero1");
     y.scatter_gather = (int)number("scatter-gather");
     const char* pl = text("placement");
-    if (strcmp(pl, "replicas") && strcmp(pl, "stages")) td_fatal("--placement %s: expected replicas or stages", pl);
+    if (strcmp(pl, "replicas") && strcmp(pl, "stages")) fail("--placement %s: expected replicas or stages", pl);
     y.placement = !strcmp(pl, "replicas") ? CLUSTER_PLACE_REPLICAS_FIRST : CLUSTER_PLACE_STAGES_FIRST;
 
     const char* part = text("partition");
-    if (strcmp(part, "auto") && strcmp(part, "uniform")) td_fatal("--partition %s: expected auto or uniform", part);
+    if (strcmp(part, "auto") && strcmp(part, "uniform")) fail("--partition %s: expected auto or uniform", part);
     y.balance = !strcmp(part, "auto");
     double* speed = NULL; // (P)
     if (given("stage-speed")) {
@@ -193,7 +183,7 @@ int main(int argc, char** argv) {
             char* end;
             speed[s] = strtod(it, &end);
             if (end == it || !(speed[s] > 0) || (s + 1 < y.P ? *end != ',' : *end != '\0'))
-                td_fatal("--stage-speed %s: expected %d speeds > 0 separated by commas (one per stage)", text("stage-speed"), y.P);
+                fail("--stage-speed %s: expected %d speeds > 0 separated by commas (one per stage)", text("stage-speed"), y.P);
             it = end + 1;
         }
         y.speed = speed;
@@ -201,11 +191,9 @@ int main(int argc, char** argv) {
     ClusterResult r;
     ClusterCosts c;
     char err[512];
-    if (cluster_simulate(&hw, &m, &y, number("jitter"), (int)number("seeds"), (int)number("steps"), &r, &c, err, sizeof(err))) {
-        fprintf(stderr, "sim_cluster: %s\n", err);
-        return 1;
-    }
-    printf("model=%s layers=%d hidden=%d heads=%d vocab=%d seq=%d params=%.4g\n", m.name, m.L, m.C, m.NH, m.V, m.T, c.params);
+    // the model's line first: its parameter count holds even for a layout that is refused
+    printf("model=%s layers=%d hidden=%d heads=%d vocab=%d seq=%d params=%.6g\n", m.name, m.L, m.C, m.NH, m.V, m.T, cluster_params(&m));
+    if (cluster_simulate(&hw, &m, &y, number("jitter"), (int)number("seeds"), (int)number("steps"), &r, &c, err, sizeof(err))) fail("%s", err);
     printf("hardware=%s gpus=%d tp=%d pp=%d dp=%d micro_batch=%d micro_batches=%d global_batch=%d\n", hw.name, y.gpus, y.tp, y.P, y.D,
            y.b, y.M, gb);
     printf("schedule=%s chunks=%d aew=%d jitter=%g recompute=%d grad=%s dp_algo=%s dp_overlap=%d zero1=%d\n",

@@ -351,6 +351,7 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
         // data-parallel average; with ZeRO-1 a reduce-scatter and an all-gather of the new bf16 weights,
         // about the same bytes as one all-reduce
         c->t_dp[s] = dp_average(hw, y, p, &c->dp_bytes[s]);
+        if (y->no_dp) c->t_dp[s] = 0.0;
         // AdamW on this GPU's shard (read gradient, master, m, v; write master, m, v, bf16 weights:
         // 30 bytes a value) and the global norm's read of the whole gradient
         c->t_u[s] = (stream(g, 30.0 * shard) + stream(g, gbytes * p)) / speed;

@@ -87,6 +87,7 @@ typedef struct {
     int balance;            // without `first`: 1, partition_solve's split over this model's layer times
                             // and the stages' speeds; 0, partition_uniform's (Megatron-LM's even split)
     const double* speed;    // (P) relative speed of each stage's GPUs (1 = hw's); NULL: all 1
+    int no_dp;              // 1: the data-parallel average takes no time (to see what it costs otherwise)
 } ClusterLayout;
 
 // ---- what the model computes --------------------------------------------------------------------
