@@ -3,13 +3,14 @@
 # d8, every schedule the trainer runs) with --trace; each stage's op compute times measured from the
 # trace (scripts/plot_trace.py --op-times), fed to the simulator (build/dev/sim_replay: the same
 # schedule lists and TD-Pipe policy), and its step time and bubble printed beside the measured ones
-# (the trainer's log.jsonl), with the error. Steady steps only (2..n-1). Not a test: a benchmark.
-# usage: scripts/sim_vs_measured.sh [steps (default 6)] [binary (default ./train_tdpipe)]
+# (the trainer's log.jsonl), with the error. Steady steps only (2..n-1). Not a test: a benchmark (about 13 minutes
+# on 2 cores; the d8 runs take most of it).
+# usage: scripts/sim_vs_measured.sh [steps (default 8)] [binary (default ./train_tdpipe)]
 set -u
 cd "$(dirname "$0")/.." || exit 1
-STEPS=${1:-6}
+STEPS=${1:-8}
 BIN=${2:-./train_tdpipe}
-M=8; B=2; T=64
+M=8; B=4; T=64
 REPLAY=build/dev/sim_replay
 for f in "$BIN" "$REPLAY"; do [ -x "$f" ] || { echo "sim_vs_measured: $f not found (run make)" >&2; exit 1; }; done
 [ "$STEPS" -ge 4 ] 2>/dev/null || { echo "sim_vs_measured: steps must be at least 4 (got $STEPS)" >&2; exit 1; }
