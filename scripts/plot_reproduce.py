@@ -19,6 +19,15 @@ def floats(row, key):
         return None
 
 
+def finish(ax, fig, path, xlabel, ylabel, title):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -40,12 +49,8 @@ def main():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, markersize=10 if key == "article" else 6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("parameters (billions)")
-    ax.set_ylabel("samples/s on 64 A100 80 GB")
-    ax.set_title("throughput: claims, ceiling, simulation (a missing point: does not fit)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=120)
+    finish(ax, fig, os.path.join(out, "throughput.png"), "parameters (billions)", "samples/s on 64 A100 80 GB",
+           "throughput: claims, ceiling, simulation (a missing point: does not fit)")
 
     sims = {}  # (schedule, W) -> [(beta, util)]
     beta = None
@@ -72,12 +77,7 @@ def main():
     for name, u in measured.items():
         ax.plot([0.3], [u], "x", markersize=10, label=f"{name} (measured)")
     ax.axhline(95, color="r", linestyle=":", label="article: 95%")
-    ax.set_xlabel("jitter beta (CV of op times)")
-    ax.set_ylabel("utilisation (%)")
-    ax.set_title("P = 8, M = 16")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "utilisation.png"), dpi=120)
+    finish(ax, fig, os.path.join(out, "utilisation.png"), "jitter beta (CV of op times)", "utilisation (%)", "P = 8, M = 16")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 # figures from build/dev/sim_schedules and from the trainer itself (--synthetic-compute).
 # Prints tables that people and awk (-F' [|] ') both read; writes CSV files and, with matplotlib, plots.
 # usage: scripts/reproduce_tables.sh [--quick] [--out DIR (default out/reproduce)] [--anchors DIR (default ../shared/data/anchors)]
-#   --quick: no trainer runs (the measured column says so) and fewer jitter seeds; tens of seconds
+#   --quick: no trainer runs (the measured column says so) and fewer jitter seeds; seconds
+#   PYTHON=interpreter: one with matplotlib for the plots (default python3)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 QUICK=0; OUT=out/reproduce; ANCHORS=../shared/data/anchors
@@ -16,7 +17,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1; shift;;
         --out) OUT=${2:?--out needs a folder}; shift 2;;
         --anchors) ANCHORS=${2:?--anchors needs a folder}; shift 2;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "reproduce_tables: unknown option $1 (--help)" >&2; exit 1;;
     esac
 done
@@ -308,8 +309,9 @@ row whatif "(c) heterogeneous GPUs" +18 - - - "+$g_c" "-" "$(verdict 18 "$g_c")"
 
 # ---- plots -----------------------------------------------------------------------------------------
 "$SCHED" -P 8 -M 16 -n $STEPS -s $SEEDS -W 5 > "$OUT/utilisation_sim.txt"
-if python3 -c "import matplotlib" 2>/dev/null; then
-    python3 scripts/plot_reproduce.py "$OUT" && echo && echo "# plots: $OUT/throughput.png, $OUT/utilisation.png"
+PY=${PYTHON:-python3} # PYTHON=path/to/python: an interpreter with matplotlib (a virtual environment)
+if $PY -c "import matplotlib" 2>/dev/null; then
+    $PY scripts/plot_reproduce.py "$OUT" && echo && echo "# plots: $OUT/throughput.png, $OUT/utilisation.png"
 else
     echo; echo "# plots skipped: matplotlib is not installed (pip install -r scripts/requirements.txt); the CSV files are in $OUT"
 fi

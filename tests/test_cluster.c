@@ -112,6 +112,24 @@ static double step_of(const ClusterHw* hw, const ClusterModel* m, const ClusterL
     return r.step_s;
 }
 
+// step time and memory over L = 8, 16, .., 32 (width 0) or C = 1024, 2048, 4096 (width 1): each
+// larger than the one before
+static int grows(const ClusterHw* hw, const ClusterModel* m, const ClusterLayout* y, int width) {
+    double t_prev = 0, mem_prev = 0;
+    int ok = 1;
+    for (int k = width ? 1024 : 8; k <= (width ? 4096 : 32); k = width ? 2 * k : k + 8) {
+        ClusterModel mm = *m;
+        if (width) mm.C = k;
+        else mm.L = k;
+        ClusterResult r;
+        char err[512];
+        if (cluster_simulate(hw, &mm, y, 0.0, 1, 3, &r, NULL, err, sizeof(err))) return 0;
+        ok &= r.step_s > t_prev && r.mem_gib_per_gpu > mem_prev;
+        t_prev = r.step_s, mem_prev = r.mem_gib_per_gpu;
+    }
+    return ok;
+}
+
 static void test_monotonic(void) {
     ClusterHw hw = hw_a100();
     ClusterModel m = {.L = 16, .C = 2048, .NH = 16, .V = 50257, .T = 1024};
@@ -138,33 +156,7 @@ static void test_monotonic(void) {
     fast.gpu.hbm_bw *= 2;
     ok_bw &= step_of(&fast, &m, &y) < base;
     CHECK(ok_bw, "step time never grows with NIC, NVLink or HBM bandwidth (base %.4g s)", base);
-    int ok_size = 1;
-    double t_prev = 0, mem_prev = 0;
-    for (int L = 8; L <= 32; L += 8) {
-        ClusterModel mm = m;
-        mm.L = L;
-        ClusterResult r;
-        char err[512];
-        if (cluster_simulate(&hw, &mm, &y, 0.0, 1, 3, &r, NULL, err, sizeof(err))) {
-            ok_size = 0;
-            continue;
-        }
-        ok_size &= r.step_s > t_prev && r.mem_gib_per_gpu > mem_prev;
-        t_prev = r.step_s, mem_prev = r.mem_gib_per_gpu;
-    }
-    t_prev = 0, mem_prev = 0;
-    for (int C = 1024; C <= 4096; C *= 2) {
-        ClusterModel mm = m;
-        mm.C = C;
-        ClusterResult r;
-        char err[512];
-        if (cluster_simulate(&hw, &mm, &y, 0.0, 1, 3, &r, NULL, err, sizeof(err))) {
-            ok_size = 0;
-            continue;
-        }
-        ok_size &= r.step_s > t_prev && r.mem_gib_per_gpu > mem_prev;
-        t_prev = r.step_s, mem_prev = r.mem_gib_per_gpu;
-    }
+    int ok_size = grows(&hw, &m, &y, 0) && grows(&hw, &m, &y, 1);
     CHECK(ok_size, "step time and memory grow with layers and with width");
     // more micro-batches per step: the bubble's share shrinks
     ClusterResult r8, r32;
