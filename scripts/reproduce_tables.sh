@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1; shift;;
         --out) OUT=${2:?--out needs a folder}; shift 2;;
         --anchors) ANCHORS=${2:?--anchors needs a folder}; shift 2;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "reproduce_tables: unknown option $1 (--help)" >&2; exit 1;;
     esac
 done
@@ -206,7 +206,7 @@ dp_bytes() { sim dp_mb_sent "${DPLAYOUT[@]}" "$@"; }
 # (an average that leaves the step no longer counts as hidden: 0; the event-driven policy may then order ops
 # a little differently, which can make the step shorter than without it)
 exposed() { local a b; a=$(sim step_s "${DPLAYOUT[@]}" "$@"); b=$(sim step_s "${DPLAYOUT[@]}" "$@" --dp-comm 0)
-    num "$a" && num "$b" && awk -v a="$a" -v b="$b" 'BEGIN { d = 1000 * (a - b); printf "%.2f", d > 0 ? d : 0 }' || echo "-"; }
+    num "$a" && num "$b" && awk -v a="$a" -v b="$b" 'BEGIN { d = 1000 * (a - b); printf "%.2f", (d > 0 ? d : 0) }' || echo "-"; }
 ref=$(dp_bytes --schedule 1f1b --grad-dtype fp32)
 pct() { num "$1" && num "$2" && calc "100 * ($1 / $2 - 1)" || echo "-"; }
 bytes_mg=$(dp_bytes "${MEGATRON[@]}"); bytes_ds=$(dp_bytes "${DEEPSPEED[@]}"); bytes_td=$(dp_bytes "${TDPIPE[@]}")

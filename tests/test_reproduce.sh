@@ -33,6 +33,10 @@ for name, n in want.items():
 tables = {r["table"] for r in csv.DictReader(open(os.path.join(out, "tables.csv")))}
 need = {"util", "throughput", "bubble", "comm", "memory", "async_memory", "hidden", "convergence", "cost", "whatif"}
 assert need <= tables, need - tables
+# every simulated tdpipe figure the script computes is a number (a helper that broke would leave "-")
+for r in csv.DictReader(open(os.path.join(out, "tables.csv"))):
+    if r["table"] in ("util", "bubble", "comm", "memory", "async_memory", "hidden", "whatif") or r["row"] in ("gpt3-13b", "gpt3-175b"):
+        float(r["tdpipe_sim"].lstrip("+"))
 EOF
 check "  the calibration: 10 rows of Megatron-LM's Table 1, each within 15%" awk -F, 'NR > 1 { n++; e = $10 < 0 ? -$10 : $10; if (e > 15) bad = 1 }
     END { exit bad || n != 10 }' "$R/calibration.csv"
