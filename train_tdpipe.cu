@@ -319,6 +319,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
     if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
+    if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
     if (parse_aew(a->aew, &tr->W)) fatal_all("--aew %s: expected a window size >= 0 or auto", a->aew);
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
@@ -329,7 +330,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
     partition_make(&tr->part, a, &tr->cfg, P);
-    ScheduleShape shape = {tr->kind, P, a->grad_accum, tr->W > 0 ? tr->W : 0, 0, 2};
+    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = tr->W > 0 ? tr->W : 0, .first_step = 0, .n_steps = 2};
     Schedule sch;
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     check_grad_cache(a, &shape);
@@ -614,7 +615,7 @@ static int train(Trainer* tr) {
                 break;
             }
         if (step + chunk > a->steps) chunk = a->steps - step;
-        ScheduleShape shape = {tr->kind, tr->comm.P, a->grad_accum, W_now, step, chunk};
+        ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_now, .first_step = step, .n_steps = chunk};
         check_grad_cache(a, &shape); // again: --aew auto has chosen its window by now
         Schedule sch;
         if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);

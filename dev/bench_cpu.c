@@ -99,7 +99,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     double* t = (double*)calloc_check(steps + 1, sizeof(double));
     for (int step = 0; step <= steps; step++) { // step 0 warms up and is left out
         double t0 = now_seconds();
-        Op f = {OP_F, step, 0, s.version}, bw = {OP_B, step, 0, s.version};
+        Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s.version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s.version};
         stage_forward(&s, &f, 0, 1);
         stage_backward(&s, &bw, 0, 1.0f / (B * T));
         stage_tie_local(&s, 0);

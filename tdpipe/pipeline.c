@@ -27,7 +27,7 @@ static float forward_through(Pipeline* pl, int slot, int targets_valid) {
         comm_link_irecv(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_input_buf(st, slot), bytes, s - 1, &r);
         comm_wait(pl->comm, &r);
     }
-    Op now = {OP_F, st->version, slot, st->version}; // the current weights
+    Op now = {.kind = OP_F, .step = st->version, .mb = slot, .version = st->version}; // the current weights
     float loss = stage_forward(st, &now, slot, targets_valid);
     if (s < pl->P - 1) {
         comm_link_isend(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_output_buf(st, slot), bytes, s + 1, &r);

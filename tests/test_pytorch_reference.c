@@ -126,7 +126,7 @@ int main(void) {
 
     // train_tdpipe's step (M = 1); step 0 is also where forward and gradients are compared
     for (int step = 0; step < n_steps; step++) {
-        Op f = {OP_F, step, 0, s.version}, bw = {OP_B, step, 0, s.version};
+        Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s.version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s.version};
         losses[step] = stage_forward(&s, &f, 0, 1);
         stage_backward(&s, &bw, 0, dloss);
         stage_tie_local(&s, 0);
