@@ -19,12 +19,14 @@
 #include "llmc/tokenizer.h"
 #include "tdpipe/args.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
 #include "tdpipe/pipeline.h"
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
 #include "tdpipe/schedule.h"
+#include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cuda.cuh"
@@ -251,7 +253,8 @@ typedef struct {
     TrainArgs a;
     Comm comm;
     SchedKind kind;
-    int W;                  // --aew; -1: auto (measured after the first step)
+    int W;                  // --aew: W >= 0, -1 auto (measured after the first step), -2 a window per stage
+    int* stage_W;           // (P) --aew's windows per stage (W on every stage unless a list was given)
     StaleComp comp;         // staleness compensation
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
@@ -272,6 +275,8 @@ typedef struct {
     Executor ex;
     Pipeline pl;
     RunCheckpoint ckpt;
+    RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
+    long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
 } Trainer;
 
@@ -279,17 +284,47 @@ static volatile sig_atomic_t g_stop_signal = 0;
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
-// W for --aew: a number, or auto (-1: measured later)
-static int parse_aew(const char* s, int* W) {
+// --aew: a window for every stage, auto (*W = -1: measured later), or one per stage ("8,8,4,4": *W =
+// -2); stage_W (P) gets each stage's. 0, or -1 after saying what is wrong in err.
+static int parse_aew(const char* s, int P, int* W, int* stage_W, char* err, size_t errlen) {
     if (!strcmp(s, "auto")) {
         *W = -1;
+        for (int i = 0; i < P; i++) stage_W[i] = 0;
         return 0;
     }
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < 0 || v > 100000) return -1;
-    *W = (int)v;
+    const char* it = s;
+    int n = 0;
+    for (;;) {
+        char* end;
+        long v = strtol(it, &end, 10);
+        if (end == it || v < 0 || v > 100000 || (*end != ',' && *end != '\0'))
+            return td_error(err, errlen, "--aew %s: expected a window size >= 0, auto, or one window per stage (8,8,4,4)", s);
+        if (n < P) stage_W[n] = (int)v;
+        n++;
+        if (*end == '\0') break;
+        it = end + 1;
+    }
+    if (n == 1) {
+        *W = stage_W[0];
+        for (int i = 1; i < P; i++) stage_W[i] = *W;
+        return 0;
+    }
+    if (n != P) return td_error(err, errlen, "--aew %s: %d windows for %d stages (--stages): give one per stage, or one for all", s, n, P);
+    *W = -2;
     return 0;
+}
+
+// each stage's window now: the requested (or auto's measured) one, halved by rollbacks and the drift
+// monitor; out (P). Returns the largest.
+static int windows_now(const Trainer* tr, int* out) {
+    const RunState* rs = &tr->state;
+    int mx = 0;
+    for (int i = 0; i < tr->comm.P; i++) {
+        int base = tr->W == -2 ? tr->stage_W[i] : rs->aew_base < 0 ? 0 : (int)rs->aew_base;
+        out[i] = rs->aew_halvings >= 31 ? 0 : base >> rs->aew_halvings;
+        if (out[i] > mx) mx = out[i];
+    }
+    return mx;
 }
 
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
@@ -320,9 +355,10 @@ static void parse(Trainer* tr, int argc, char** argv) {
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
     if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
     if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
-    if (parse_aew(a->aew, &tr->W)) fatal_all("--aew %s: expected a window size >= 0 or auto", a->aew);
-    if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
+    tr->stage_W = (int*)malloc_check(P * sizeof(int));
+    if (parse_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
+    if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
     if (staleness_parse(a->stale_comp, &tr->comp.method)) fatal_all("--stale-comp %s: expected none, predict, dcasgd or lr", a->stale_comp);
@@ -330,7 +366,9 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
     partition_make(&tr->part, a, &tr->cfg, P);
-    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = tr->W > 0 ? tr->W : 0, .first_step = 0, .n_steps = 2};
+    int W_max = 0;
+    for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
+    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
     Schedule sch;
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     check_grad_cache(a, &shape);
@@ -393,6 +431,7 @@ static void make_stage(Trainer* tr) {
     stage_create(&tr->stage, tr->device, &init);
     free(full);
     if (!tr->synthetic && tr->comp.method != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
+    tr->stage.gns = !tr->synthetic && (a->gns || a->lr_gns); // (a GPU stage reserves the buffers it needs for it)
     tr->ex.data = needs_data ? &tr->data.train : NULL;
 }
 
@@ -506,8 +545,9 @@ static void open_outputs(Trainer* tr) {
     }
     if (comm_any(&tr->comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
+    tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
-        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, err, sizeof(err));
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
     }
     if (g_rank == 0) {
@@ -538,6 +578,10 @@ static void make_executor(Trainer* tr) {
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
     ex->comp = tr->synthetic || tr->comp.method == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
+    ex->spike_z = a->spike_z;
+    ex->gns = tr->stage.gns;
+    ex->lr_gns = !tr->synthetic && a->lr_gns;
+    ex->inject_nan = a->inject_nan;
     ex->seed = (uint64_t)a->seed;
     ex->trace = &tr->trace;
     ex->on_step = report_step;
@@ -545,26 +589,51 @@ static void make_executor(Trainer* tr) {
     tr->pl = (Pipeline){&tr->comm, &tr->stage, tr->comm.P, tr->ranges, tr->link};
 }
 
-// --aew auto, after the first step ran synchronously: W = ceil(P (1 - beta)) from the beta measured
-// on every stage (the article's formula), the same on every rank
+// --aew auto, after the first step ran synchronously: every stage's measured mean forward and backward
+// time and their coefficient of variation beta go through the simulator (the same schedule code and
+// policy), which picks the smallest W whose simulated utilisation is within one point of the best
+// window's, up to the staleness the compensation handles (none: W <= M / 2, the windows measured to
+// converge like 1F1B; a method: W <= M, one update stale). Printed beside the article's
+// ceil(P (1 - beta)) and both predicted utilisations; every rank computes the same and checks it.
 static int aew_measured(Trainer* tr) {
-    int P = tr->comm.P;
-    double cvs[1] = {executor_stage_cv(&tr->ex)};
-    comm_dp_average_double(&tr->comm, cvs, 1);
-    double* per_stage = (double*)calloc_check(P, sizeof(double));
-    double* sum = (double*)calloc_check(P, sizeof(double));
-    per_stage[tr->comm.stage] = cvs[0];
+    int P = tr->comm.P, M = tr->a.grad_accum, s = tr->comm.stage;
+    const ExecutorStats* st = &tr->ex.stats;
+    double mine[3] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, executor_stage_cv(&tr->ex)};
+    comm_dp_average_double(&tr->comm, mine, 3); // the replicas' mean, in replica order
+    double* per = (double*)calloc_check(3 * P, sizeof(double)); // (3, P) forward s, backward s, beta s
+    double* all = (double*)calloc_check(3 * P, sizeof(double));
+    for (int k = 0; k < 3; k++) per[k * P + s] = mine[k];
     CommRequest r;
     memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, per_stage, sum, P, &r);
+    comm_pipe_sum_start(&tr->comm, per, all, 3 * P, &r); // each entry from its own stage
     comm_wait(&tr->comm, &r);
     double beta = 0.0;
-    for (int i = 0; i < P; i++) beta += sum[i] / P;
-    int W = (int)ceil(P * (1.0 - beta));
-    if (W < 0) W = 0;
-    if (g_rank == 0) printf("aew auto: measured beta %.3f -> W = ceil(%d x (1 - beta)) = %d\n", beta, P, W);
-    free(per_stage);
-    free(sum);
+    for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
+    int W_max = tr->comp.method == STALE_NONE ? M / 2 : M, article = (int)ceil(P * (1.0 - beta));
+    if (article < 0) article = 0;
+    double* util = (double*)calloc_check(W_max + 1, sizeof(double));
+    char err[512];
+    int W = simulator_choose_window(P, M, all, all + P, beta, W_max, 0.01, util, err, sizeof(err));
+    double u_article = simulator_window_utilisation(P, M, all, all + P, beta, article, err, sizeof(err));
+    if (W < 0 || u_article < 0) fatal_all("--aew auto: %s", err);
+    int* chosen = g_rank == 0 ? (int*)malloc_check(tr->comm.world_size * sizeof(int)) : NULL;
+    comm_gather_to_root(&tr->comm, &W, sizeof(W), chosen);
+    if (g_rank == 0) {
+        int same = 1;
+        for (int i = 0; i < tr->comm.world_size; i++) same &= chosen[i] == W;
+        if (!same) td_fatal("--aew auto: the ranks chose different windows (rank 0: %d)", W);
+        printf("aew auto: measured beta %.3f; per stage F/B ms:", beta);
+        for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * all[i], 1e3 * all[P + i]);
+        printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
+        for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
+        printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles); "
+               "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
+               W, 100.0 * util[W], W_max, staleness_name(tr->comp.method), P, beta, article, 100.0 * u_article, tr->comm.world_size);
+    }
+    free(chosen);
+    free(util);
+    free(per);
+    free(all);
     return W;
 }
 
@@ -593,9 +662,88 @@ static void consistency_point(Trainer* tr, int step, int last, int stopping) {
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
         if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("%s\n", msg);
-        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train)) exit(1);
+        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state)) exit(1);
     }
     fflush(stdout);
+}
+
+// The drift monitor at step t, the last of the chunk just run (tdpipe/drift.h): the step's micro-batches
+// again, through every stage, synchronously (1F1B, no compensation), at the weights U(t) applied to
+// (the stash the executor kept), into the step's gradient slot, which the update leaves there; then
+// per unit the cosine and relative error against the gradient U(t) applied. The data loaders go back
+// to where they were. Returns the lowest cosine, the same on every rank.
+static double drift_measure(Trainer* tr, int t) {
+    TrainArgs* a = &tr->a;
+    Executor* ex = &tr->ex;
+    Stage* st = &tr->stage;
+    char err[1024];
+    int L = tr->cfg.num_layers, k = stage_grad_slot(st, t), P = tr->comm.P;
+    DataLoaderState after, before;
+    if (ex->data) {
+        dataloader_get_state(ex->data, &after);
+        executor_data_before(ex, t, &before);
+        if (dataloader_set_state(ex->data, &before, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    }
+    Executor saved = *ex;
+    ex->comp = NULL, ex->on_step = NULL, ex->trace = NULL, ex->drift_step = -1, ex->gradient_only = 1;
+    stage_use_compensation(st, NULL);
+    ScheduleShape shape = {.kind = a->grad_accum >= P ? SCHED_1F1B : SCHED_GPIPE, .P = P, .M = a->grad_accum, .first_step = t, .n_steps = 1};
+    Schedule sch;
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("drift monitor: %s", err);
+    executor_run(ex, &sch);
+    schedule_free(&sch);
+    ex->comp = saved.comp, ex->on_step = saved.on_step, ex->trace = saved.trace, ex->drift_step = saved.drift_step, ex->gradient_only = 0;
+    stage_use_compensation(st, saved.comp);
+    tr->redone += a->grad_accum;
+    DriftUnit* mine = (DriftUnit*)calloc_check(L + 2, sizeof(DriftUnit));
+    DriftUnit* all = (DriftUnit*)calloc_check(L + 2, sizeof(DriftUnit));
+    drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(&tr->comm, (const double*)mine, (double*)all, 4 * (L + 2), &r); // each unit from the one stage that holds it
+    comm_wait(&tr->comm, &r);
+    double min_cos = 2.0;
+    int worst = 0;
+    for (int u = 0; u < L + 2; u++)
+        if (drift_cosine(&all[u]) < min_cos) min_cos = drift_cosine(&all[u]), worst = u;
+    if (g_rank == 0) report_drift(&tr->rep, t + 1, all, L + 2, worst);
+    free(mine);
+    free(all);
+    stage_zero_grad(st, k);
+    stage_release_stash(st, t, 0);
+    if (ex->data && dataloader_set_state(ex->data, &after, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    return min_cos;
+}
+
+// The guard refused step t's update (executor.h): nothing of that step or after it in the chunk was
+// applied, so the weights and moments are those before it, on every stage. The stage drops what the
+// chunk left (stashes, gradients), the data loaders skip step t's micro-batches, the window halves,
+// and the run goes on from step t. Rollbacks in a row at W = 0 stop it, the last checkpoint intact
+// (none is written on this path). Returns the step to go on from.
+static int rollback(Trainer* tr, int chunk_start, int chunk) {
+    TrainArgs* a = &tr->a;
+    RunState* rs = &tr->state;
+    int* windows = (int*)malloc_check(tr->comm.P * sizeof(int));
+    int t = tr->ex.halted_step, W_was = windows_now(tr, windows);
+    if (t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one
+    tr->redone += (long)(chunk_start + chunk - t) * a->grad_accum;
+    if (W_was == 0) rs->rollbacks_in_row++;
+    if (rs->rollbacks_in_row >= a->max_rollbacks)
+        fatal_all("step %d: %s, %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
+                  t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row, a->max_rollbacks, a->out_dir);
+    stage_discard(&tr->stage);
+    if (tr->ex.data) {
+        char err[256];
+        DataLoaderState before;
+        executor_data_before(&tr->ex, t, &before);
+        if (dataloader_set_state(tr->ex.data, &before, err, sizeof(err))) td_fatal("rollback: %s", err);
+        for (int m = 0; m < a->grad_accum; m++) // the offending step's micro-batches, skipped
+            if (dataloader_next(tr->ex.data, stage_inputs(&tr->stage, 0), stage_targets(&tr->stage, 0))) td_fatal("training data: %s", tr->ex.data->err);
+    }
+    if (W_was > 0) rs->aew_halvings++;
+    if (g_rank == 0) report_rollback(&tr->rep, t + 1, tr->ex.halt_reason, W_was, windows_now(tr, windows), (int)rs->rollbacks_in_row);
+    free(windows);
+    return t;
 }
 
 // phase 7: chunks of steps between consistency points: one step for the synchronous schedules (they
@@ -604,32 +752,58 @@ static void consistency_point(Trainer* tr, int step, int last, int stopping) {
 // signal stopped the run (after its checkpoint), else 0.
 static int train(Trainer* tr) {
     TrainArgs* a = &tr->a;
+    RunState* rs = &tr->state;
     char err[1024];
-    int step = tr->start_step, W_now = tr->W < 0 ? 0 : tr->W;
+    int step = tr->start_step;
+    int* windows = (int*)malloc_check(tr->comm.P * sizeof(int)); // (P) each stage's window now
     while (step < a->steps) {
-        int chunk = tr->kind != SCHED_TDPIPE ? 1 : a->consistency_every - step % a->consistency_every;
-        if (tr->W < 0 && step == tr->start_step) chunk = 1;
+        int measure = rs->aew_base < 0; // --aew auto: this step runs synchronously and measures beta
+        int W_now = windows_now(tr, windows);
+        int chunk = tr->kind != SCHED_TDPIPE || measure ? 1 : a->consistency_every - step % a->consistency_every;
         for (int k = 1; k < chunk; k++)
-            if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every)) {
+            if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every) ||
+                is_boundary(step + k, a->drift_every)) {
                 chunk = k;
                 break;
             }
         if (step + chunk > a->steps) chunk = a->steps - step;
-        ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_now, .first_step = step, .n_steps = chunk};
+        ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_now, .first_step = step, .n_steps = chunk,
+                               .stage_W = windows};
         check_grad_cache(a, &shape); // again: --aew auto has chosen its window by now
         Schedule sch;
         if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+        tr->ex.losses = rs->losses;
+        tr->ex.gns_state = rs->gns;
+        int last = step + chunk - 1; // 0-based: its 1-based number ends the chunk
+        tr->ex.drift_step = !tr->synthetic && is_boundary(last + 1, a->drift_every) ? last : -1;
         executor_run(&tr->ex, &sch);
+        rs->losses = tr->ex.losses;
+        rs->gns = tr->ex.gns_state;
         schedule_free(&sch);
+        if (tr->ex.halted_step >= 0) {
+            step = rollback(tr, step, chunk);
+            continue;
+        }
         step += chunk;
-        if (tr->W < 0 && step == tr->start_step + 1) W_now = aew_measured(tr);
+        rs->rollbacks_in_row = 0;
+        if (measure) rs->aew_base = aew_measured(tr);
+        if (tr->ex.drift_step >= 0) {
+            double cos = drift_measure(tr, tr->ex.drift_step);
+            int W_was = windows_now(tr, windows);
+            if (a->drift_min_cos > 0 && cos < a->drift_min_cos && W_was > 0) {
+                rs->aew_halvings++;
+                if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, windows));
+            }
+        }
         int stopping = comm_any(&tr->comm, g_stop_signal != 0);
         if (!tr->synthetic) consistency_point(tr, step, step == a->steps, stopping);
         if (stopping) {
             if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", (int)g_stop_signal, step);
+            free(windows);
             return !tr->synthetic;
         }
     }
+    free(windows);
     return 0;
 }
 
@@ -638,7 +812,7 @@ static void report_end(Trainer* tr) {
     TrainArgs* a = &tr->a;
     Comm* c = &tr->comm;
     char err[1024];
-    long expect = (long)(a->steps - tr->start_step) * a->grad_accum;
+    long expect = (long)(a->steps - tr->start_step) * a->grad_accum + tr->redone;
     long counts[2] = {tr->ex.stats.forwards, tr->ex.stats.backwards};
     long* all_counts = g_rank == 0 ? (long*)malloc_check(sizeof(counts) * c->world_size) : NULL;
     comm_gather_to_root(c, counts, sizeof(counts), all_counts);
@@ -676,6 +850,8 @@ static void report_end(Trainer* tr) {
     if (g_rank == 0) {
         char model_path[1200];
         snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
+        for (size_t i = 0; i < n_full; i++) // the guard keeps updates finite; a model file's NaN never reaches model.bin either
+            if (!isfinite(full[i])) td_fatal("%s not written: parameter %zu is %g", model_path, i, full[i]);
         if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
         printf("model: %s (llm.c fp32 format)\n", model_path);
     }
@@ -691,6 +867,7 @@ static void teardown(Trainer* tr) {
     trace_free(&tr->trace);
     partition_free(&tr->part);
     free(tr->ranges);
+    free(tr->stage_W);
     data_free(&tr->data);
     if (g_rank == 0 && tr->dec.ready) tokenizer_free(&tr->dec.tok);
     comm_finalize(&tr->comm);

@@ -22,6 +22,11 @@ void dc_accumulate(float* acc, float* a, float* b, const float* g, const float* 
     }
 }
 
+void grad_add(float* acc, const float* g, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) acc[i] += g[i];
+}
+
 void dc_correct(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {

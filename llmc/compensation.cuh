@@ -38,6 +38,16 @@ static inline void dc_accumulate_cuda(float* acc, float* a, float* b, const floa
     cudaCheckLaunch("dc_accumulate_kernel");
 }
 
+__global__ void grad_add_kernel(float* acc, const float* g, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += g[i];
+}
+static inline void grad_add_cuda(float* acc, const float* g, size_t n) {
+    if (n == 0) return;
+    grad_add_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, g, (long)n);
+    cudaCheckLaunch("grad_add_kernel");
+}
+
 __global__ void dc_correct_kernel(float* acc, float* a, float* b, const float* w_now, long n, float lambda) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -30,6 +30,7 @@
 #include <math.h>
 #include <string.h>
 #include "llmc/common.h"
+#include "tdpipe/gns.h"
 #include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
 
@@ -44,8 +45,13 @@ typedef struct {
 // unit the stage that holds it), so the sum is exact whatever order MPI adds in
 typedef struct {
     double loss;     // the step's mean loss (last stage)
-    double units[];  // (L + 2) per-unit sums of squares of the gradient (stage.h: stage_grad_unit_sumsq)
+    double units[];  // (L + 2) per-unit sums of squares of the gradient (stage.h: stage_grad_unit_sumsq),
+                     // then the gradient noise scale's (L + 3) small-batch and (L + 3) large-batch terms
 } PipeSums;
+// doubles in a PipeSums for L layers
+static int pipe_sums_n(int L) { return 1 + (L + 2) + 2 * (L + 3); }
+static double* gns_small(PipeSums* p, int L) { return p->units + (L + 2); }
+static double* gns_big(PipeSums* p, int L) { return p->units + (L + 2) + (L + 3); }
 
 typedef struct {
     int grad_ops_left;    // backwards (B or BW) of the step still to run on this stage
@@ -57,6 +63,8 @@ typedef struct {
     CommRequest pipe_req;
     CommRequest tied_send, tied_recv;
     float loss, norm, lr;
+    int refused, skipped; // the guard refused this step's update / a step after that in the chunk
+    double b_simple;      // the gradient noise scale's estimate after this step (NaN: none)
     StepStats stats;
     StepStats* peer;      // world rank 0: (P) every stage's
     CommRequest* peer_req;// world rank 0: (P) their receives
@@ -92,6 +100,8 @@ typedef struct {
     int next_post;        // the next step to post (steps post in order)
     int next_report;
     double busy, last_u;  // compute seconds since this stage's last update; when that ended
+    int halted;           // the guard refused an update: the rest of the chunk computes nothing
+    DataLoaderState* data_at; // (n_steps) the loader's position before each step's first micro-batch (ranks with data)
     double* rep_bubble;   // world rank 0: (P) the report's per-stage figures
     int* rep_stale;       // world rank 0: (P)
     int cap_slots, cap_steps, cap_mb, cap_P; // what the buffers above hold (they outlive a run)
@@ -166,7 +176,7 @@ static int ahead_of(const Run* r, const Op* op) { return r->ex->comp ? staleness
 static int weights_needed(const Run* r, int v, int ahead) {
     int nM = r->sch->n_steps * r->sch->M;
     for (int g = r->next_f; g < nM; g++) { // forwards run in order: their versions never decrease
-        Op f = schedule_mb_op(r->sch, OP_F, g);
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
         if (f.version > v) break;
         if (f.version == v && ahead_of(r, &f) == ahead) return 1;
     }
@@ -191,7 +201,7 @@ static void predict_weights(Run* r) {
     if (!r->ex->comp || r->ex->comp->method != STALE_PREDICT || st->version == 0) return;
     int nM = r->sch->n_steps * r->sch->M;
     for (int g = r->next_f; g < nM; g++) {
-        Op f = schedule_mb_op(r->sch, OP_F, g);
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
         if (f.version > st->version) break;
         int ahead = ahead_of(r, &f);
         if (f.version < st->version || !ahead || stage_has_weights(st, f.version, ahead)) continue;
@@ -213,6 +223,7 @@ static void op_forward(Run* r, const Op* op) {
     int g = mb_of(r, op);
     if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
     int slot = slot_for(r, g);
+    if (r->ex->data && op->mb == 0) dataloader_get_state(r->ex->data, &r->data_at[op->step - r->sch->first_step]);
     if (r->ex->data && dataloader_next(r->ex->data, stage_inputs(st, slot), stage_targets(st, slot)))
         td_fatal("training data: %s", r->ex->data->err);
     if (!r->first) {
@@ -224,7 +235,7 @@ static void op_forward(Run* r, const Op* op) {
     r->slots[slot].needs_weights = 1;
     r->next_f++;
     double t0 = now_seconds();
-    float loss = stage_forward(st, op, slot, r->last);
+    float loss = r->halted ? 0.0f : stage_forward(st, op, slot, r->last);
     computed(r, op, t0);
     StepState* ss = step_of(r, op->step);
     if (r->last) ss->loss_sum += loss;
@@ -258,10 +269,11 @@ static void op_backward(Run* r, const Op* op) {
     }
     double t0 = now_seconds();
     if (op->kind != OP_BW) {
-        stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
+        if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
         if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
     }
-    if (op->kind != OP_BI) stage_backward_weight(st, op, slot, ga); // DC-ASGD reads the weights here too
+    if (op->kind != OP_BI && !r->halted) // DC-ASGD reads the weights here too
+        stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL);
     if (op->kind != OP_BW) weights_done(r, slot);
     computed(r, op, t0);
     if (op->kind != OP_BI) grad_done(r, op, slot);
@@ -296,7 +308,7 @@ static void tied_finish(Run* r, int t) {
 static int step_compensated(const Run* r, StaleMethod m, int t) {
     if (!r->ex->comp) return 0;
     for (int i = 0; i < r->sch->M; i++) {
-        Op f = schedule_mb_op(r->sch, OP_F, (t - r->sch->first_step) * r->sch->M + i);
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, (t - r->sch->first_step) * r->sch->M + i);
         if (staleness_applies(r->ex->comp, m, &f)) return 1;
     }
     return 0;
@@ -308,17 +320,27 @@ static void post_step(Run* r, int t) {
     Stage* st = r->st;
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t), L = st->cfg.num_layers;
-    if (step_compensated(r, STALE_DCASGD, t)) stage_dc_correct(st, k); // the weights now current are those U(t) applies to
+    if (step_compensated(r, STALE_DCASGD, t) && !r->halted) stage_dc_correct(st, k); // the weights now current are those U(t) applies to
     if (r->D > 1) ex->dp.average(ex->dp.ctx, st, k);
+    double* small = gns_small(ss->mine, L); // summed over the step's backwards already
+    if (ex->gns) { // the large-batch term on the replicas' average, the small-batch term averaged over them
+        stage_gns_units(st, k, gns_big(ss->mine, L));
+        if (r->D > 1) comm_dp_average_double(ex->comm, small, L + 3);
+    }
     tied_start(r, t);
     if (r->first) tied_finish(r, t); // the norm needs wte's summed gradient
-    memset(ss->mine, 0, sizeof(PipeSums) + (L + 2) * sizeof(double));
+    ss->mine->loss = 0.0;
+    memset(ss->mine->units, 0, (L + 2) * sizeof(double));
     stage_grad_unit_sumsq(st, k, ss->mine->units);
+    if (ex->inject_nan == t + 1 && r->first) { // STEP is 1-based, as the step lines are // (tests) a fault in one rank's gradient, seen by every rank through the sum
+        ss->mine->units[0] = NAN;
+        ex->inject_nan = 0;
+    }
     if (r->last) { // the step's loss, averaged over the replicas here: U(t) has no collective among replicas
         ss->mine->loss = ss->loss_sum / r->sch->M;
         if (r->D > 1) comm_dp_average_double(ex->comm, &ss->mine->loss, 1);
     }
-    comm_pipe_sum_start(ex->comm, (const double*)ss->mine, (double*)ss->sums, L + 3, &ss->pipe_req);
+    comm_pipe_sum_start(ex->comm, (const double*)ss->mine, (double*)ss->sums, pipe_sums_n(L), &ss->pipe_req);
     ss->posted = 1;
 }
 
@@ -329,10 +351,52 @@ static void post_ready(Run* r) {
     while (r->next_post < r->sch->n_steps) {
         int t = r->sch->first_step + r->next_post;
         if (step_of(r, t)->grad_ops_left > 0) return;
-        if (step_compensated(r, STALE_DCASGD, t) && r->st->version < t) return;
+        if (step_compensated(r, STALE_DCASGD, t) && r->st->version < t && !r->halted) return;
         post_step(r, t);
         r->next_post++;
     }
+}
+
+// the gradient noise scale after step t (tdpipe/gns.h) from its per-unit sums (folded in unit order:
+// the same figures on every rank): small batch B T tokens (one micro-batch), large batch D M B T (the
+// step); returns --lr-gns's learning-rate factor (1 without it)
+static double gns_step(Run* r, StepState* ss) {
+    int L = r->st->cfg.num_layers, M = r->sch->M;
+    double b_small = (double)r->st->B * r->st->T, b_big = b_small * M * r->D, small = 0.0, big = 0.0, factor = 1.0;
+    if (b_big <= b_small) return 1.0; // one micro-batch per step over all replicas: nothing to compare
+    for (int u = 0; u < L + 3; u++) {
+        small += gns_small(ss->sums, L)[u];
+        big += gns_big(ss->sums, L)[u];
+    }
+    small *= M; // each micro-batch's gradient carries 1 / M of the step's mean: its own mean's |g|^2 is M^2 times
+    ss->b_simple = gns_update(&r->ex->gns_state, small, big, b_small, b_big, &factor);
+    return r->ex->lr_gns ? factor : 1.0;
+}
+
+// the guard's verdict on a step's loss and norm (executor.h), with its reason in halt_reason
+static int guard_refuses(Executor* ex, float loss, float norm) {
+    if (!isfinite(loss) || !isfinite(norm)) {
+        snprintf(ex->halt_reason, sizeof(ex->halt_reason), "%s is not finite (loss %g, norm %g)", isfinite(loss) ? "the gradient norm" : "the loss",
+                 loss, norm);
+        return 1;
+    }
+    const LossWindow* w = &ex->losses;
+    if (ex->spike_z <= 0 || w->n < GUARD_MIN) return 0;
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < w->n; i++) mean += w->loss[i] / w->n;
+    for (int i = 0; i < w->n; i++) var += (w->loss[i] - mean) * (w->loss[i] - mean) / w->n;
+    double z = var > 0 ? (loss - mean) / sqrt(var) : 0.0;
+    if (z <= ex->spike_z) return 0;
+    snprintf(ex->halt_reason, sizeof(ex->halt_reason), "a loss spike: %.4f is %.1f standard deviations above the last %d steps' mean %.4f", loss, z,
+             w->n, mean);
+    return 1;
+}
+
+static void guard_remember(Executor* ex, float loss) {
+    LossWindow* w = &ex->losses;
+    w->loss[w->next] = loss;
+    w->next = (w->next + 1) % GUARD_WINDOW;
+    if (w->n < GUARD_WINDOW) w->n++;
 }
 
 // U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
@@ -349,18 +413,37 @@ static void op_update(Run* r, const Op* op) {
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
     ss->lr = lr_schedule(t, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
-    if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, t);
+    if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, r->s, t);
+    ss->b_simple = NAN;
     if (r->last && !r->first) tied_finish(r, t);
-    if (weights_needed(r, st->version, 0)) stage_stash_current(st); // weight stashing
-    float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
-    stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
-    stage_zero_grad(st, k);
+    if (!ex->gradient_only) { // (the drift monitor's exact pass keeps the gradient in slot k)
+        ss->refused = !r->halted && guard_refuses(ex, ss->loss, ss->norm);
+        ss->skipped = r->halted;
+        if (ss->refused) { // nothing of this step or later in the chunk is applied
+            r->halted = 1;
+            ex->halted_step = t;
+        }
+    }
+    if (!r->halted && !ex->gradient_only) {
+        if (ex->gns) ss->lr *= (float)gns_step(r, ss); // (after the guard: a refused step's figures are not folded in)
+        if (t == ex->drift_step) { // the drift monitor's copies: what is applied, and (a stash) the weights it applies to
+            if (!ex->drift_applied) ex->drift_applied = (float*)malloc_check(st->num_params * sizeof(float));
+            memcpy(ex->drift_applied, stage_host_grads(st, k, NULL), st->num_params * sizeof(float));
+            stage_stash_current(st);
+        } else if (weights_needed(r, st->version, 0)) {
+            stage_stash_current(st); // weight stashing
+        }
+        float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
+        stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
+        stage_zero_grad(st, k);
+        guard_remember(ex, ss->loss);
+        predict_weights(r);
+    }
     double now = now_seconds();
     ss->stats = (StepStats){r->busy, now - r->last_u, ss->max_stale};
     r->busy = 0.0;
     r->last_u = now;
     ss->updated = 1;
-    predict_weights(r);
     post_ready(r); // a step whose post waited for this update
     if (!r->report && ex->comm->replica == 0) comm_isend(ex->comm, &ss->stats, sizeof(ss->stats), 0, TAG_STATS, &ss->stats_send);
 }
@@ -378,8 +461,8 @@ static void report_ready(Run* r, int wait_all) {
             else if (!comm_test(ex->comm, &ss->peer_req[s])) return;
         }
         ss->peer[0] = ss->stats;
-        StepReport rep = {r->sch->first_step + r->next_report + 1, ss->loss, ss->norm, ss->lr, ss->stats.span, r->P, r->rep_bubble,
-                          r->rep_stale, 0.0, 0};
+        StepReport rep = {.step = r->sch->first_step + r->next_report + 1, .loss = ss->loss, .norm = ss->norm, .lr = ss->lr,
+                          .seconds = ss->stats.span, .P = r->P, .bubble = r->rep_bubble, .staleness = r->rep_stale};
         double busy = 0.0, total = 0.0;
         for (int s = 0; s < r->P; s++) {
             const StepStats* p = &ss->peer[s];
@@ -390,6 +473,9 @@ static void report_ready(Run* r, int wait_all) {
             total += p->span;
         }
         rep.bubble_all = total > 0 ? 1.0 - busy / total : 0.0;
+        rep.refused = ss->refused;
+        rep.b_simple = ss->b_simple;
+        rep.skipped = ss->skipped;
         if (ex->on_step) ex->on_step(ex->ctx, &rep);
         r->next_report++;
     }
@@ -476,12 +562,13 @@ static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     }
     if (n_steps > r->cap_steps) {
         r->steps = (StepState*)realloc(r->steps, n_steps * sizeof(StepState));
-        if (!r->steps) td_fatal("out of memory for %d steps", n_steps);
+        r->data_at = (DataLoaderState*)realloc(r->data_at, n_steps * sizeof(DataLoaderState));
+        if (!r->steps || !r->data_at) td_fatal("out of memory for %d steps", n_steps);
         for (int t = r->cap_steps; t < n_steps; t++) {
             StepState* ss = &r->steps[t];
             memset(ss, 0, sizeof(*ss));
-            ss->mine = (PipeSums*)calloc_check(1, sizeof(PipeSums) + (L + 2) * sizeof(double));
-            ss->sums = (PipeSums*)calloc_check(1, sizeof(PipeSums) + (L + 2) * sizeof(double));
+            ss->mine = (PipeSums*)calloc_check(pipe_sums_n(L), sizeof(double));
+            ss->sums = (PipeSums*)calloc_check(pipe_sums_n(L), sizeof(double));
             ss->peer = (StepStats*)calloc_check(r->cap_P, sizeof(StepStats));
             ss->peer_req = (CommRequest*)calloc_check(r->cap_P, sizeof(CommRequest));
         }
@@ -509,6 +596,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     // weight prediction holds each stale version's extrapolations instead of (and, while the
     // versions of two steps overlap, beside) its plain copy: at most one per (version, ahead) in flight
     if (ex->comp && ex->comp->method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    if (ex->drift_step >= sch->first_step && ex->drift_step < sch->first_step + sch->n_steps) stashes++; // the drift monitor's copy
     stage_reserve(r->st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     run_reserve(r, r->n_slots, sch->n_steps, n_mb);
     // every request of the previous run completed before it returned: only the books reset
@@ -524,10 +612,14 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->next_post = 0;
     r->next_report = 0;
     r->busy = 0.0;
+    r->halted = 0;
+    ex->halted_step = -1;
+    ex->halt_reason[0] = '\0';
     for (int t = 0; t < sch->n_steps; t++) {
         StepState* ss = &r->steps[t];
         ss->grad_ops_left = sch->M;
-        ss->posted = ss->updated = 0;
+        ss->posted = ss->updated = ss->refused = ss->skipped = 0;
+        memset(ss->mine, 0, pipe_sums_n(r->st->cfg.num_layers) * sizeof(double));
         ss->loss_sum = 0.0;
         ss->max_stale = 0;
         if (r->report)
@@ -563,6 +655,7 @@ void executor_free(Executor* ex) {
         free(r->steps[t].peer_req);
     }
     free(r->steps);
+    free(r->data_at);
     free(r->slots);
     free(r->free_slots);
     free(r->slot_of);
@@ -570,12 +663,21 @@ void executor_free(Executor* ex) {
     free(r->rep_stale);
     free(r);
     ex->run = NULL;
+    free(ex->drift_applied);
+    ex->drift_applied = NULL;
 }
 
 static double cv(const OpTimes* t) {
     if (t->n < 2 || t->sum <= 0) return 0.0;
     double mean = t->sum / t->n, var = t->sum2 / t->n - mean * mean;
     return var > 0 ? sqrt(var) / mean : 0.0;
+}
+
+void executor_data_before(const Executor* ex, int step, DataLoaderState* state) {
+    const Run* r = (const Run*)ex->run;
+    if (!ex->data || !r || step < r->sch->first_step || step >= r->sch->first_step + r->sch->n_steps)
+        td_fatal("executor_data_before: step %d is not in the last run, or this stage reads no data", step);
+    *state = r->data_at[step - r->sch->first_step];
 }
 
 double executor_stage_cv(const Executor* ex) { return 0.5 * (cv(&ex->stats.f) + cv(&ex->stats.b)); }

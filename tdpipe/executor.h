@@ -6,6 +6,7 @@
 #include "llmc/adamw.h"
 #include "llmc/dataloader.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/gns.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/staleness.h"
@@ -32,6 +33,18 @@ typedef struct {
     long forwards, backwards; // micro-batches forwarded / whose weight gradient is done (checked at the end)
 } ExecutorStats;
 
+// The guard: a step whose loss or gradient norm is not finite, or whose loss is a spike (a z-score
+// above spike_z against the last GUARD_WINDOW applied steps' losses), is not applied. Every rank sees
+// the same loss and norm (the pipeline's sum, the replicas' average), so every rank refuses the same
+// step; the rest of the chunk then computes nothing (its messages still flow, so the pipeline drains
+// in step) and the trainer rolls back (executor.h: halted_step).
+#define GUARD_WINDOW 100
+#define GUARD_MIN 20 // losses needed before a z-score means anything
+typedef struct {
+    double loss[GUARD_WINDOW]; // the last applied steps' losses, a ring
+    int n, next;
+} LossWindow;
+
 // what world rank 0 learns about one finished step, once every stage has reported it
 typedef struct {
     int step;              // 1-based
@@ -44,6 +57,9 @@ typedef struct {
     const int* staleness;  // (P) per stage: max staleness of the step's micro-batches
     double bubble_all;     // 1 - total busy / total time over the stages
     int staleness_max;
+    int refused;           // 1: the guard refused this step's update (reason in the executor's halt_reason)
+    double b_simple;       // the gradient noise scale after this step (--gns; NaN when not estimated)
+    int skipped;           // 1: after a refused step, in the same chunk: nothing computed
 } StepReport;
 
 // AdamW and the schedule of its learning rate
@@ -62,12 +78,27 @@ typedef struct {
     StageDpAverage dp;     // the replicas' average of a gradient slot (used when D > 1)
     OptimConfig optim;
     const StaleComp* comp; // staleness compensation (tdpipe/staleness.h), the stage's too; NULL: none
+    float spike_z;         // the guard's spike threshold (0 = NaN and Inf only)
+    int inject_nan;        // for tests: a NaN in stage 0's gradient norm at this step's first attempt (0 = none)
+    LossWindow losses;     // the guard's window, carried from run to run (and in checkpoints)
+    int gns, lr_gns;       // estimate the gradient noise scale every step; scale the learning rate by it
+    GnsState gns_state;    // carried from run to run (and in checkpoints)
     float jitter;          // --jitter on real compute: each op stretched by (1 + Y), Y ~ Gamma(mean 1, CV 2 jitter)
     uint64_t seed;         // the jitter's
     Trace* trace;          // NULL or the trace to record into
     void (*on_step)(void* ctx, const StepReport* r); // world rank 0 only, in step order
     void* ctx;
+    // the drift monitor (tdpipe/drift.h): at U(drift_step) the applied gradient is copied to
+    // drift_applied (num_params, allocated by the executor) and the weights it applies to are kept as a
+    // stash of their version; gradient_only runs a schedule whose update keeps the step's gradient in
+    // its slot (the exact pass) instead of applying it
+    int drift_step;        // -1: none
+    float* drift_applied;
+    int gradient_only;
     ExecutorStats stats;   // measured over every run
+    // after a run: the step whose update the guard refused, or -1, and why
+    int halted_step;
+    char halt_reason[96];
     void* run;             // buffers kept from one run to the next (executor.c)
 } Executor;
 
@@ -76,6 +107,9 @@ typedef struct {
 void executor_run(Executor* ex, const Schedule* sch);
 // frees the buffers the runs kept
 void executor_free(Executor* ex);
+// where the data loader stood before the first micro-batch of step (of the last run), on a stage
+// that reads data: to skip that step's batches, or to read them again
+void executor_data_before(const Executor* ex, int step, DataLoaderState* state);
 // measured coefficient of variation of this stage's op times (0 when nothing measured)
 double executor_stage_cv(const Executor* ex);
 

@@ -1,5 +1,6 @@
 // A run's checkpoint sections, saved from and resumed into a pipeline (see run_checkpoint.h).
 #include "run_checkpoint.h"
+#include <math.h>
 #include <string.h>
 #include "llmc/checkpoint.h"
 #include "llmc/common.h"
@@ -20,7 +21,14 @@ static void config_fields(const RunCheckpoint* rc, const GPT2Config* cfg, int32_
     memcpy(out, v, sizeof(v));
 }
 
-int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train) {
+// the "tdpipe" section as fixed-width numbers: 8 int64, then doubles
+typedef struct {
+    int64_t aew_requested, aew_base, aew_halvings, rollbacks_in_row, losses_n, losses_next, gns_n, gns_b_n;
+    double gns_s_ema, gns_g2_ema, gns_b_sum;
+    double losses[GUARD_WINDOW];
+} StateSection;
+
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state) {
     char err[1024] = "", path[1200] = "";
     Stage* s = pl->stage;
     int root = pl->comm->world_rank == 0;
@@ -43,11 +51,21 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
                  ckpt_writer_add(w, "step", &step64, sizeof(step64), 8, err, sizeof(err)) ||
                  ckpt_writer_add(w, "rng", &seed, sizeof(seed), 8, err, sizeof(err)) ||
                  ckpt_writer_add(w, "dataloader", &dls, sizeof(dls), 8, err, sizeof(err));
+        const GnsState* g = &state->gns;
+        StateSection ts = {state->aew_requested, state->aew_base, state->aew_halvings, state->rollbacks_in_row, state->losses.n, state->losses.next, g->n, g->b_n,
+                           g->s_ema, g->g2_ema, g->b_sum, {0}};
+        memcpy(ts.losses, state->losses.loss, sizeof(ts.losses));
+        failed = failed || ckpt_writer_add(w, "tdpipe", &ts, sizeof(ts), 8, err, sizeof(err));
     }
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
     for (int i = 0; i < 3; i++) {
         pipeline_gather(pl, mine[i], full); // collective: every rank takes part even after a failure
+        if (root && !failed) { // a non-finite value never reaches a checkpoint: the last good one stays the newest
+            size_t bad = 0;
+            while (bad < n_full && isfinite(full[bad])) bad++;
+            if (bad < n_full) failed = td_error(err, sizeof(err), "%s[%zu] is %g: the state is not finite", names[i], bad, full[bad]) != 0;
+        }
         if (root && !failed) failed = ckpt_writer_add(w, names[i], full, n_full * sizeof(float), 4, err, sizeof(err));
     }
     if (root) {
@@ -73,7 +91,7 @@ static const void* section_exact(const Ckpt* c, const char* path, const char* na
     return NULL;
 }
 
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, char* err, size_t errlen) {
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, char* err, size_t errlen) {
     Ckpt c;
     char path[1200], note[4096];
     int rc_find = ckpt_find_latest(rc->dir, &c, path, sizeof(path), note, sizeof(note));
@@ -112,6 +130,27 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
             ok = full != NULL;
         }
         if (!ok) break;
+        size_t got = 0;
+        const StateSection* ts = (const StateSection*)ckpt_section(&c, "tdpipe", &got);
+        if (ts && got != sizeof(StateSection)) {
+            td_error(err, errlen, "%s: section 'tdpipe' holds %zu bytes, this version reads %zu", path, got, sizeof(StateSection));
+            break;
+        }
+        if (ts && ts->aew_requested == state->aew_requested) { // the same window asked for: go on where the run stood
+            state->aew_base = ts->aew_base;
+            state->aew_halvings = ts->aew_halvings;
+            state->rollbacks_in_row = ts->rollbacks_in_row;
+        }
+        if (ts && (ts->losses_n < 0 || ts->losses_n > GUARD_WINDOW || ts->losses_next < 0 || ts->losses_next >= GUARD_WINDOW)) {
+            td_error(err, errlen, "%s: section 'tdpipe' has a guard window of %lld losses (at most %d)", path, (long long)ts->losses_n, GUARD_WINDOW);
+            break;
+        }
+        if (ts) {
+            state->gns = (GnsState){ts->gns_s_ema, ts->gns_g2_ema, (long)ts->gns_n, ts->gns_b_sum, (long)ts->gns_b_n};
+            state->losses.n = (int)ts->losses_n;
+            state->losses.next = (int)ts->losses_next;
+            memcpy(state->losses.loss, ts->losses, sizeof(ts->losses));
+        }
         step = (int)*step64;
         s->version = step;
         stage_from_host(s);

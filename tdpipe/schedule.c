@@ -133,8 +133,8 @@ int schedule_forward_version(SchedKind kind, int g, int M, int W) {
     return g < W ? 0 : (g - W) / M;
 }
 
-Op schedule_mb_op(const Schedule* sch, OpKind kind, int g) {
-    int v = schedule_forward_version(sch->kind, g, sch->M, sch->W);
+Op schedule_mb_op(const Schedule* sch, int s, OpKind kind, int g) {
+    int v = schedule_forward_version(sch->kind, g, sch->M, sch->stage_W[s]);
     return (Op){kind, sch->first_step + g / sch->M, g % sch->M, sch->first_step + v, 0};
 }
 
@@ -148,9 +148,9 @@ void schedule_tdpipe_next(const Schedule* sch, int s, const TdpipeCursor* c, Tdp
     next->has_u = c->v < sch->n_steps;
     if (next->has_u) next->u = (Op){OP_U, sch->first_step + c->v, -1, sch->first_step + c->v + 1, 0};
     next->has_b = c->nb < c->nf;
-    if (next->has_b) next->b = schedule_mb_op(sch, OP_B, c->nb);
-    next->has_f = c->nf < nM && schedule_forward_allowed(sch->P, s, sch->M, sch->W, c->nf, c->nb, c->v);
-    if (next->has_f) next->f = schedule_mb_op(sch, OP_F, c->nf);
+    if (next->has_b) next->b = schedule_mb_op(sch, s, OP_B, c->nb);
+    next->has_f = c->nf < nM && schedule_forward_allowed(sch->P, s, sch->M, sch->stage_W[s], c->nf, c->nb, c->v);
+    if (next->has_f) next->f = schedule_mb_op(sch, s, OP_F, c->nf);
 }
 
 int schedule_tdpipe_pick(const TdpipeCursor* c, const TdpipeNext* next, TdpipeReady ready, void* ctx, Op* op) {
@@ -280,6 +280,13 @@ int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t 
     if (kind < SCHED_GPIPE || kind >= N_KINDS) return td_error(err, errlen, "unknown schedule kind %d", (int)kind);
     if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
     if (M < 1) return td_error(err, errlen, "--micro-batches must be at least 1 (got %d)", M);
+    if (shape->stage_W) { // the largest window is the schedule's W; each must be >= 0
+        W = 0;
+        for (int i = 0; i < P; i++) {
+            if (shape->stage_W[i] < 0) return td_error(err, errlen, "--aew: stage %d's window must be at least 0 (got %d)", i, shape->stage_W[i]);
+            if (shape->stage_W[i] > W) W = shape->stage_W[i];
+        }
+    }
     if (W < 0) return td_error(err, errlen, "--aew must be at least 0 (got %d)", W);
     if (W > 0 && kind != SCHED_TDPIPE)
         return td_error(err, errlen, "--aew %d needs the tdpipe schedule: %s is synchronous (use --aew 0)", W, name);
@@ -303,6 +310,8 @@ int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t 
     sch->P = P;
     sch->M = M;
     sch->W = W;
+    sch->stage_W = (int*)malloc_check(P * sizeof(int));
+    for (int i = 0; i < P; i++) sch->stage_W[i] = shape->stage_W ? shape->stage_W[i] : W;
     sch->n_steps = n_steps;
     sch->n_ops = (int*)calloc_check(P, sizeof(int));
     sch->ops = (Op**)calloc_check(P, sizeof(Op*));
@@ -322,8 +331,10 @@ void schedule_free(Schedule* sch) {
         for (int s = 0; s < sch->P; s++) free(sch->ops[s]);
     free(sch->ops);
     free(sch->n_ops);
+    free(sch->stage_W);
     sch->ops = NULL;
     sch->n_ops = NULL;
+    sch->stage_W = NULL;
 }
 
 // ---- printing and statistics -----------------------------------------------------------------
@@ -350,8 +361,11 @@ void schedule_op_name(const Op* op, char* buf, size_t buflen) {
 }
 
 void schedule_print(const Schedule* sch, FILE* f) {
-    fprintf(f, "schedule %s: stages %d, micro-batches %d, aew %d, steps %d", schedule_kind_name(sch->kind), sch->P,
-            sch->M, sch->W, sch->n_steps);
+    int uniform = 1;
+    for (int i = 0; i < sch->P; i++) uniform &= sch->stage_W[i] == sch->W;
+    fprintf(f, "schedule %s: stages %d, micro-batches %d, aew ", schedule_kind_name(sch->kind), sch->P, sch->M);
+    for (int i = 0; i < (uniform ? 1 : sch->P); i++) fprintf(f, "%s%d", i ? "," : "", sch->stage_W[i]);
+    fprintf(f, ", steps %d", sch->n_steps);
     if (schedule_chunks(sch) > 1) fprintf(f, ", chunks %d", schedule_chunks(sch));
     fprintf(f, "\n");
     char name[48];
@@ -408,7 +422,7 @@ void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* ma
 }
 
 void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes, int* grad_slots) {
-    int P = sch->P, M = sch->M, W = sch->W, nM = sch->n_steps * M;
+    int P = sch->P, M = sch->M, W = sch->stage_W[s], nM = sch->n_steps * M;
     if (schedule_event_driven(sch)) {
         // in flight: the window. Held versions: U(v-1) needs every backward of step v-1, so the oldest
         // micro-batch in flight is >= v*M and uses a version >= v - ceil(W/M). Open gradient steps:
@@ -416,7 +430,7 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
         int in = (P - s) + W;
         if (slots) *slots = in < nM ? in : nM;
         if (stashes) *stashes = (W + M - 1) / M;
-        if (grad_slots) *grad_slots = schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W, .first_step = sch->first_step, .n_steps = sch->n_steps});
+        if (grad_slots) *grad_slots = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
         return;
     }
     int in, versions;
@@ -427,7 +441,10 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
 }
 
 int schedule_shape_grad_slots(const ScheduleShape* shape) {
-    if (shape->kind == SCHED_TDPIPE && shape->W > 0) return 2 + (shape->W - 1) / shape->M;
+    int W = shape->W;
+    if (shape->stage_W)
+        for (int i = 0; i < shape->P; i++) W = shape->stage_W[i] > W ? shape->stage_W[i] : W;
+    if (shape->kind == SCHED_TDPIPE && W > 0) return 2 + (W - 1) / shape->M;
     return 1;
 }
 
@@ -659,7 +676,7 @@ int schedule_replay_comm(const Schedule* sch, const double* const* dur, double l
 // fver (chunks, nM) and cnt (4, chunks, nM): work arrays, indexed by chunk * nM + g
 static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char* err, size_t errlen) {
     int chunks = schedule_chunks(sch), M = sch->M, nM = sch->n_steps * M * chunks; // per (chunk, micro-batch)
-    int ceil_wm = (sch->W + M - 1) / M;
+    int W = sch->stage_W[s], ceil_wm = (W + sch->M - 1) / sch->M;
     const char* name = schedule_kind_name(sch->kind);
     memset(cnt, 0, (size_t)4 * nM * sizeof(int)); // (4, chunks * n_steps * M) counts of F, B, BI, BW
     int updates = 0;
@@ -682,7 +699,7 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
             return td_error(err, errlen, "stage %d op %d (%s): chunk out of range [0,%d)", s, i, on, chunks);
         int g = t * M + op->mb, gc = op->chunk * sch->n_steps * M + g;
         if (op->kind == OP_F) {
-            int want = t0 + schedule_forward_version(sch->kind, g, M, sch->W);
+            int want = t0 + schedule_forward_version(sch->kind, g, M, W);
             if (op->version != want)
                 return td_error(err, errlen, "stage %d op %d (%s): version %d, but %s's forward of micro-batch %d uses version %d", s, i,
                                 on, op->version, name, g, want);

@@ -55,11 +55,14 @@ typedef struct {
     int first_step; // absolute step of the first step
     int n_steps;
     int chunks;     // model chunks per stage (interleaved only); 0 means 1
+    const int* stage_W; // (P) tdpipe: a window per stage (large for variable stages, small for stable
+                        // ones); NULL: W on every stage
 } ScheduleShape;
 
 typedef struct {
     SchedKind kind;
-    int P, M, W, first_step, n_steps; // as in ScheduleShape
+    int P, M, W, first_step, n_steps; // as in ScheduleShape; W the largest stage's window
+    int* stage_W;         // (P) each stage's window
     int* n_ops;           // (P) ops in each stage's list
     Op** ops;             // (P)[n_ops[s]] stage s's ops in execution order
     int chunks;           // as in ScheduleShape (0 means 1)
@@ -92,8 +95,8 @@ void schedule_op_name(const Op* op, char* buf, size_t buflen);
 // t - version is at most ceil(W / M).
 int schedule_forward_version(SchedKind kind, int g, int M, int W);
 // the op that forwards (kind OP_F) or backwards (OP_B, OP_BI, OP_BW) micro-batch g of the schedule
-// (0 <= g < n_steps * M), with its absolute step and weight version
-Op schedule_mb_op(const Schedule* sch, OpKind kind, int g);
+// (0 <= g < n_steps * M) on stage s, with its absolute step and that stage's weight version
+Op schedule_mb_op(const Schedule* sch, int s, OpKind kind, int g);
 // tdpipe's window: stage s (of P), with nf micro-batches forwarded, nb backwarded and v updates
 // applied (all counted from the schedule's start), may forward micro-batch nf when nf - nb < (P - s) + W
 // (in flight) and its version exists: schedule_forward_version(nf) <= v

@@ -159,15 +159,27 @@ void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dl
     st->be->backward_input(st, op, slot, gacts, weights_of(st, op), dloss);
 }
 
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts) {
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq) {
     int k = stage_grad_slot(st, op->step);
-    if (st->comp && staleness_applies(st->comp, STALE_DCASGD, op)) st->be->dc_backward_weight(st, op, slot, gacts, k, weights_of(st, op));
-    else st->be->backward_weight(st, op, slot, gacts, k);
+    int dc = st->comp && staleness_applies(st->comp, STALE_DCASGD, op);
+    if (!dc && !unit_sq) {
+        st->be->backward_weight(st, op, slot, gacts, k);
+        return;
+    }
+    if (!st->be->backward_weight_alone) td_fatal("the %s backend cannot compute a micro-batch's gradient alone (DC-ASGD, --gns)", st->be->name);
+    st->be->backward_weight_alone(st, op, slot, gacts, k, dc ? weights_of(st, op) : STAGE_NO_DC, unit_sq);
+}
+
+void stage_gns_units(Stage* st, int k, double* out) {
+    int L = st->cfg.num_layers;
+    memset(out, 0, (L + 3) * sizeof(double));
+    st->be->grad_unit_sumsq(st, k, out);
+    if (st->range.has_head) st->be->head_share_sumsq(st, k, &out[L + 2]); // (at P = 1 too: the shares are apart until post sums them)
 }
 
 void stage_backward(Stage* st, const Op* op, int slot, float dloss) {
     stage_backward_input(st, op, slot, 0, dloss);
-    stage_backward_weight(st, op, slot, 0);
+    stage_backward_weight(st, op, slot, 0, NULL);
 }
 
 void stage_finish(Stage* st) {
@@ -297,6 +309,22 @@ void stage_tied_sum(Stage* st, int k) {
 
 void stage_grad_unit_sumsq(Stage* st, int k, double* out) { st->be->grad_unit_sumsq(st, k, out); }
 
+int stage_slices(const Stage* st, StageSlice* out) {
+    size_t off[GPT2_NUM_PARAM_TENSORS + 1] = {0};
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) off[i + 1] = off[i] + st->sizes[i];
+    int n = 0, Ls = st->range.l1 - st->range.l0;
+    if (st->range.has_embed) // unit 0: wte, wpe
+        for (int i = 0; i < 2; i++) out[n++] = (StageSlice){0, off[i], st->sizes[i]};
+    for (int l = 0; l < Ls; l++) // unit 1 + layer: its slice of the twelve per-layer tensors
+        for (int i = 2; i < 14; i++) {
+            size_t per_layer = st->sizes[i] / Ls;
+            out[n++] = (StageSlice){1 + st->range.l0 + l, off[i] + l * per_layer, per_layer};
+        }
+    if (st->range.has_head) // unit L + 1: lnfw, lnfb
+        for (int i = 14; i < 16; i++) out[n++] = (StageSlice){1 + st->cfg.num_layers, off[i], st->sizes[i]};
+    return n;
+}
+
 float grad_norm_from_units(const double* units, int n_units) {
     double total = 0.0;
     for (int i = 0; i < n_units; i++) total += units[i];
@@ -332,7 +360,7 @@ void stage_release_stash(Stage* st, int version, int ahead) {
 
 void stage_use_compensation(Stage* st, const StaleComp* comp) {
     int needs = comp && comp->method != STALE_NONE && comp->method != STALE_LR;
-    int has = comp && comp->method == STALE_PREDICT ? st->be->predict != NULL : st->be->dc_backward_weight != NULL;
+    int has = comp && comp->method == STALE_PREDICT ? st->be->predict != NULL : st->be->backward_weight_alone != NULL;
     if (needs && !has)
         td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(comp->method), st->be->name);
     st->comp = comp;
@@ -344,6 +372,11 @@ void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum) {
 }
 
 void stage_dc_correct(Stage* st, int k) { st->be->dc_correct(st, k, st->comp->dc_lambda); }
+
+void stage_discard(Stage* st) {
+    for (int i = 0; i < st->n_stash; i++) st->stash_version[i] = -1, st->stash_ahead[i] = 0;
+    for (int k = 0; k < st->n_grad_slots; k++) stage_zero_grad(st, k);
+}
 
 void stage_to_host(Stage* st) {
     if (st->be->to_host) st->be->to_host(st);

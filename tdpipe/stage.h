@@ -24,6 +24,7 @@ extern "C" {
 //   share    the tied embedding's gradient on one end: the encoder's (first stage, in wte's
 //            gradient) or the LM head's (last stage, dwte_head); both ends apply first + last
 #define STAGE_SAMPLE_SLOT (-1)
+#define STAGE_NO_DC (-2) // backward_weight_alone: no DC-ASGD sums
 
 typedef struct Stage Stage;
 
@@ -71,7 +72,11 @@ typedef struct {
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
     // staleness compensation (tdpipe/staleness.h); NULL: the backend has none
     void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum); // stash i = the current weights lr_sum of AdamW steps ahead
-    void (*dc_backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, int stash); // backward_weight, and slot k's DC sums
+    // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
+    // (>= -1: the weights it used) adds it into slot k's DC-ASGD sums too (STAGE_NO_DC: not), unit_sq
+    // (L + 3, or NULL) gets its per-unit squared norms added, the tied LM head's share in unit L + 2
+    void (*backward_weight_alone)(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq);
+    void (*head_share_sumsq)(Stage* st, int k, double* out); // last stage: *out = |slot k's LM-head share of wte's gradient|^2
     void (*dc_correct)(Stage* st, int k, float lambda); // slot k += lambda (w * sum g^2 - sum g^2 w_used); the sums zeroed
 } StageBackend;
 
@@ -98,6 +103,7 @@ struct Stage {
     int* stash_version;    // (n_stash) version each stash holds, -1 when free
     int* stash_ahead;      // (n_stash) 0: that version; > 0: it extrapolated so many updates ahead (weight prediction)
     const StaleComp* comp; // staleness compensation, or NULL (none)
+    int gns;               // 1: micro-batch gradients are computed alone too (the gradient noise scale)
     // where messages and the tied shares go through host memory (a device backend without a link
     // that reaches its memory): host copies, allocated when needed
     int device_msgs;       // 1: pipeline messages stay in the backend's memory
@@ -161,8 +167,14 @@ float stage_forward(Stage* st, const Op* op, int slot, int targets_valid);
 // stage_grad_buf(gacts) off the last stage); dloss weighs each token's loss
 void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss);
 // the weight-gradient half, accumulated into the gradient slot of op->step (under DC-ASGD, for a
-// compensated micro-batch, also into the slot's sums that stage_dc_correct applies)
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts);
+// compensated micro-batch, also into the slot's sums that stage_dc_correct applies); unit_sq (L + 3,
+// or NULL): the micro-batch's own gradient's squared norm per unit is added there (the gradient noise
+// scale's small-batch term), the tied LM head's share in unit L + 2
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq);
+// the gradient noise scale's large-batch term: slot k's squared norm per unit into out (L + 3), the
+// tied embedding's two shares apart (before they are summed): the encoder's in unit 0, the LM head's
+// in unit L + 2
+void stage_gns_units(Stage* st, int k, double* out);
 // both halves of backward of slot, through activation-gradient buffer 0: one process running its
 // micro-batches one after another (tests, benchmarks)
 void stage_backward(Stage* st, const Op* op, int slot, float dloss);
@@ -196,6 +208,15 @@ void stage_tied_sum(Stage* st, int k);
 // sums of squares of slot k's gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then
 // one per layer, then the head (lnfw, lnfb). Writes this stage's units of out (L + 2 entries).
 void stage_grad_unit_sumsq(Stage* st, int k, double* out);
+// one slice of a stage's flat parameter layout (gpt2_param_sizes order) and the norm unit it belongs
+// to (units as stage_grad_unit_sumsq): what the units' sums fold, in the order they fold it
+typedef struct {
+    int unit;
+    size_t off, n;
+} StageSlice;
+#define STAGE_MAX_SLICES(Ls) (4 + 12 * (Ls))
+// writes the stage's slices (at most STAGE_MAX_SLICES(l1 - l0)) into out; returns how many
+int stage_slices(const Stage* st, StageSlice* out);
 // AdamW on every tensor from slot k's gradient times grad_scale (clipping); t is the 1-based step
 void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale);
 void stage_zero_grad(Stage* st, int k);
@@ -227,6 +248,9 @@ int stage_has_weights(const Stage* st, int version, int ahead);
 void stage_use_compensation(Stage* st, const StaleComp* comp);
 void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum);
 void stage_dc_correct(Stage* st, int k);
+// after a chunk whose rest the guard refused: every stash dropped, every gradient slot (and DC-ASGD's
+// sums) zeroed; the weights and moments are untouched
+void stage_discard(Stage* st);
 // weights and AdamW moments to and from the host copies (no-ops on the CPU)
 void stage_to_host(Stage* st);
 void stage_from_host(Stage* st);

@@ -176,12 +176,12 @@ static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) 
     }
 }
 
-// the DC-ASGD buffers, allocated at their first use
-static void dc_alloc(Stage* st) {
+// the buffers of a micro-batch's gradient alone, and DC-ASGD's sums (dc), allocated at their first use
+static void alone_alloc(Stage* st, int dc) {
     CpuStage* c = cpu_of(st);
     size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
     if (!c->dc_g) c->dc_g = (float*)malloc_check(n * sizeof(float));
-    if (c->n_dc < c->n_grads) {
+    if (dc && c->n_dc < c->n_grads) {
         grow_ptrs((void***)&c->dc_a, c->n_dc, c->n_grads);
         grow_ptrs((void***)&c->dc_b, c->n_dc, c->n_grads);
         for (int k = c->n_dc; k < c->n_grads; k++) {
@@ -192,45 +192,52 @@ static void dc_alloc(Stage* st) {
     }
 }
 
-// the micro-batch's weight gradient alone (into dc_g), then into slot k and its sums; the LM head's
-// share (last stage) is the tied wte's: its weights are the version's wte
-static void cpu_dc_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash) {
+// The micro-batch's weight gradient alone (into dc_g, its LM-head share after it), its per-unit
+// squared norms, then into slot k (and the DC-ASGD sums). The head share belongs to the tied wte: its
+// weights are the version's wte, the first tensor.
+static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
     CpuStage* c = cpu_of(st);
-    dc_alloc(st);
+    int dc = dc_stash != STAGE_NO_DC;
+    alone_alloc(st, dc);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
     gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &g, vc ? c->dc_g + n : NULL);
-    const float* w = stash < 0 ? st->params : c->stash[stash];
-    dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
-    if (vc) dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    if (unit_sq) {
+        StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
+        int ns = stage_slices(st, sl);
+        for (int i = 0; i < ns; i++) unit_sq[sl[i].unit] += sumsq(c->dc_g + sl[i].off, sl[i].n);
+        if (vc) unit_sq[st->cfg.num_layers + 2] += sumsq(c->dc_g + n, vc);
+    }
+    if (dc) {
+        const float* w = dc_stash < 0 ? st->params : c->stash[dc_stash];
+        dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+        if (vc) dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    } else {
+        grad_add(c->grads[k], c->dc_g, n);
+        if (vc) grad_add(c->dwte_head[k], c->dc_g + n, vc);
+    }
 }
+
+static void cpu_head_share_sumsq(Stage* st, int k, double* out) { *out = sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]); }
 
 static void cpu_dc_correct(Stage* st, int k, float lambda) {
     CpuStage* c = cpu_of(st);
-    dc_alloc(st);
+    alone_alloc(st, 1);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
     if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
 }
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
-    const GPT2Range* r = &st->range;
-    const ParameterTensors* grads = &cpu_of(st)->gviews[k];
-    int C = st->cfg.channels, Ls = r->l1 - r->l0;
-    if (r->has_embed) out[0] = sumsq(grads->wte, st->sizes[0]) + sumsq(grads->wpe, st->sizes[1]);
-    float* layer_tensors[12] = {grads->ln1w, grads->ln1b, grads->qkvw, grads->qkvb, grads->attprojw, grads->attprojb,
-                                grads->ln2w, grads->ln2b, grads->fcw, grads->fcb, grads->fcprojw, grads->fcprojb};
-    for (int l = 0; l < Ls; l++) {
-        double acc = 0.0;
-        for (int i = 0; i < 12; i++) {
-            size_t per_layer = st->sizes[2 + i] / Ls;
-            acc += sumsq(layer_tensors[i] + l * per_layer, per_layer);
-        }
-        out[1 + r->l0 + l] = acc;
+    StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
+    int n = stage_slices(st, sl);
+    const float* g = cpu_of(st)->grads[k];
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || sl[i].unit != sl[i - 1].unit) out[sl[i].unit] = 0.0; // 0 + x is x: the same sums as unit by unit
+        out[sl[i].unit] += sumsq(g + sl[i].off, sl[i].n);
     }
-    if (r->has_head) out[1 + st->cfg.num_layers] = sumsq(grads->lnfw, C) + sumsq(grads->lnfb, C);
 }
 
 static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
@@ -244,10 +251,16 @@ static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t
     }
 }
 
+// slot k empty again: its gradient, its head share, and its DC-ASGD sums if any (a refused step's may hold NaN)
 static void cpu_zero_grad(Stage* st, int k) {
     CpuStage* c = cpu_of(st);
     memset(c->grads[k], 0, st->num_params * sizeof(float));
     if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+    if (k < c->n_dc) {
+        size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
+        memset(c->dc_a[k], 0, n * sizeof(float));
+        memset(c->dc_b[k], 0, n * sizeof(float));
+    }
 }
 
 static void cpu_tie_local(Stage* st, int k) {
@@ -315,7 +328,8 @@ static const StageBackend CPU_BACKEND = {
     .tied_sum = cpu_tied_sum,
     .memory = cpu_memory,
     .predict = cpu_predict,
-    .dc_backward_weight = cpu_dc_backward_weight,
+    .backward_weight_alone = cpu_backward_weight_alone,
+    .head_share_sumsq = cpu_head_share_sumsq,
     .dc_correct = cpu_dc_correct,
 };
 

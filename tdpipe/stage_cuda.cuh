@@ -82,7 +82,8 @@ static void cuda_reserve(Stage* st) {
         c->n_dx_send = st->n_slots;
     }
     size_t n_dc = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
-    if (st->comp && st->comp->method == STALE_DCASGD && st->n_grad_slots > c->n_dc) { // allocated between chunks, never inside a step
+    if (st->gns && !c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float))); // between chunks, never inside a step
+    if (st->comp && st->comp->method == STALE_DCASGD && st->n_grad_slots > c->n_dc) {
         if (!c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float)));
         c->dc_a = (float**)realloc(c->dc_a, st->n_grad_slots * sizeof(float*));
         c->dc_b = (float**)realloc(c->dc_b, st->n_grad_slots * sizeof(float*));
@@ -156,7 +157,16 @@ static void cuda_sumsq(Stage* st, int k, double* out) { gpt2_cuda_grad_unit_sums
 static void cuda_update(Stage* st, int k, const AdamWConfig* o, float lr, int t, float scale) {
     gpt2_cuda_update(cuda_model_at(st, k), lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
 }
-static void cuda_zero(Stage* st, int k) { gpt2_cuda_zero_grads(cuda_model_at(st, k)); }
+// slot k empty again: its gradient, its head share, and its DC-ASGD sums if any
+static void cuda_zero(Stage* st, int k) {
+    CudaStage* c = cuda_of(st);
+    gpt2_cuda_zero_grads(cuda_model_at(st, k));
+    if (k < c->n_dc) {
+        size_t n = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
+        cudaCheck(cudaMemsetAsync(c->dc_a[k], 0, n * sizeof(float), g_cuda_stream));
+        cudaCheck(cudaMemsetAsync(c->dc_b[k], 0, n * sizeof(float), g_cuda_stream));
+    }
+}
 static void cuda_tie_local(Stage* st, int k) { gpt2_cuda_tie_wte_grads(cuda_model_at(st, k)); }
 static void cuda_to_host(Stage* st) {
     gpt2_cuda_get_params(&cuda_of(st)->m, st->params);
@@ -215,22 +225,38 @@ static void cuda_predict(Stage* st, int i, const AdamWConfig* o, float lr_sum) {
     }
 }
 
-// DC-ASGD: the micro-batch's weight gradient alone (m's gradient pointers at dc_g), then into slot k
-// and its sums; w_used: the compute copy the micro-batch ran on
-static void cuda_dc_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash) {
+// The micro-batch's weight gradient alone (m's gradient pointers at dc_g, its LM-head share after
+// it), its per-unit squared norms, then into slot k (and DC-ASGD's sums, w_used the compute copy the
+// micro-batch ran on)
+static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
     CudaStage* c = cuda_of(st);
     size_t n = c->m.num_params, vc = st->range.has_head ? st->sizes[0] : 0;
-    if (!c->dc_g) td_fatal("cuda_dc_backward_weight: the DC-ASGD buffers were not reserved");
+    if (!c->dc_g) td_fatal("cuda_backward_weight_alone: its buffers were not reserved (DC-ASGD or --gns)");
     cudaCheck(cudaMemsetAsync(c->dc_g, 0, (n + vc) * sizeof(float), g_cuda_stream));
     c->m.grads_memory = c->dc_g;
     gpt2_point_params(&c->m.grads, c->dc_g, c->m.sizes);
     c->m.dwte_head = vc ? c->dc_g + n : NULL;
     gpt2_cuda_backward_weight(&c->m, &c->acts[slot], &c->ga[gacts]);
+    if (unit_sq) {
+        int L = st->cfg.num_layers;
+        double* units = (double*)calloc_check(L + 2, sizeof(double));
+        gpt2_cuda_grad_unit_sumsq(&c->m, units);
+        for (int u = 0; u < L + 2; u++) unit_sq[u] += units[u];
+        if (vc) unit_sq[L + 2] += sumsq_cuda(c->dc_g + n, vc, c->m.scratch);
+        free(units);
+    }
     GPT2Cuda* m = cuda_model_at(st, k);
-    const floatX* w = stash < 0 ? m->params_memory : c->stash[stash];
-    dc_accumulate_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
-    if (vc) dc_accumulate_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    if (dc_stash != STAGE_NO_DC) {
+        const floatX* w = dc_stash < 0 ? m->params_memory : c->stash[dc_stash];
+        dc_accumulate_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+        if (vc) dc_accumulate_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    } else {
+        grad_add_cuda(m->grads_memory, c->dc_g, n);
+        if (vc) grad_add_cuda(m->dwte_head, c->dc_g + n, vc);
+    }
 }
+
+static void cuda_head_share_sumsq(Stage* st, int k, double* out) { *out = sumsq_cuda(cuda_of(st)->dwte_ring[k], st->sizes[0], cuda_of(st)->m.scratch); }
 
 static void cuda_dc_correct(Stage* st, int k, float lambda) {
     CudaStage* c = cuda_of(st);
@@ -317,7 +343,8 @@ static const StageBackend CUDA_BACKEND = {
     .tied_sum = cuda_tied_sum,
     .memory = cuda_memory,
     .predict = cuda_predict,
-    .dc_backward_weight = cuda_dc_backward_weight,
+    .backward_weight_alone = cuda_backward_weight_alone,
+    .head_share_sumsq = cuda_head_share_sumsq,
     .dc_correct = cuda_dc_correct,
 };
 

@@ -83,9 +83,10 @@ static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_su
     inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)
     cpu()->predict(inner(st), i, opt, lr_sum);
 }
-static void staged_dc_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash) {
-    cpu()->dc_backward_weight(inner(st), op, slot, gacts, k, stash);
+static void staged_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+    cpu()->backward_weight_alone(inner(st), op, slot, gacts, k, dc_stash, unit_sq);
 }
+static void staged_head_share_sumsq(Stage* st, int k, double* out) { cpu()->head_share_sumsq(inner(st), k, out); }
 static void staged_dc_correct(Stage* st, int k, float lambda) { cpu()->dc_correct(inner(st), k, lambda); }
 
 static const StageBackend STAGED = {
@@ -120,7 +121,8 @@ static const StageBackend STAGED = {
     .tied_sum = staged_tied_sum,
     .memory = staged_memory,
     .predict = staged_predict,
-    .dc_backward_weight = staged_dc_backward_weight,
+    .backward_weight_alone = staged_backward_weight_alone,
+    .head_share_sumsq = staged_head_share_sumsq,
     .dc_correct = staged_dc_correct,
 };
 

@@ -15,12 +15,12 @@ int staleness_parse(const char* name, StaleMethod* method) {
 
 const char* staleness_name(StaleMethod method) { return method >= STALE_NONE && method <= STALE_LR ? NAMES[method] : "unknown"; }
 
-double staleness_lr_factor(const StaleComp* c, const Schedule* sch, int t) {
+double staleness_lr_factor(const StaleComp* c, const Schedule* sch, int s, int t) {
     if (c->method != STALE_LR) return 1.0;
     double sum = 0.0;
     int g0 = (t - sch->first_step) * sch->M;
     for (int m = 0; m < sch->M; m++) {
-        Op f = schedule_mb_op(sch, OP_F, g0 + m);
+        Op f = schedule_mb_op(sch, s, OP_F, g0 + m);
         sum += staleness_applies(c, STALE_LR, &f) ? 1.0 / (1.0 + staleness_of(&f)) : 1.0;
     }
     return sum / sch->M;

@@ -33,10 +33,10 @@ static inline int staleness_applies(const StaleComp* c, StaleMethod m, const Op*
 static inline int staleness_ahead(const StaleComp* c, const Op* op) {
     return staleness_applies(c, STALE_PREDICT, op) && op->version > 0 ? staleness_of(op) : 0;
 }
-// LR by staleness: the learning-rate factor of update t, the mean over the step's micro-batches
-// (micro-batch g of sch) of 1 / (1 + delta) for those stale beyond tau, 1 for the rest. A factor on
+// LR by staleness: the learning-rate factor of update t on stage s, the mean over the step's
+// micro-batches of 1 / (1 + delta) for those stale beyond tau, 1 for the rest. A factor on
 // the gradients instead would cancel in AdamW's m / sqrt(v) whenever a whole step is equally stale.
-double staleness_lr_factor(const StaleComp* c, const Schedule* sch, int t);
+double staleness_lr_factor(const StaleComp* c, const Schedule* sch, int s, int t);
 
 #ifdef __cplusplus
 }
