@@ -550,20 +550,12 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
 
 static int read_container(const char* path, Ckpt* out, int load, char* err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        td_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        td_error(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
+    long long size;
+    int fd = td_open_regular(path, "checkpoint", &size, err, errlen);
+    if (fd < 0) return -1;
     PayloadLoc* loc = (PayloadLoc*)calloc_check(CKPT_MAX_SECTIONS, sizeof(PayloadLoc));
-    int rc = read_layout(fd, path, (uint64_t)st.st_size, out, loc, err, errlen);
-    out->file_bytes = (size_t)st.st_size;
+    int rc = read_layout(fd, path, (uint64_t)size, out, loc, err, errlen);
+    out->file_bytes = (size_t)size;
     if (rc == 0 && out->num_sections > 0) {
         unsigned char* inbuf = (unsigned char*)malloc_check(IO_CHUNK);
         unsigned char* blk = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);

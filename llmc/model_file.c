@@ -35,10 +35,10 @@ static int check_header(const char* path, const int* h, long file_bytes, GPT2Con
 }
 
 static int read_header(const char* path, FILE** f, int h[256], long* file_bytes, char* err, size_t errlen) {
-    *f = fopen(path, "rb");
-    if (!*f) return td_error(err, errlen, "%s: cannot open model file: %s", path, strerror(errno));
-    struct stat st;
-    *file_bytes = fstat(fileno(*f), &st) == 0 ? (long)st.st_size : -1;
+    long long bytes;
+    *f = td_fopen_regular(path, "model file", &bytes, err, errlen);
+    if (!*f) return -1;
+    *file_bytes = (long)bytes;
     if (fread(h, sizeof(int), 256, *f) != 256) {
         fclose(*f);
         return td_error(err, errlen, "%s: truncated model file (shorter than its 1024-byte header)", path);

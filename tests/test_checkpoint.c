@@ -434,7 +434,7 @@ static void test_refusals(void) {
     Ckpt c;
     snprintf(bad, sizeof bad, "%s/ckpt_00000099.tdck", dir);
     CHECK(ckpt_read(bad, &c, err, sizeof err) == -1 && strstr(err, bad) && strstr(err, "No such file"), "missing file: %s", err);
-    CHECK(ckpt_read(dir, &c, err, sizeof err) == -1 && strstr(err, "not a regular file"), "directory as file: %s", err);
+    CHECK(ckpt_read(dir, &c, err, sizeof err) == -1 && strstr(err, "is a directory"), "directory as file: %s", err);
 
     // none of this touched the good checkpoint
     CHECK(ckpt_read(good, &c, err, sizeof err) == 0 && same_sections(&c, small, NSMALL, 1), "good checkpoint still reads");

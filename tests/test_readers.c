@@ -1,0 +1,76 @@
+// Every file reader refuses a directory ("is a directory") and a FIFO (without waiting for a
+// writer) with one message naming the path: model files, token shards (also through the data
+// loader's glob), checkpoints, tokenizer files and the YAML config.
+#include "llmc/checkpoint.h"
+#include "llmc/dataloader.h"
+#include "llmc/model_file.h"
+#include "llmc/shard.h"
+#include "llmc/tokenizer.h"
+#include "tdpipe/config.h"
+#include "tests/test.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_dir[] = "/tmp/test_readers.XXXXXX";
+
+// runs every reader on path; each must fail with a message holding path and want
+static void expect_all_refuse(const char* path, const char* want, const char* kind) {
+    char err[1024], pattern[600], other[600];
+    GPT2Config cfg;
+    float* params = NULL;
+    int rc = model_file_read_config(path, &cfg, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want), "model file header of %s: %s", kind, err);
+    rc = model_file_load(path, &cfg, &params, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, want) && strstr(err, "model file"), "model file of %s: %s", kind, err);
+    ShardInfo info;
+    rc = shard_read_header(path, &info, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "token shard"), "shard header of %s: %s", kind, err);
+    uint16_t tokens[4];
+    rc = shard_read(path, &info, tokens, 4, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, want), "shard of %s: %s", kind, err);
+    DataLoader dl;
+    snprintf(pattern, sizeof pattern, "%s*", path); // a glob that matches it
+    rc = dataloader_init(&dl, pattern, 1, 4, 0, 1, 0, 1, 256, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want), "data loader glob matching %s: %s", kind, err);
+    Ckpt c;
+    rc = ckpt_read(path, &c, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "checkpoint"), "checkpoint of %s: %s", kind, err);
+    rc = ckpt_verify(path, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, want), "checkpoint verify of %s: %s", kind, err);
+    Tokenizer tok;
+    snprintf(other, sizeof other, "%s/none.bpe", g_dir);
+    rc = tokenizer_init_gpt2(&tok, path, other, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "tokenizer file"), "encoder.json of %s: %s", kind, err);
+    TrainArgs a;
+    args_defaults(&a);
+    rc = config_load_yaml(&a, path, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "YAML config"), "config of %s: %s", kind, err);
+}
+
+int main(void) {
+    // a FIFO that no one writes would hang a blocking open: this bounds a regression to a failure
+    alarm(120);
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char dir[600], fifo[600];
+    snprintf(dir, sizeof dir, "%s/ckpt_00000005.tdck", g_dir); // a name every reader might be given
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", g_dir);
+    if (mkdir(dir, 0755) != 0 || mkfifo(fifo, 0644) != 0) {
+        perror("mkdir/mkfifo");
+        return 1;
+    }
+    expect_all_refuse(dir, "is a directory", "a directory");
+    expect_all_refuse(fifo, "is a FIFO, not a", "a FIFO");
+    char err[1024];
+    ShardInfo info;
+    int rc = shard_read_header("/dev/null", &info, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "/dev/null: is a character device, not a token shard"), "a device: %s", err);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
+    return test_summary();
+}
