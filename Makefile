@@ -113,7 +113,44 @@ cuda:
 endif
 # ---- CUDA targets: end
 
+# ---- fuzzing: a libFuzzer target per file reader (dev/fuzz/fuzz_*.c), built by clang with
+# AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/ (clang, libclang-rt-14-dev).
+# `make fuzz FUZZ_SECONDS=N` runs each target for N seconds, one after the other (dev/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build-fuzz
+FUZZ_TARGETS := model_file shard checkpoint config tokenizer
+FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize-recover=all
+# the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
+# built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
+FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
+FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c
+FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BIN) $(BUILD)/dev/fuzz/make_seeds
+fuzz: fuzz-build
+	bash dev/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/plain/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FUZZ_BUILD)/plain/%.o)
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_file.h $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lm -lz -lyaml -lgomp
+
+$(BUILD)/dev/fuzz/make_seeds: tests/tiny_vocab.h
+
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/plain/*/*.d)
+
 clean:
-	rm -rf $(BUILD) train_tdpipe
+	rm -rf $(BUILD) $(FUZZ_BUILD) train_tdpipe
 
 -include $(LIB_OBJ:.o=.d)
