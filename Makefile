@@ -113,6 +113,17 @@ cuda:
 endif
 # ---- CUDA targets: end
 
+# ---- sanitizers: `make sanitize` builds the C unit tests with AddressSanitizer and
+# UndefinedBehaviorSanitizer (any report ends the test: no recovery) into build-asan/, without MPI
+# (Open MPI's own allocations would be reported), and runs them; it ends with "N passed, N failed".
+SAN_BUILD := build-asan
+SAN_OPT   := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+.PHONY: sanitize sanitize-build
+sanitize:
+	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) OPT="$(SAN_OPT)" NO_MPI=1 NO_CUDA=1 sanitize-build
+	@bash tests/run_all.sh --c-only $(SAN_BUILD)
+sanitize-build: $(TEST_BIN)
+
 # ---- fuzzing: a libFuzzer target per file reader (dev/fuzz/fuzz_*.c), built by clang with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/ (clang, libclang-rt-14-dev).
 # `make fuzz FUZZ_SECONDS=N` runs each target for N seconds, one after the other (dev/fuzz/run.sh).
