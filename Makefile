@@ -30,6 +30,15 @@ else
   $(info tdpipe: no nvcc: CPU-only build)
 endif
 
+# what every object is built with, kept in build/flags.txt: a change (MPI installed since the last
+# build, another OPT) rebuilds everything, so no object of the old build is linked with the new
+BUILD_FLAGS := $(CC) $(CFLAGS) $(MPI_CFLAGS) $(MPI_LIBS) | $(NVCC) $(NVCC_FLAGS)
+FLAGS_FILE  := $(BUILD)/flags.txt
+ifneq ($(BUILD_FLAGS),$(file <$(FLAGS_FILE)))
+  $(shell mkdir -p $(BUILD))
+  $(file >$(FLAGS_FILE),$(BUILD_FLAGS))
+endif
+
 LIB_SRC := $(wildcard llmc/*.c) $(wildcard tdpipe/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIB     := $(BUILD)/libtdpipe.a
@@ -38,10 +47,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 DEV_SRC  := $(wildcard dev/*.c) $(wildcard dev/data/*.c)
 DEV_BIN  := $(DEV_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all test clean bench
+.PHONY: all test test-run clean bench
 all: train_tdpipe $(DEV_BIN)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
@@ -49,23 +58,28 @@ $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 ifneq ($(NVCC),)
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
+train_tdpipe: train_tdpipe.cu $(LIB) $(FLAGS_FILE) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lnccl -lgomp
 else
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h tdpipe/*.cuh)
+train_tdpipe: train_tdpipe.cu $(LIB) $(FLAGS_FILE) $(wildcard llmc/*.h tdpipe/*.h tdpipe/*.cuh)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 endif
 
-$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
+$(BUILD)/tests/%: tests/%.c $(LIB) $(FLAGS_FILE) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
-$(BUILD)/dev/%: dev/%.c $(LIB)
+$(BUILD)/dev/%: dev/%.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
-# `make test`: every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
-test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
+# `make test`: first installs what the tests need and the machine lacks (scripts/ensure_deps.sh:
+# apt-get as root, else the command to run), then a new make (which probes mpicc again) builds
+# and runs every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
+test:
+	@bash scripts/ensure_deps.sh
+	@$(MAKE) --no-print-directory test-run
+test-run: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- benchmarks: programs that print figures (never part of `make test`)

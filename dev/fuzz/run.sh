@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# Runs each fuzz target (built by `make fuzz-build` into build-fuzz/) for SECONDS, one at a time
-# under nice -n 19, from its generated seeds and the corpus earlier runs grew, and prints per
-# target the executions and crashes (a crash, a hang past 10 s, a leak, or a failed property).
-# Inputs that crashed are kept in build-fuzz/crashes/<target>/. Exits 1 when any target crashed.
+# Runs each fuzz target (built by `make fuzz-build` into $FUZZ_BUILD, default build-fuzz/) for
+# SECONDS, one at a time under nice -n 19, from its generated seeds and the corpus earlier runs
+# grew, and prints per target the executions and crashes (a crash, a hang past 10 s, a leak, or
+# a failed property). The corpus, logs and crashing inputs live in $FUZZ_WORK (default: the
+# build folder): crashes/<target>/. Exits 1 when any target crashed.
 # Usage: dev/fuzz/run.sh SECONDS TARGET...
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 secs=$1; shift
-B=build-fuzz
-[ -d "$B/seeds" ] || build/dev/fuzz/make_seeds "$B/seeds" || exit 1
+B=${FUZZ_BUILD:-build-fuzz}
+W=${FUZZ_WORK:-$B}
+[ -d "$W/seeds" ] || build/dev/fuzz/make_seeds "$W/seeds" || exit 1
 crashed=0
 for t in "$@"; do
-    mkdir -p "$B/corpus/$t" "$B/crashes/$t"
-    cp -n "$B/seeds/$t"/* "$B/corpus/$t/" 2>/dev/null
-    log="$B/fuzz_$t.log"
-    before=$(ls "$B/crashes/$t" | wc -l)
+    mkdir -p "$W/corpus/$t" "$W/crashes/$t"
+    cp -n "$W/seeds/$t"/* "$W/corpus/$t/" 2>/dev/null
+    log="$W/fuzz_$t.log"
+    before=$(ls "$W/crashes/$t" | wc -l)
     nice -n 19 "$B/fuzz_$t" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" "$B/corpus/$t" >"$log" 2>&1
+        -print_final_stats=1 -artifact_prefix="$W/crashes/$t/" "$W/corpus/$t" >"$log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}')
-    found=$(( $(ls "$B/crashes/$t" | wc -l) - before ))
+    found=$(( $(ls "$W/crashes/$t" | wc -l) - before ))
     [ $rc -ne 0 ] && [ $found -eq 0 ] && found=1 # died without an artifact: still a crash
-    echo "fuzz $t: ${execs:-?} executions in $secs s, $found crashes, corpus $(ls "$B/corpus/$t" | wc -l) inputs (log $log)"
+    echo "fuzz $t: ${execs:-?} executions in $secs s, $found crashes, corpus $(ls "$W/corpus/$t" | wc -l) inputs (log $log)"
     if [ $found -ne 0 ]; then
         crashed=1
         grep -m3 -E 'ERROR|runtime error|deadly|Timeout|leak' "$log" | sed 's/^/    /'
