@@ -6,13 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static char g_dir[] = "/tmp/test_config.XXXXXX";
-
-// writes text to a fresh file in g_dir and loads it into *a (defaults first); returns the rc
+// writes text to a fresh file in the test folder and loads it into *a (defaults first); returns the rc
 static int load(const char* text, TrainArgs* a, char* err, size_t errlen) {
     static int k = 0;
-    char path[512];
-    snprintf(path, sizeof path, "%s/c%d.yaml", g_dir, k++);
+    char name[32];
+    snprintf(name, sizeof name, "c%d.yaml", k++);
+    const char* path = test_path(name);
     FILE* f = fopen(path, "wb");
     fputs(text, f);
     fclose(f);
@@ -79,16 +78,10 @@ static void test_other_refusals(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_dir_make("test_config");
     test_accepted();
     test_duplicates();
     test_documents();
     test_other_refusals();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
     return test_summary();
 }

@@ -14,15 +14,8 @@
 #include <unistd.h>
 #include <utime.h>
 
-static char g_root[] = "/tmp/test_outdir.XXXXXX";
+static const char* g_root; // the test folder
 
-static const char* at(const char* name) {
-    static char buf[8][1024];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_root, name);
-    return buf[k];
-}
 
 static void spit(const char* path, const char* text) {
     FILE* f = fopen(path, "wb");
@@ -84,7 +77,7 @@ static int child_tries(const char* dir, char* msg, size_t cap) {
 }
 
 static void test_lock(void) {
-    const char* dir = at("run/a/out"); // parents made too
+    const char* dir = test_path("run/a/out"); // parents made too
     OutDir od;
     char err[2048], msg[2048], host[256] = "";
     gethostname(host, sizeof host);
@@ -110,8 +103,8 @@ static void test_lock(void) {
     CHECK(outdir_open(&od, dir, err, sizeof err) == 0, "its lock died with it (%s)", err);
     outdir_close(&od);
 
-    spit(at("plainfile"), "x");
-    CHECK(outdir_open(&od, at("plainfile"), err, sizeof err) == -1 && strstr(err, "exists and is not a directory"), "a file as the folder: %s", err);
+    spit(test_path("plainfile"), "x");
+    CHECK(outdir_open(&od, test_path("plainfile"), err, sizeof err) == -1 && strstr(err, "exists and is not a directory"), "a file as the folder: %s", err);
     CHECK(outdir_open(&od, "/proc/tdpipe_test_outdir", err, sizeof err) == -1 && strstr(err, "cannot create the folder"), "an uncreatable folder: %s", err);
     CHECK(outdir_open(&od, "/proc", err, sizeof err) == -1 && strstr(err, "cannot write in folder /proc"), "an unwritable folder: %s", err);
 }
@@ -119,7 +112,7 @@ static void test_lock(void) {
 // N processes released at once by one write to a shared pipe; exactly one may win
 static void test_lock_race(void) {
     enum { N = 6 };
-    const char* dir = at("race");
+    const char* dir = test_path("race");
     int go[2], result[2], done[2];
     if (pipe(go) || pipe(result) || pipe(done)) exit(1);
     pid_t kids[N];
@@ -158,7 +151,7 @@ static void test_lock_race(void) {
 }
 
 static void test_temps(void) {
-    const char* dir = at("temps");
+    const char* dir = test_path("temps");
     OutDir od;
     char err[2048];
     outdir_open(&od, dir, err, sizeof err);
@@ -179,7 +172,7 @@ static void test_temps(void) {
 }
 
 static void test_archive(void) {
-    const char* dir = at("arch");
+    const char* dir = test_path("arch");
     OutDir od;
     char err[2048], note[4096], p[2048], sub[1024];
     outdir_open(&od, dir, err, sizeof err);
@@ -222,7 +215,7 @@ static void test_archive(void) {
 }
 
 static void test_trim(void) {
-    const char* log = at("trim.jsonl");
+    const char* log = test_path("trim.jsonl");
     const char* text = "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n{\"step\": 2, \"val_loss\": 4.5}\n{\"note\": \"no step\"}\n"
                        "{\"step\": 3, \"loss\": 3}\n{\"step\": 10, \"loss\": 2}\n{\"step\": 4, \"lo";
     spit(log, text);
@@ -232,7 +225,7 @@ static void test_trim(void) {
     const char* got = slurp(log);
     CHECK(got && strcmp(got, "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n{\"step\": 2, \"val_loss\": 4.5}\n{\"note\": \"no step\"}\n") == 0,
           "steps 1 and 2 (with validation) and the line without a step remain:\n%s", got ? got : "(none)");
-    CHECK(!exists(at("trim.jsonl.tmp")), "no temporary file left");
+    CHECK(!exists(test_path("trim.jsonl.tmp")), "no temporary file left");
     struct stat before, after;
     stat(log, &before);
     CHECK(outdir_trim_log(log, 5, &dropped, err, sizeof err) == 0 && dropped == 0, "nothing past step 5: nothing dropped");
@@ -241,19 +234,19 @@ static void test_trim(void) {
     spit(log, "{\"step\": 1}\n{\"step\": 2, \"lo");
     CHECK(outdir_trim_log(log, 5, &dropped, err, sizeof err) == 0 && dropped == 1 && strcmp(slurp(log), "{\"step\": 1}\n") == 0,
           "a torn last line goes even when its step is kept");
-    CHECK(outdir_trim_log(at("none.jsonl"), 5, &dropped, err, sizeof err) == 0 && dropped == 0, "a missing log is fine");
+    CHECK(outdir_trim_log(test_path("none.jsonl"), 5, &dropped, err, sizeof err) == 0 && dropped == 0, "a missing log is fine");
     CHECK(outdir_trim_log(g_root, 5, &dropped, err, sizeof err) == -1 && strstr(err, "is a directory"), "a directory as the log: %s", err);
 }
 
 static void test_file_writable(void) {
     char err[2048];
-    CHECK(outdir_check_file_writable(at("trace.json"), err, sizeof err) == 0, "a file in an existing folder (%s)", err);
-    CHECK(outdir_check_file_writable(at("no/such/trace.json"), err, sizeof err) == -1 && strstr(err, "no/such/trace.json: its folder") &&
+    CHECK(outdir_check_file_writable(test_path("trace.json"), err, sizeof err) == 0, "a file in an existing folder (%s)", err);
+    CHECK(outdir_check_file_writable(test_path("no/such/trace.json"), err, sizeof err) == -1 && strstr(err, "no/such/trace.json: its folder") &&
               strstr(err, "does not exist"),
           "a missing folder: %s", err);
     CHECK(outdir_check_file_writable(g_root, err, sizeof err) == -1 && strstr(err, "is a directory"), "a directory: %s", err);
-    CHECK(outdir_check_file_writable(at("x/"), err, sizeof err) == -1 && strstr(err, "names a folder"), "a trailing slash: %s", err);
-    CHECK(outdir_check_file_writable(at("plainfile/t.json"), err, sizeof err) == -1 && strstr(err, "is not a folder"), "a file as the folder: %s", err);
+    CHECK(outdir_check_file_writable(test_path("x/"), err, sizeof err) == -1 && strstr(err, "names a folder"), "a trailing slash: %s", err);
+    CHECK(outdir_check_file_writable(test_path("plainfile/t.json"), err, sizeof err) == -1 && strstr(err, "is not a folder"), "a file as the folder: %s", err);
     CHECK(outdir_check_file_writable("/proc/trace.json", err, sizeof err) == -1 && strstr(err, "cannot write in folder /proc"), "an unwritable folder: %s", err);
 }
 
@@ -269,37 +262,37 @@ static void test_memory(void) {
     char err[2048], p[1024];
     mkdirs("m2/proc/self");
     mkdirs("m2/sys/fs/cgroup/a/b");
-    spit(at("m2/proc/meminfo"), "MemTotal:  2000000 kB\nMemFree: 10 kB\nMemAvailable:    1024000 kB\n");
-    spit(at("m2/proc/self/cgroup"), "0::/a/b\n");
-    spit(at("m2/sys/fs/cgroup/a/memory.max"), "524288000\n");        // 500 MiB
-    spit(at("m2/sys/fs/cgroup/a/memory.current"), "314572800\n");    // 300 MiB
-    spit(at("m2/sys/fs/cgroup/a/memory.stat"), "anon 1\nfile 2\ninactive_file 104857600\nactive_file 5\n"); // 100 MiB
-    spit(at("m2/sys/fs/cgroup/a/b/memory.max"), "max\n");
-    spit(at("m2/sys/fs/cgroup/a/b/memory.current"), "1000\n");
+    spit(test_path("m2/proc/meminfo"), "MemTotal:  2000000 kB\nMemFree: 10 kB\nMemAvailable:    1024000 kB\n");
+    spit(test_path("m2/proc/self/cgroup"), "0::/a/b\n");
+    spit(test_path("m2/sys/fs/cgroup/a/memory.max"), "524288000\n");        // 500 MiB
+    spit(test_path("m2/sys/fs/cgroup/a/memory.current"), "314572800\n");    // 300 MiB
+    spit(test_path("m2/sys/fs/cgroup/a/memory.stat"), "anon 1\nfile 2\ninactive_file 104857600\nactive_file 5\n"); // 100 MiB
+    spit(test_path("m2/sys/fs/cgroup/a/b/memory.max"), "max\n");
+    spit(test_path("m2/sys/fs/cgroup/a/b/memory.current"), "1000\n");
     snprintf(p, sizeof p, "%s/m2", g_root);
     int rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.mem_available == 1024000ull * 1024 && m.cgroup_room == 300 * 1048576ull && m.bytes == m.cgroup_room &&
               strstr(m.source, "cgroup v2") && strstr(m.source, "/a/memory.max"),
           "v2: the parent's 500 MiB limit less 200 MiB in use (file cache not counted) caps MemAvailable: %.1f MiB, %s", m.bytes / MiB, m.source);
-    spit(at("m2/sys/fs/cgroup/a/memory.max"), "max\n");
+    spit(test_path("m2/sys/fs/cgroup/a/memory.max"), "max\n");
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == m.mem_available && m.cgroup_room == UINT64_MAX && strstr(m.source, "MemAvailable"), "no limit: MemAvailable (%s)", m.source);
 
     mkdirs("m1/proc/self");
     mkdirs("m1/sys/fs/cgroup/memory/job");
-    spit(at("m1/proc/meminfo"), "MemAvailable: 4096000 kB\n");
-    spit(at("m1/proc/self/cgroup"), "5:devices:/\n4:memory:/job/gone\n0::/\n");
-    spit(at("m1/sys/fs/cgroup/memory/memory.limit_in_bytes"), "9223372036854771712\n"); // v1's "no limit"
-    spit(at("m1/sys/fs/cgroup/memory/job/memory.limit_in_bytes"), "1073741824\n");
-    spit(at("m1/sys/fs/cgroup/memory/job/memory.usage_in_bytes"), "536870912\n");
-    spit(at("m1/sys/fs/cgroup/memory/job/memory.stat"), "cache 9\ninactive_file 7\ntotal_inactive_file 0\n");
+    spit(test_path("m1/proc/meminfo"), "MemAvailable: 4096000 kB\n");
+    spit(test_path("m1/proc/self/cgroup"), "5:devices:/\n4:memory:/job/gone\n0::/\n");
+    spit(test_path("m1/sys/fs/cgroup/memory/memory.limit_in_bytes"), "9223372036854771712\n"); // v1's "no limit"
+    spit(test_path("m1/sys/fs/cgroup/memory/job/memory.limit_in_bytes"), "1073741824\n");
+    spit(test_path("m1/sys/fs/cgroup/memory/job/memory.usage_in_bytes"), "536870912\n");
+    spit(test_path("m1/sys/fs/cgroup/memory/job/memory.stat"), "cache 9\ninactive_file 7\ntotal_inactive_file 0\n");
     snprintf(p, sizeof p, "%s/m1", g_root);
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == 512 * 1048576ull && strstr(m.source, "cgroup v1") && strstr(m.source, "job/memory.limit_in_bytes"),
           "v1, own cgroup missing: the nearest existing ancestor's limit counts: %.1f MiB, %s", m.bytes / MiB, m.source);
 
     mkdirs("m0/proc/self");
-    spit(at("m0/proc/meminfo"), "MemTotal: 1 kB\n");
+    spit(test_path("m0/proc/meminfo"), "MemTotal: 1 kB\n");
     snprintf(p, sizeof p, "%s/m0", g_root);
     CHECK(outdir_memory_available_at(p, &m, err, sizeof err) == -1 && strstr(err, "MemAvailable"), "no MemAvailable: %s", err);
 
@@ -308,10 +301,7 @@ static void test_memory(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    g_root = test_dir_make("test_outdir");
     test_lock();
     test_lock_race();
     test_temps();
@@ -319,8 +309,5 @@ int main(void) {
     test_trim();
     test_file_writable();
     test_memory();
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_root);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_root);
     return test_summary();
 }

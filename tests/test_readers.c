@@ -13,8 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char g_dir[] = "/tmp/test_readers.XXXXXX";
-
 // runs every reader on path; each must fail with a message holding path and want
 static void expect_all_refuse(const char* path, const char* want, const char* kind) {
     char err[1024], pattern[600], other[600];
@@ -40,7 +38,7 @@ static void expect_all_refuse(const char* path, const char* want, const char* ki
     rc = ckpt_verify(path, err, sizeof err);
     CHECK(rc == -1 && strstr(err, want), "checkpoint verify of %s: %s", kind, err);
     Tokenizer tok;
-    snprintf(other, sizeof other, "%s/none.bpe", g_dir);
+    snprintf(other, sizeof other, "%s", test_path("none.bpe"));
     rc = tokenizer_init_gpt2(&tok, path, other, err, sizeof err);
     CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "tokenizer file"), "encoder.json of %s: %s", kind, err);
     TrainArgs a;
@@ -52,13 +50,10 @@ static void expect_all_refuse(const char* path, const char* want, const char* ki
 int main(void) {
     // a FIFO that no one writes would hang a blocking open: this bounds a regression to a failure
     alarm(120);
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char dir[600], fifo[600];
-    snprintf(dir, sizeof dir, "%s/ckpt_00000005.tdck", g_dir); // a name every reader might be given
-    snprintf(fifo, sizeof fifo, "%s/fifo.bin", g_dir);
+    test_dir_make("test_readers");
+    char dir[1024], fifo[1024];
+    snprintf(dir, sizeof dir, "%s", test_path("ckpt_00000005.tdck")); // a name every reader might be given
+    snprintf(fifo, sizeof fifo, "%s", test_path("fifo.bin"));
     if (mkdir(dir, 0755) != 0 || mkfifo(fifo, 0644) != 0) {
         perror("mkdir/mkfifo");
         return 1;
@@ -69,8 +64,5 @@ int main(void) {
     ShardInfo info;
     int rc = shard_read_header("/dev/null", &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "/dev/null: is a character device, not a token shard"), "a device: %s", err);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
     return test_summary();
 }

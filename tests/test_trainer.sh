@@ -94,19 +94,15 @@ check "--config: batch and micro-batches from the file" grep -q "B 4, T 32, M 2"
 check "--config: steps from the file (3 log lines)" test "$(losses "$TMP/y" | wc -l)" -eq 3
 check "a flag overrides the file" $BIN --config "$TMP/cfg.yaml" -x 2 -o "$TMP/y2"
 check "--config: -x 2 won over steps: 3" test "$(losses "$TMP/y2" | wc -l)" -eq 2
-printf 'optimizer:\n  lr: 0.1\n  momentum: 0.9\n' > "$TMP/unknown.yaml"
-refuse "config with an unknown key names it and its line" "unknown.yaml:3: unknown key 'optimizer.momentum'" $BIN --config "$TMP/unknown.yaml"
-printf 'optimizer:\n  lr: fast\n' > "$TMP/badval.yaml"
-refuse "config with a bad value" "badval.yaml:2: optimizer.lr: 'fast' is not a valid number" $BIN --config "$TMP/badval.yaml"
-printf 'optimizer: [1, 2\n' > "$TMP/broken.yaml"
-refuse "config that is not valid YAML" "broken.yaml:.*YAML error" $BIN --config "$TMP/broken.yaml"
+# yaml_refused NAME TEXT REGEX: a config holding TEXT is refused with "NAME.yaml:REGEX"
+yaml_refused() { printf "$2" > "$TMP/$1.yaml"; refuse "config: $1" "$1.yaml:$3" $BIN --config "$TMP/$1.yaml"; }
+yaml_refused unknown 'optimizer:\n  lr: 0.1\n  momentum: 0.9\n' "3: unknown key 'optimizer.momentum'"
+yaml_refused badval 'optimizer:\n  lr: fast\n' "2: optimizer.lr: 'fast' is not a valid number"
+yaml_refused broken 'optimizer: [1, 2\n' ".*YAML error"
+yaml_refused dupkey 'model:\n  batch: 2\n  batch: 4\n' "3: key 'model.batch' appears twice \\(first at line 2\\)"
+yaml_refused dupsec 'model: {batch: 2}\nlogging: {val_every: 1}\nmodel: {seq_len: 8}\n' "3: section 'model' appears twice"
+yaml_refused twodocs 'model: {batch: 2}\n---\nmodel: {batch: 4}\n' "2: a second YAML document"
 refuse "missing config file" "missing.yaml: cannot open" $BIN --config "$TMP/missing.yaml"
 refuse "a directory as --config" "adir: is a directory, not a YAML config" $BIN --config "$TMP/adir"
-printf 'model:\n  batch: 2\n  batch: 4\n' > "$TMP/dupkey.yaml"
-refuse "config with a key given twice" "dupkey.yaml:3: key 'model.batch' appears twice \(first at line 2\)" $BIN --config "$TMP/dupkey.yaml"
-printf 'model: {batch: 2}\nlogging: {val_every: 1}\nmodel: {seq_len: 8}\n' > "$TMP/dupsec.yaml"
-refuse "config with a section given twice" "dupsec.yaml:3: section 'model' appears twice" $BIN --config "$TMP/dupsec.yaml"
-printf 'model: {batch: 2}\n---\nmodel: {batch: 4}\n' > "$TMP/twodocs.yaml"
-refuse "config with a second document" "twodocs.yaml:2: a second YAML document" $BIN --config "$TMP/twodocs.yaml"
 
 finish
