@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,29 +69,15 @@ static int make_dirs(const char* dir, char* err, size_t errlen) {
 // ----------------------------------------------------------------------------------------------
 // the lock
 
-// what the holder wrote, "<pid> <host> <time>"; it writes right after taking the lock, so an
-// empty file is waited for a little (at most 2 s, then said as it is)
-static void read_owner(int fd, char* info, size_t cap) {
-    info[0] = 0;
-    for (int tries = 0; tries < 200; tries++) {
-        ssize_t n = pread(fd, info, cap - 1, 0);
-        if (n > 0) {
-            info[n] = 0;
-            info[strcspn(info, "\n")] = 0;
-            if (info[0]) return;
-        }
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int refuse_in_use(int fd, const char* dir, const char* lock_path, char* err, size_t errlen) {
-    char info[LOCK_INFO_CAP], host[256] = "?", since[128] = "?";
-    long pid = -1;
-    read_owner(fd, info, sizeof info);
-    if (sscanf(info, "%ld %255s %127[^\n]", &pid, host, since) >= 1 && pid > 0)
-        return td_error(err, errlen, "%s is in use by process %ld on host %s since %s (lock file %s)", dir, pid, host, since, lock_path);
-    return td_error(err, errlen, "%s is in use by another process, which has not yet said which (lock file %s)", dir, lock_path);
+// The holder's line "<pid> <host> <time>" into info; 1 when it names a live holder. The holder
+// writes it right after taking the lock, so until then the file is empty or still names an
+// earlier holder that has died (its lock died with it): neither is taken for an answer.
+static int read_owner(int fd, const char* my_host, char* info, size_t cap, long* pid, char* host, char* since) {
+    ssize_t n = pread(fd, info, cap - 1, 0);
+    info[n > 0 ? n : 0] = 0;
+    info[strcspn(info, "\n")] = 0;
+    if (sscanf(info, "%ld %255s %127[^\n]", pid, host, since) != 3 || *pid <= 0) return 0;
+    return strcmp(host, my_host) != 0 || kill((pid_t)*pid, 0) == 0 || errno == EPERM;
 }
 
 int outdir_open(OutDir* od, const char* dir, char* err, size_t errlen) {
@@ -102,18 +89,27 @@ int outdir_open(OutDir* od, const char* dir, char* err, size_t errlen) {
     if (make_dirs(dir, err, errlen) != 0 || probe_writable(dir, dir, err, errlen) != 0) return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) return td_error(err, errlen, "%s: cannot open the lock file %s: %s", dir, lock_path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        int rc = e == EWOULDBLOCK ? refuse_in_use(fd, dir, lock_path, err, errlen)
-                                  : td_error(err, errlen, "%s: cannot lock %s: %s", dir, lock_path, strerror(e));
-        close(fd);
-        return rc;
-    }
     char host[256] = "unknown", since[128] = "?", info[LOCK_INFO_CAP];
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = 0;
     for (char* p = host; *p; p++)
         if (*p == ' ' || *p == '\n') *p = '_';
+    // while the holder has not yet written its line, ask again (it may also let go): 200 x 10 ms at most
+    for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+        int e = errno;
+        long pid = -1;
+        char their_host[256], their_since[128];
+        int named = e == EWOULDBLOCK && read_owner(fd, host, info, sizeof info, &pid, their_host, their_since);
+        if (e != EWOULDBLOCK || named || tries == 200) {
+            close(fd);
+            if (e != EWOULDBLOCK) return td_error(err, errlen, "%s: cannot lock %s: %s", dir, lock_path, strerror(e));
+            if (named)
+                return td_error(err, errlen, "%s is in use by process %ld on host %s since %s (lock file %s)", dir, pid, their_host, their_since, lock_path);
+            return td_error(err, errlen, "%s is in use by another process, which has not said which (lock file %s)", dir, lock_path);
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     time_t now = time(NULL);
     struct tm tm;
     if (localtime_r(&now, &tm)) strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S %Z", &tm);
@@ -341,6 +337,14 @@ int outdir_check_file_writable(const char* path, char* err, size_t errlen) {
     struct stat st;
     if (stat(dir, &st) != 0) return td_error(err, errlen, "%s: its folder %s does not exist", path, dir);
     if (!S_ISDIR(st.st_mode)) return td_error(err, errlen, "%s: %s is not a folder", path, dir);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return td_error(err, errlen, "%s: is a directory, not a file", path);
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return td_error(err, errlen, "%s: is a directory, not a file", path);
+        if (S_ISFIFO(st.st_mode)) { // writing would wait for a reader forever; with one, it is a pipe like any other
+            int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0) return td_error(err, errlen, "%s: is a FIFO that no process reads", path);
+            close(fd);
+            return 0;
+        }
+    }
     return probe_writable(dir, path, err, errlen);
 }

@@ -49,7 +49,8 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
 
 // For an output file given by a flag (--trace FILE): checks at start that it can be written
 // later: its folder exists, is a directory and can be written (probe file), and path itself is
-// not a directory. 0, or -1 with "<path>: <problem>".
+// not a directory, nor a FIFO that no process reads (writing would wait forever). 0, or -1 with
+// "<path>: <problem>".
 int outdir_check_file_writable(const char* path, char* err, size_t errlen);
 
 typedef struct {

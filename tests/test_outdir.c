@@ -5,10 +5,12 @@
 #include "tdpipe/outdir.h"
 #include "tests/test.h"
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +104,34 @@ static void test_lock(void) {
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "a locking child killed by SIGKILL");
     CHECK(outdir_open(&od, dir, err, sizeof err) == 0, "its lock died with it (%s)", err);
     outdir_close(&od);
+
+    // a holder that has not written its line, over the line of an earlier holder that died
+    // (pid 2^22 + 1 is above Linux's largest pid, so no process has it)
+    char lock[1024], line[600];
+    snprintf(lock, sizeof lock, "%s/tdpipe.lock", dir);
+    snprintf(line, sizeof line, "4194305 %s 2020-01-01 00:00:00 UTC\n", host);
+    spit(lock, line);
+    int held[2], release[2];
+    if (pipe(held) != 0 || pipe(release) != 0) exit(1);
+    pid = fork();
+    if (pid == 0) {
+        close(held[0]);
+        close(release[1]);
+        int fd = open(lock, O_RDWR);
+        char c = flock(fd, LOCK_EX) == 0 ? 'H' : 'X';
+        if (write(held[1], &c, 1) != 1 || read(release[0], &c, 1) < 0) _exit(1); // holds until the parent closes release
+        _exit(0);
+    }
+    close(held[1]);
+    close(release[0]);
+    char c;
+    CHECK(read(held[0], &c, 1) == 1 && c == 'H', "a process holds the lock without saying who it is");
+    r = child_tries(dir, msg, sizeof msg);
+    CHECK(r == 1 && strstr(msg, "in use by another process, which has not said which") && !strstr(msg, "4194305"),
+          "the dead earlier holder's line is not taken for the owner: %s", msg);
+    close(release[1]);
+    waitpid(pid, NULL, 0);
+    close(held[0]);
 
     spit(test_path("plainfile"), "x");
     CHECK(outdir_open(&od, test_path("plainfile"), err, sizeof err) == -1 && strstr(err, "exists and is not a directory"), "a file as the folder: %s", err);
@@ -248,6 +278,12 @@ static void test_file_writable(void) {
     CHECK(outdir_check_file_writable(test_path("x/"), err, sizeof err) == -1 && strstr(err, "names a folder"), "a trailing slash: %s", err);
     CHECK(outdir_check_file_writable(test_path("plainfile/t.json"), err, sizeof err) == -1 && strstr(err, "is not a folder"), "a file as the folder: %s", err);
     CHECK(outdir_check_file_writable("/proc/trace.json", err, sizeof err) == -1 && strstr(err, "cannot write in folder /proc"), "an unwritable folder: %s", err);
+    const char* fifo = test_path("trace.fifo");
+    mkfifo(fifo, 0644);
+    CHECK(outdir_check_file_writable(fifo, err, sizeof err) == -1 && strstr(err, "is a FIFO that no process reads"), "a FIFO without a reader: %s", err);
+    int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+    CHECK(outdir_check_file_writable(fifo, err, sizeof err) == 0, "a FIFO that a process reads is fine (%s)", err);
+    close(rfd);
 }
 
 static void mkdirs(const char* rel) {
