@@ -194,9 +194,8 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, &w->old_xfsz);
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = td_create_regular(w->tmp_path, "checkpoint file", err, errlen);
     if (w->fd < 0) {
-        td_error(err, errlen, "%s: cannot create checkpoint file: %s", w->tmp_path, strerror(errno));
         writer_free(w);
         return NULL;
     }

@@ -119,6 +119,26 @@ FILE* td_fopen_regular(const char* path, const char* what, long long* bytes, cha
     return f;
 }
 
+int td_create_regular(const char* path, const char* what, char* err, size_t errlen) {
+    // O_NONBLOCK: a FIFO without a reader fails at once (ENXIO) instead of waiting for one
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 && (errno == ENXIO || errno == EISDIR || errno == ELOOP) && lstat(path, &st) == 0)
+        return td_error(err, errlen, "%s: is %s, not a %s", path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : file_kind(st.st_mode), what);
+    if (fd < 0) return td_error(err, errlen, "%s: cannot create %s: %s", path, what, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return td_error(err, errlen, "%s: is %s, not a %s", path, S_ISDIR(st.st_mode) ? "a directory" : file_kind(st.st_mode), what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (ftruncate(fd, 0) != 0 || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return td_error(err, errlen, "%s: cannot write %s: %s", path, what, strerror(e));
+    }
+    return fd;
+}
+
 unsigned char* td_read_file(const char* path, const char* what, size_t* len, char* err, size_t errlen) {
     FILE* f = td_fopen_regular(path, what, NULL, err, errlen);
     if (!f) return NULL;

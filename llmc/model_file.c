@@ -92,8 +92,12 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
 int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) return td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+    int fd = td_create_regular(tmp, "model file", err, errlen);
+    FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return fd < 0 ? -1 : td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+    }
     int h[256] = {0};
     h[0] = MODEL_FILE_MAGIC;
     h[1] = MODEL_FILE_VERSION_FP32;

@@ -31,9 +31,13 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, int tokenize
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    FILE* f = fopen(tmp, "wb");
+    int fd = td_create_regular(tmp, "token shard", err, errlen);
+    FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+            close(fd);
+        }
         free(tmp);
         return -1;
     }

@@ -297,7 +297,7 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
             free(kept);
             return td_error(err, errlen, "%s: path too long", path);
         }
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = td_create_regular(tmp, "log", err, errlen);
         size_t done = 0;
         while (fd >= 0 && done < k) {
             ssize_t w = write(fd, kept + done, k - done);

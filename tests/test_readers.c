@@ -1,6 +1,7 @@
 // Every file reader refuses a directory ("is a directory") and a FIFO (without waiting for a
 // writer) with one message naming the path: model files, token shards (also through the data
-// loader's glob), checkpoints, tokenizer files and the YAML config.
+// loader's glob), checkpoints, tokenizer files and the YAML config. The writers likewise refuse
+// a FIFO or directory where their temporary file goes, instead of waiting or writing into it.
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/model_file.h"
@@ -50,7 +51,7 @@ static void expect_all_refuse(const char* path, const char* want, const char* ki
 int main(void) {
     // a FIFO that no one writes would hang a blocking open: this bounds a regression to a failure
     alarm(120);
-    test_dir_make("test_readers");
+    const char* dir_path = test_dir_make("test_readers");
     char dir[1024], fifo[1024];
     snprintf(dir, sizeof dir, "%s", test_path("ckpt_00000005.tdck")); // a name every reader might be given
     snprintf(fifo, sizeof fifo, "%s", test_path("fifo.bin"));
@@ -62,7 +63,21 @@ int main(void) {
     expect_all_refuse(fifo, "is a FIFO, not a", "a FIFO");
     char err[1024];
     ShardInfo info;
-    int rc = shard_read_header("/dev/null", &info, err, sizeof err);
+    int rc;
+    if (mkfifo(test_path(".ckpt_00000003.tdck.tmp"), 0644) != 0 || mkfifo(test_path("m.bin.tmp"), 0644) != 0 || mkdir(test_path("s.bin.tmp"), 0755) != 0) {
+        perror("mkfifo");
+        return 1;
+    }
+    CkptWriter* w = ckpt_writer_open(dir_path, 3, 1, 1, err, sizeof err);
+    CHECK(!w && strstr(err, ".ckpt_00000003.tdck.tmp: is a FIFO, not a checkpoint file"), "checkpoint writer, a FIFO at its temp name: %s", err);
+    GPT2Config cfg = {.max_seq_len = 4, .vocab_size = 8, .num_layers = 1, .num_heads = 1, .channels = 4, .padded_vocab_size = 8};
+    float params[400] = {0};
+    rc = model_file_save(test_path("m.bin"), &cfg, params, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "m.bin.tmp: is a FIFO, not a model file"), "model file writer, a FIFO at its temp name: %s", err);
+    uint16_t t[4] = {1, 2, 3, 4};
+    rc = shard_write(test_path("s.bin"), t, 4, SHARD_TOKENIZER_BYTES, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "s.bin.tmp: is a directory, not a token shard"), "shard writer, a directory at its temp name: %s", err);
+    rc = shard_read_header("/dev/null", &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "/dev/null: is a character device, not a token shard"), "a device: %s", err);
     return test_summary();
 }
