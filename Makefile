@@ -171,11 +171,9 @@ $(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FU
 $(FUZZ_BUILD)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_file.h $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lm -lz -lyaml -lgomp
 
-$(BUILD)/dev/fuzz/make_seeds: tests/tiny_vocab.h
-
 -include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/plain/*/*.d)
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD) train_tdpipe
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD) train_tdpipe
 
--include $(LIB_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/*/*.d)
