@@ -143,7 +143,7 @@ unsigned char* td_read_file(const char* path, const char* what, size_t* len, cha
     FILE* f = td_fopen_regular(path, what, NULL, err, errlen);
     if (!f) return NULL;
     size_t cap = 1 << 20, n = 0, got;
-    unsigned char* buf = (unsigned char*)malloc_check(cap);
+    unsigned char* buf = (unsigned char*)malloc_check(cap); // (cap,) of which n are read
     // read to the end rather than trust the size: the file may grow while it is read
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;

@@ -272,7 +272,7 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return 0;
     size_t n;
-    char* s = (char*)td_read_file(path, "log", &n, err, errlen);
+    char* s = (char*)td_read_file(path, "log", &n, err, errlen); // (n,)
     if (!s) return -1;
     char* kept = (char*)malloc_check(n + 1); // (n,) the lines that stay
     size_t k = 0;

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# A short run (FUZZ_SECONDS, default 3) of every fuzz target of dev/fuzz/, built in a folder of
-# its own, so that the targets keep building and the seeds keep passing. Needs clang with
-# libFuzzer (clang, libclang-rt-14-dev); without it the check is skipped, except under CI
-# (CI=true), where .ci/run installs it and a missing clang is a failure.
+# Every fuzz target of dev/fuzz/ built in a folder of its own and run FUZZ_SECONDS (default 3) from
+# its seeds. Needs clang with libFuzzer (clang libclang-rt-14-dev): without it this is skipped,
+# except under CI (CI=true), where .ci/run installs it and a missing clang is a failure.
 cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 printf 'int LLVMFuzzerTestOneInput(const char* d, unsigned long n) { return 0; }\n' > "$TMP/probe.c"

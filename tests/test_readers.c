@@ -1,7 +1,6 @@
-// Every file reader refuses a directory ("is a directory") and a FIFO (without waiting for a
-// writer) with one message naming the path: model files, token shards (also through the data
-// loader's glob), checkpoints, tokenizer files and the YAML config. The writers likewise refuse
-// a FIFO or directory where their temporary file goes, instead of waiting or writing into it.
+// Every file reader (model file, shard and loader glob, checkpoint, tokenizer, YAML config) refuses
+// a directory or a FIFO, without waiting, in one message naming the path; every writer refuses
+// a FIFO or directory where its temporary file goes.
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/model_file.h"

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# Runs each fuzz target (built by `make fuzz-build` into $FUZZ_BUILD, default build-fuzz/) for
-# SECONDS, one at a time under nice -n 19, from its generated seeds and the corpus earlier runs
-# grew, and prints per target the executions and crashes (a crash, a hang past 10 s, a leak, or
-# a failed property). The corpus, logs and crashing inputs live in $FUZZ_WORK (default: the
-# build folder): crashes/<target>/. Exits 1 when any target crashed.
+# Runs each fuzz target ($FUZZ_BUILD, default build-fuzz/) SECONDS under nice -n 19, one at a time,
+# from its seeds and grown corpus in $FUZZ_WORK (default the same), printing executions and crashes
+# (crash, hang > 10 s, leak, failed property; inputs kept in crashes/<target>/); exit 1 if any.
 # Usage: dev/fuzz/run.sh SECONDS TARGET...
 set -u
 cd "$(dirname "$0")/../.." || exit 1
