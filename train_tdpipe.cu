@@ -3,12 +3,14 @@
 // steps between consistency points: validation, samples, checkpoints), report. One process
 // (P = D = 1) without mpirun; P x D ranks with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 #include <omp.h>
 #include "llmc/builtin_data.h"
@@ -19,6 +21,7 @@
 #include "llmc/tokenizer.h"
 #include "tdpipe/args.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/outdir.h"
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
@@ -68,6 +71,22 @@ typedef struct {
 
 // every replica reads its own slice of the training data (rank = replica of D); validation is
 // the same for all. Ranks that need no data (middle stages) still learn the tokenizer.
+// the vocabulary a fresh model gets from the data: 256 for bytes (the built-in data too), 50257 for
+// GPT-2's tokens, from the first shard's header (every shard's tokenizer is checked equal later)
+static int data_vocab(const TrainArgs* a) {
+    if (!a->train_pattern[0]) return 256;
+    glob_t g;
+    int V = 50257;
+    if (glob(a->train_pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+        ShardInfo info;
+        char err[512];
+        if (shard_read_header(g.gl_pathv[0], &info, err, sizeof(err)) == 0 && info.tokenizer == SHARD_TOKENIZER_BYTES) V = 256;
+        globfree(&g);
+    }
+    return V; // (an unreadable pattern is refused by data_init with its own message)
+}
+
+// V_limit: every token must be below it (the model's vocabulary, decided before the data is read)
 static void data_init(Data* d, const TrainArgs* a, int V_limit, int needs_data, int replica, int D) {
     char err[1024];
     memset(d, 0, sizeof(*d));
@@ -275,13 +294,20 @@ typedef struct {
     Executor ex;
     Pipeline pl;
     RunCheckpoint ckpt;
+    OutDir outdir;          // rank 0: -o, locked for this run
     RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
     long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
 } Trainer;
 
+// The first SIGINT or SIGTERM asks the run to stop at the next consistency point (it finishes the
+// chunk, or the validation batch, writes a checkpoint and exits 0); a second one ends the process at
+// once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
 static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) _exit(128 + sig);
+    g_stop_signal = sig;
+}
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
 // --aew: a window for every stage, auto (*W = -1: measured later), or one per stage ("8,8,4,4": *W =
@@ -351,6 +377,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     char err[1024];
     args_defaults(a);
     args_parse(a, argc, argv);
+    tr->comm.timeout = a->comm_timeout;
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
     if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
@@ -419,8 +446,8 @@ static void make_stage(Trainer* tr) {
     int s = tr->comm.stage, P = tr->comm.P;
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
-    data_init(&tr->data, a, tr->from_file ? tr->cfg.vocab_size : 65536, needs_data, tr->comm.replica, tr->comm.D);
-    if (!tr->from_file) fresh_config(a->init, tr->data.tokenizer == SHARD_TOKENIZER_BYTES ? 256 : 50257, &tr->cfg);
+    if (!tr->from_file) fresh_config(a->init, data_vocab(a), &tr->cfg);
+    data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
     init.full = full;
@@ -511,53 +538,96 @@ static void print_startup(const Trainer* tr) {
     fflush(stdout);
 }
 
-// 0, or -1 after saying why
-static int ensure_out_dir(const char* dir) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char* p = path + 1; *p; p++) // mkdir -p
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(path, 0755);
-            *p = '/';
+// what the run will reserve on this host (every rank of it: the host's memory is shared), against what
+// the host, or the container's memory limit, has left: refused with both figures before training
+static void check_memory(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    int slots, stashes, grad_slots, W_max = 0;
+    for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
+    if (tr->W == -1) W_max = a->grad_accum; // auto: at most M (with compensation; M / 2 without)
+    Schedule sch;
+    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = 2};
+    char err[1024];
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+    schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
+    schedule_free(&sch);
+    if (tr->comp.method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    double mine = stage_planned_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
+    comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
+    int bad = 0;
+    if (g_rank == 0) {
+        double host = 0.0; // the ranks on rank 0's host; a multi-host run counts rank 0's share of its host
+        for (int r = 0; r < tr->comm.world_size; r++) host += all[r];
+        if (tr->comm.local_ranks < tr->comm.world_size) host = mine * tr->comm.local_ranks;
+        OutdirMemory m;
+        if (outdir_memory_available(&m, err, sizeof(err)) == 0 && host > (double)m.bytes) {
+            double gib = 1024.0 * 1024.0 * 1024.0;
+            fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
+                            "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
+                    host / gib, tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, slots, stashes, grad_slots,
+                    (double)m.bytes / gib, m.source);
+            bad = 1;
         }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "train_tdpipe: -o %s: cannot create the output directory: %s\n", dir, strerror(errno));
-        return -1;
     }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "train_tdpipe: -o %s: not a directory\n", dir);
-        return -1;
-    }
-    return 0;
+    free(all);
+    if (comm_any(&tr->comm, bad)) exit(1);
+    if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
+        fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
+                tr->comp.method == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)" : "");
 }
 
-// phase 5: the output folder and log (rank 0), a resume (every rank), the start-up table
+// phase 5: the memory check, then the output folder (rank 0: its lock, left-over temporary files, an
+// earlier run's files moved aside or, resuming, log.jsonl cut back to the checkpoint), a resume (every
+// rank), the start-up table
 static void open_outputs(Trainer* tr) {
+    check_memory(tr); // before the output folder is touched: a run that cannot fit changes nothing
     TrainArgs* a = &tr->a;
-    char log_path[1200], err[1024];
+    char log_path[OUTDIR_PATH_CAP + 16], err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
-    int bad_out = 0;
-    if (g_rank == 0 && !(bad_out = ensure_out_dir(a->out_dir) != 0) && !a->resume && !(tr->log = fopen(log_path, "w"))) {
-        fprintf(stderr, "train_tdpipe: -o %s: cannot write %s: %s\n", a->out_dir, log_path, strerror(errno));
-        bad_out = 1;
+    int bad = 0, moved = 0;
+    tr->outdir.lock_fd = -1;
+    if (g_rank == 0) {
+        if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
+        else if (a->trace_path[0] && outdir_check_file_writable(a->trace_path, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
+        else {
+            if (outdir_remove_temps(&tr->outdir, NULL, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
+            // a fresh run: the model file was read already (an -e in this folder has been loaded)
+            if (!a->resume && (moved = outdir_archive_earlier(&tr->outdir, note, sizeof(note), err, sizeof(err))) < 0)
+                bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
+            else if (moved > 0) fprintf(stderr, "train_tdpipe: -o %s\n", note);
+            int fd = !bad && !a->resume ? td_create_regular(log_path, "log", err, sizeof(err)) : -2;
+            if (fd == -1 || (fd >= 0 && !(tr->log = fdopen(fd, "w"))))
+                bad = fprintf(stderr, "train_tdpipe: -o %s: cannot write the log: %s\n", a->out_dir, fd == -1 ? err : strerror(errno)) > 0;
+        }
     }
-    if (comm_any(&tr->comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
+    if (comm_any(&tr->comm, bad)) exit(1); // every rank waits for the output folder's verdict
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
     tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
         tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
+        if (tr->start_step >= a->steps)
+            fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
+                      a->steps);
     }
     if (g_rank == 0) {
         print_startup(tr);
         decoder_init(&tr->dec, &tr->data, a);
-        // a resumed run appends, after the checkpoint said it is fine
-        if (a->resume && !(tr->log = fopen(log_path, "a"))) td_fatal("-o %s: cannot write %s: %s", a->out_dir, log_path, strerror(errno));
+        if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
+            int dropped = 0;
+            if (outdir_trim_log(log_path, tr->start_step, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
+            if (dropped) fprintf(stderr, "note: %s: %d record(s) after step %d removed (the run goes on from its checkpoint)\n", log_path, dropped, tr->start_step);
+            struct stat st; // appended to as a regular file only (a FIFO there would hang the write)
+            if ((lstat(log_path, &st) == 0 && !S_ISREG(st.st_mode)) || !(tr->log = fopen(log_path, "a")))
+                td_fatal("-o %s: cannot append to %s: not a regular file, or %s", a->out_dir, log_path, strerror(errno));
+        }
     }
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 // phase 6: the executor, its reporter and trace
@@ -638,15 +708,17 @@ static int aew_measured(Trainer* tr) {
 }
 
 // at a consistency point (the pipeline empty): validation, samples, a checkpoint
-static void consistency_point(Trainer* tr, int step, int last, int stopping) {
+// (a stop asked for during the validation ends it there and skips the samples; *stopping then says so)
+static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     TrainArgs* a = &tr->a;
     Data* d = &tr->data;
     Stage* st = &tr->stage;
     if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) {
-        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches);
-        if (g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
+        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches, (const volatile int*)&g_stop_signal);
+        if (isnan(val)) *stopping = comm_max(&tr->comm, (int)g_stop_signal);
+        if ((!isnan(val) || !*stopping) && g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
     }
-    if (is_boundary(step, a->sample_every) || (last && a->sample_every > 0)) {
+    if (!*stopping && (is_boundary(step, a->sample_every) || (last && a->sample_every > 0))) {
         int* ids = (int*)calloc_check(a->gen_tokens, sizeof(int));
         int n = a->gen_tokens < a->T ? a->gen_tokens : a->T;
         float temperature[2] = {1.0f, 0.0f};
@@ -657,7 +729,7 @@ static void consistency_point(Trainer* tr, int step, int last, int stopping) {
         }
         free(ids);
     }
-    if (last || stopping || is_boundary(step, a->ckpt_every)) {
+    if (last || *stopping || is_boundary(step, a->ckpt_every)) {
         stage_to_host(st);
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
@@ -795,10 +867,10 @@ static int train(Trainer* tr) {
                 if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, windows));
             }
         }
-        int stopping = comm_any(&tr->comm, g_stop_signal != 0);
-        if (!tr->synthetic) consistency_point(tr, step, step == a->steps, stopping);
+        int stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got
+        if (!tr->synthetic) consistency_point(tr, step, step == a->steps, &stopping);
         if (stopping) {
-            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", (int)g_stop_signal, step);
+            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", stopping, step);
             free(windows);
             return !tr->synthetic;
         }
@@ -829,18 +901,6 @@ static void report_end(Trainer* tr) {
     }
     free(all_counts);
     free(all);
-    if (tr->trace.enabled) {
-        size_t* tcounts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
-        TraceEvent* events = (TraceEvent*)comm_gatherv_to_root(c, tr->trace.events, tr->trace.n * sizeof(TraceEvent), tcounts);
-        if (g_rank == 0) {
-            size_t n = 0;
-            for (int r = 0; r < c->world_size; r++) n += tcounts[r] / sizeof(TraceEvent);
-            if (trace_write_json(a->trace_path, events, n, err, sizeof(err))) td_fatal("%s", err);
-            printf("trace: %s (%zu ops)\n", a->trace_path, n);
-        }
-        free(events);
-        free(tcounts);
-    }
     if (tr->synthetic) return;
     GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
@@ -858,6 +918,25 @@ static void report_end(Trainer* tr) {
     free(full);
 }
 
+// the Chrome trace of every op of every rank (after model.bin: a trace that cannot be written costs no model)
+static void write_trace(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    Comm* c = &tr->comm;
+    char err[1024];
+    if (tr->trace.enabled) {
+        size_t* tcounts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
+        TraceEvent* events = (TraceEvent*)comm_gatherv_to_root(c, tr->trace.events, tr->trace.n * sizeof(TraceEvent), tcounts);
+        if (g_rank == 0) {
+            size_t n = 0;
+            for (int r = 0; r < c->world_size; r++) n += tcounts[r] / sizeof(TraceEvent);
+            if (trace_write_json(a->trace_path, events, n, err, sizeof(err))) td_fatal("%s", err);
+            printf("trace: %s (%zu ops)\n", a->trace_path, n);
+        }
+        free(events);
+        free(tcounts);
+    }
+}
+
 static void teardown(Trainer* tr) {
     if (tr->link != &tr->mpi_link) cuda_link_free(tr->link);
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
@@ -870,6 +949,7 @@ static void teardown(Trainer* tr) {
     free(tr->stage_W);
     data_free(&tr->data);
     if (g_rank == 0 && tr->dec.ready) tokenizer_free(&tr->dec.tok);
+    if (g_rank == 0) outdir_close(&tr->outdir);
     comm_finalize(&tr->comm);
 }
 
@@ -896,6 +976,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     report_end(&tr);
+    write_trace(&tr);
     teardown(&tr);
     return 0;
 }

@@ -87,6 +87,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     gpt2_init_full(&cfg, full, 42);
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     free(full);
     Rng r;
     rng_init(&r, 7);

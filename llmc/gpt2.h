@@ -112,6 +112,9 @@ void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* f
 // the inverse: writes a stage's tensors into their places in a full-model buffer
 void gpt2_unslice_params(const GPT2Config* cfg, const GPT2Range* r, const float* stage, float* full);
 
+// the floats gpt2_acts_alloc / gpt2_grad_acts_alloc take, known before allocating (memory checks)
+size_t gpt2_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T);
+size_t gpt2_grad_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_acts_alloc(GPT2Acts* a, const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_acts_free(GPT2Acts* a);
 void gpt2_grad_acts_alloc(GPT2GradActs* g, const GPT2Config* cfg, const GPT2Range* r, int B, int T);

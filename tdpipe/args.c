@@ -64,6 +64,7 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "rank-speed", "pipeline.rank_speed", A_STR, F(rank_speed), 0, 0, "", "relative speed of each stage's rank for --partition auto, e.g. 1,1,0.5,1 (default: all 1)"},
     {"pipeline", 0, "rank-mem", "pipeline.rank_mem", A_STR, F(rank_mem), 0, 0, "", "GiB each stage's rank may use for --partition auto, e.g. 8,8,4,8 (default: unlimited)"},
     {"pipeline", 0, "comm", "pipeline.comm", A_STR, F(comm), 0, 0, "auto", "a device stage's messages and data-parallel average: auto (on the device: NCCL between GPUs it can connect) | mpi (through host memory)"},
+    {"pipeline", 0, "comm-timeout", "pipeline.comm_timeout", A_FLOAT, F(comm_timeout), 0, 1e9, "600", "seconds a rank may wait for a message, collective or the pipeline sum before it names what it waits for and every rank exits; 0 = forever"},
     {"pipeline", 0, "consistency-every", "pipeline.consistency_every", A_INT, F(consistency_every), 1, 1e9, "50", "tdpipe: flush, check and allow checkpoints every K steps"},
     {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and exit"},
     {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},

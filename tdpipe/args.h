@@ -54,6 +54,7 @@ typedef struct {
     char device[16];          // --device auto|cpu|cuda
     char matmul[16];          // --matmul tdpipe|tdpipe-mma|cublaslt (CUDA)
     char comm[8];             // --comm auto|mpi: where a device stage's data-parallel average runs
+    float comm_timeout;       // --comm-timeout S: seconds a rank may wait for another before every rank stops (0 = forever)
     // asynchrony: staleness compensation, drift monitor, gradient noise scale, guard and rollback
     char stale_comp[16];      // --stale-comp none|predict|dcasgd|lr
     int stale_tau;            // --stale-tau  compensate micro-batches staler than this

@@ -21,6 +21,14 @@ static int env_int(const char* name, int fallback) {
     return (s && *s) ? atoi(s) : fallback;
 }
 
+// --comm-timeout: a rank that has waited this long says for what, and exits (the launcher then ends
+// every rank); 0 waits forever
+static void timed_out(const Comm* c, double waited, const char* what) {
+    td_fatal("stage %d (replica %d) waited %.0f s for %s (--comm-timeout %g): a rank may be stopped, hung or gone; every rank stops "
+             "(checkpoints already written are intact)",
+             c->stage, c->replica, waited, what, c->timeout);
+}
+
 #ifdef TD_MPI
 // handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
 _Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
@@ -47,11 +55,27 @@ static void comm_unbox(void** p) {
     *p = NULL;
 }
 
-static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes) {
+static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes, const char* what) {
     memset(r, 0, sizeof *r);
+    snprintf(r->what, sizeof r->what, "%s", what);
     memcpy(&r->handle[0], &req, sizeof req);
     r->handle[1] = expect_bytes;
     r->active = 1;
+}
+
+// MPI_Wait with a deadline: tests, then sleeps 20 us between tests once it has waited a while
+static void wait_mpi(const Comm* c, MPI_Request* req, MPI_Status* st, const char* what) {
+    double t0 = now_seconds();
+    for (long n = 0;; n++) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(req, &done, st));
+        if (done) return;
+        if (n < 1000) continue;
+        double waited = now_seconds() - t0;
+        if (c->timeout > 0 && waited > c->timeout) timed_out(c, waited, what);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static void check_received(const MPI_Status* st, size_t bytes) {
@@ -167,7 +191,25 @@ void comm_finalize(Comm* c) {
 int comm_any(Comm* c, int flag) {
     int in = flag != 0, out = in;
 #ifdef TD_MPI
-    if (c->mpi) MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any")));
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a flag all ranks share)");
+    }
+#else
+    (void)c;
+#endif
+    return out;
+}
+
+int comm_max(Comm* c, int value) {
+    int out = value;
+#ifdef TD_MPI
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_of(c->world_comm, "comm_max"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a value all ranks share)");
+    }
 #else
     (void)c;
 #endif
@@ -181,7 +223,9 @@ void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag,
 #ifdef TD_MPI
     MPI_Request req;
     MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_isend"), &req));
-    request_store(r, req, -1);
+    char what[80];
+    snprintf(what, sizeof what, "a send of %zu bytes to stage %d (tag %d)", bytes, peer_stage, tag);
+    request_store(r, req, -1, what);
 #else
     (void)buf;
     (void)r;
@@ -193,7 +237,9 @@ void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommR
 #ifdef TD_MPI
     MPI_Request req;
     MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_irecv"), &req));
-    request_store(r, req, (int64_t)bytes);
+    char what[80];
+    snprintf(what, sizeof what, "a message of %zu bytes from stage %d (tag %d)", bytes, peer_stage, tag);
+    request_store(r, req, (int64_t)bytes, what);
 #else
     (void)buf;
     (void)r;
@@ -203,9 +249,9 @@ void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommR
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag) {
     check_peer(c, peer_stage, tag, bytes, "comm_recv");
 #ifdef TD_MPI
-    MPI_Status st;
-    MPI_CHECK(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_recv"), &st));
-    check_received(&st, bytes);
+    CommRequest r;
+    comm_irecv(c, buf, bytes, peer_stage, tag, &r);
+    comm_wait(c, &r);
 #else
     (void)buf;
 #endif
@@ -230,14 +276,18 @@ static void poll_pause(Comm* c) {
 void comm_wait(Comm* c, CommRequest* r) {
     if (!r->active) return;
     if (r->link) {
-        while (!link_test(r)) poll_pause(c);
+        double t0 = now_seconds();
+        while (!link_test(r)) {
+            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, r->what[0] ? r->what : "a device transfer");
+            poll_pause(c);
+        }
         return;
     }
 #ifdef TD_MPI
     MPI_Request req;
     memcpy(&req, &r->handle[0], sizeof req);
     MPI_Status st;
-    MPI_CHECK(MPI_Wait(&req, &st));
+    wait_mpi(c, &req, &st, r->what);
     if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
 #endif
     r->active = 0;
@@ -262,10 +312,12 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
             links += reqs[i]->link != NULL;
         }
     if (k == 0) td_fatal("comm_wait_any: none of the %d requests is active: nothing to wait for", n);
+    double t0 = now_seconds();
     if (links) // a link's transfers complete where MPI cannot see them: poll everything
         for (;;) {
             for (int j = 0; j < k; j++)
                 if (comm_test(c, reqs[idx[j]])) return idx[j];
+            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, reqs[idx[0]]->what);
             poll_pause(c);
         }
 #ifdef TD_MPI
@@ -273,8 +325,21 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
     for (int j = 0; j < k; j++) memcpy(&req[j], &reqs[idx[j]]->handle[0], sizeof req[j]);
     int j = -1;
     MPI_Status st;
-    MPI_CHECK(MPI_Waitany(k, req, &j, &st));
+    for (long n = 0;; n++) { // MPI_Waitany with --comm-timeout's deadline
+        int done = 0;
+        MPI_CHECK(MPI_Testany(k, req, &j, &done, &st));
+        if (done) break;
+        if (n < 1000) continue;
+        if (c->timeout > 0 && now_seconds() - t0 > c->timeout) {
+            char what[3 * 80 + 16] = "";
+            for (int q = 0; q < k; q++) snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", q ? " or " : "", reqs[idx[q]]->what);
+            timed_out(c, now_seconds() - t0, what);
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
     if (j == MPI_UNDEFINED) td_fatal("comm_wait_any: MPI_Waitany found no active request");
+    for (int q = 0; q < k; q++) memcpy(&reqs[idx[q]]->handle[0], &req[q], sizeof req[q]); // MPI_Testany freed the completed one
     CommRequest* done = reqs[idx[j]];
     if (done->handle[1] >= 0) check_received(&st, (size_t)done->handle[1]);
     done->active = 0;
@@ -361,7 +426,7 @@ void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequ
         MPI_Request req;
         MPI_CHECK(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_DOUBLE, MPI_SUM,
                                  comm_of(c->pipe_comm, "comm_pipe_sum_start"), &req));
-        request_store(r, req, -1);
+        request_store(r, req, -1, "the pipeline-wide sum of a step's norms and loss (every stage's post)");
         return;
     }
 #else
@@ -401,10 +466,13 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
             g_dp_recv = (float*)malloc_check(need * sizeof(float));
             g_dp_recv_cap = need;
         }
-        MPI_CHECK(MPI_Alltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp));
+        MPI_Request req;
+        MPI_CHECK(MPI_Ialltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-to-all)");
         float* own = buf + off + offs[me]; // (mine) this replica's chunk, averaged in place
         COMM_ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
-        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp));
+        MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-gather)");
     }
     free(sizes);
 #else
@@ -418,7 +486,9 @@ void comm_dp_average_double(Comm* c, double* buf, int n) {
     if (c->D == 1 || n == 0) return;
 #ifdef TD_MPI
     double* all = (double*)malloc_check((size_t)c->D * (size_t)n * sizeof(double)); // (D, n)
-    MPI_CHECK(MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double")));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double"), &req));
+    wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' average of a few figures (the loss, statistics)");
     COMM_ORDERED_AVERAGE(double, buf, all, n, n, c->D);
     free(all);
 #else
@@ -435,8 +505,9 @@ void comm_gather_to_root(Comm* c, const void* in, size_t bytes, void* out) {
         if ((size_t)c->world_size * bytes > (size_t)INT_MAX && c->world_rank == 0)
             td_fatal("comm_gather_to_root: %d ranks x %zu bytes exceeds the %d-byte limit of this version", c->world_size,
                      bytes, INT_MAX);
-        MPI_CHECK(MPI_Gather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, 0,
-                             comm_of(c->world_comm, "comm_gather_to_root")));
+        MPI_Request req;
+        MPI_CHECK(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, 0, comm_of(c->world_comm, "comm_gather_to_root"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0");
         return;
     }
 #else
@@ -453,7 +524,9 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
         int root = c->world_rank == 0, W = c->world_size;
         int mine = (int)bytes;
         int* rc = root ? (int*)malloc_check(2 * (size_t)W * sizeof(int)) : NULL; // (2, W): counts, offsets
-        MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, rc, 1, MPI_INT, 0, world));
+        MPI_Request req;
+        MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, rc, 1, MPI_INT, 0, world, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0 (sizes)");
         char* out = NULL;
         if (root) {
             size_t total = 0;
@@ -467,7 +540,8 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
             }
             out = (char*)malloc_check(total);
         }
-        MPI_CHECK(MPI_Gatherv(in, mine, MPI_BYTE, out, rc, root ? rc + W : NULL, MPI_BYTE, 0, world));
+        MPI_CHECK(MPI_Igatherv(in, mine, MPI_BYTE, out, rc, root ? rc + W : NULL, MPI_BYTE, 0, world, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0 (the model, a trace)");
         free(rc);
         return out;
     }
@@ -482,7 +556,11 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
 
 void comm_barrier(Comm* c) {
 #ifdef TD_MPI
-    if (c->mpi) MPI_CHECK(MPI_Barrier(comm_of(c->world_comm, "comm_barrier")));
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibarrier(comm_of(c->world_comm, "comm_barrier"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank (a barrier)");
+    }
 #else
     (void)c;
 #endif

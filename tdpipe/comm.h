@@ -18,6 +18,7 @@ typedef struct {
     void* pipe_comm;    // (MPI_Comm*) this replica's P stages, ranked by stage
     void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
     void* world_comm;   // (MPI_Comm*) all ranks
+    double timeout;     // --comm-timeout: seconds any wait may take before this rank says what it waits for and exits (0: forever)
 } Comm;
 
 struct CommLink;
@@ -28,6 +29,7 @@ typedef struct {
     int64_t handle[2];
     int active;
     const struct CommLink* link;
+    char what[80]; // what it carries, for --comm-timeout's message (set by comm_isend/irecv; callers may say more)
 } CommRequest;
 
 // A transport for pipeline messages that stay in a device backend's memory (NCCL between GPUs:
@@ -58,6 +60,8 @@ void comm_finalize(Comm* c);
 
 // every rank's flag OR-ed (a collective over all ranks): lets all ranks agree to stop together
 int comm_any(Comm* c, int flag);
+// the largest of every rank's value (a collective over all ranks)
+int comm_max(Comm* c, int value);
 
 // --- the pipeline (peers named by stage index within this replica) ---------------------------
 void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);

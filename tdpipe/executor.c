@@ -154,6 +154,8 @@ static void expect_input(Run* r, int g) {
     int slot = slot_for(r, g);
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_NEIGHBOURS, stage_input_buf(r->st, slot), stage_msg_bytes(r->st, slot), r->s - 1,
                     &r->act.req);
+    Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
+    snprintf(r->act.req.what, sizeof(r->act.req.what), "the input of step %d micro-batch %d from stage %d", f.step + 1, f.mb, r->s - 1);
     r->act.g = g;
 }
 
@@ -163,6 +165,8 @@ static void expect_grad(Run* r, int g) {
     int slot = r->slot_of[g];
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_NEIGHBOURS, stage_grad_buf(r->st, gacts_of(r, slot)), stage_msg_bytes(r->st, slot),
                     r->s + 1, &r->grad.req);
+    Op b = schedule_mb_op(r->sch, r->s, OP_B, g);
+    snprintf(r->grad.req.what, sizeof(r->grad.req.what), "the output gradient of step %d micro-batch %d from stage %d", b.step + 1, b.mb, r->s + 1);
     r->grad.g = g;
 }
 
@@ -288,6 +292,7 @@ static void tied_start(Run* r, int t) {
     size_t bytes = st->sizes[0] * sizeof(float);
     comm_link_isend(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_share(st, k), bytes, other, &ss->tied_send);
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_other(st, k), bytes, other, &ss->tied_recv);
+    snprintf(ss->tied_recv.what, sizeof(ss->tied_recv.what), "the tied embedding's gradient share of step %d from stage %d", t + 1, other);
 }
 
 // both shares here: wte's gradient = first share + last share (one process: its two shares)

@@ -1,6 +1,7 @@
 // Whole-pipeline services at consistency points: evaluation, sampling, gathering the model,
 // consistency checks (see pipeline.h).
 #include "pipeline.h"
+#include <math.h>
 #include <string.h>
 #include "llmc/checkpoint.h"
 #include "llmc/common.h"
@@ -36,12 +37,13 @@ static float forward_through(Pipeline* pl, int slot, int targets_valid) {
     return loss;
 }
 
-float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile int* stop) {
     Stage* st = pl->stage;
     int s = pl->comm->stage, last = s == pl->P - 1;
     if (val) dataloader_reset(val);
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
+        if (stop && comm_any(pl->comm, *stop != 0)) return NAN; // a stop asked for: within one batch, on every rank together
         if (val && dataloader_next(val, stage_inputs(st, 0), stage_targets(st, 0))) td_fatal("validation data: %s", val->err);
         total += forward_through(pl, 0, last);
     }

@@ -20,7 +20,9 @@ typedef struct {
 
 // mean loss over `batches` micro-batches of `val` (read on the first and last stage), forward only
 // through every stage; the result on world rank 0 (other ranks: 0)
-float pipeline_eval(Pipeline* pl, DataLoader* val, int batches);
+// stop (may be NULL): checked by every rank together before each batch; once it is set anywhere the
+// validation ends there (it returns NAN: not a figure)
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile int* stop);
 // generates up to n tokens from `first` through the stages (replica 0 only), one row in each stage's
 // sample slot (STAGE_SAMPLE_SLOT, on whatever device); the tokens land in out (n) on world rank 0.
 // temperature 0 = greedy.

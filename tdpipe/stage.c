@@ -26,7 +26,6 @@ void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be,
 
 void stage_create(Stage* st, const StageDevice* device, const StageInit* init) {
     device->create(st, init);
-    stage_reserve(st, 1, 1, 1, 0);
 }
 
 // n host buffers of `floats` floats in *bufs (holding *have), grown to n
@@ -394,4 +393,13 @@ StageMemory stage_memory(const Stage* st) {
     StageMemory m = {st->n_slots, st->n_stash, st->n_grad_slots, b[0] * st->n_slots + b[1] * st->n_gacts, b[2] * st->n_stash,
                      b[3] * st->n_grad_slots};
     return m;
+}
+
+double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
+    double b[4] = {0.0, 0.0, 0.0, 0.0}, host = st->params ? 12.0 * (double)st->num_params : 0.0;
+    if (st->be->memory && st->be->host_memory) {
+        st->be->memory(st, b);
+        b[2] = 4.0 * (double)st->num_params; // a stash's bytes, allocated or not yet
+    }
+    return host + b[0] * slots + b[1] * gacts + b[3] * grad_slots + b[2] * stashes;
 }

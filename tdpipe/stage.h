@@ -144,8 +144,9 @@ extern const StageDevice STAGE_CPU;       // stage_cpu.c: fp32, the reference
 extern const StageDevice STAGE_CPU_STAGED; // stage_staged.c: the CPU behind a device's code path (tests)
 extern const StageDevice STAGE_SYNTHETIC;  // stage_synthetic.c: timed waits, no model
 
-// one activation slot, one gradient slot, no stash: a single process running micro-batches one after
-// another; stage_reserve adds what a pipeline schedule needs
+// the weights and AdamW's moments, no activation or gradient buffer yet: stage_reserve adds them
+// (1, 1, 1, 0 for micro-batches one after another; the executor reserves what its schedule needs),
+// so a caller can check the memory a run plans (stage_planned_bytes) before any of it is taken
 void stage_create(Stage* st, const StageDevice* device, const StageInit* init);
 void stage_destroy(Stage* st);
 // grows to n_slots activation slots, n_gacts activation-gradient buffers, n_grad_slots gradient
@@ -266,6 +267,10 @@ typedef struct {
     double stash_bytes, grad_bytes;
 } StageMemory;
 StageMemory stage_memory(const Stage* st);
+// the host memory this stage will hold with that many activation slots, activation-gradient
+// buffers, gradient slots and stashes: its host weights and AdamW moments, and the backend's
+// buffers where they are host memory (a GPU's are the GPU's)
+double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes);
 
 // global norm from every unit's sum of squares (L + 2 of them), folded in model order
 float grad_norm_from_units(const double* units, int n_units);

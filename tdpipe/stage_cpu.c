@@ -295,8 +295,8 @@ static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last
 
 static void cpu_memory(const Stage* st, double bytes[4]) {
     CpuStage* c = cpu_of(st);
-    bytes[0] = 4.0 * (double)c->acts[0].num_floats;
-    bytes[1] = 4.0 * (double)c->gacts[0].num_floats;
+    bytes[0] = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    bytes[1] = 4.0 * (double)gpt2_grad_acts_floats(&st->cfg, &st->range, st->B, st->T);
     int held = 0; // stashes allocated so far (weight prediction may use more than plain stashing)
     for (int i = 0; i < c->n_stash; i++) held += c->stash[i] != NULL;
     bytes[2] = c->n_stash ? 4.0 * (double)st->num_params * held / c->n_stash : 0.0;

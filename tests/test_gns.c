@@ -95,6 +95,7 @@ static void test_executor(Comm* comm) {
     // the executor, one process, 1F1B, --gns
     Stage st;
     stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&st, 1, 1, 1, 0); // one micro-batch at a time
     st.gns = 1;
     DataLoader dl;
     loader(&dl);
@@ -109,6 +110,7 @@ static void test_executor(Comm* comm) {
     // directly: every micro-batch's gradient on its own, then the step's
     Stage ref;
     stage_create(&ref, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&ref, 1, 1, 1, 0); // one micro-batch at a time
     DataLoader dl2;
     loader(&dl2);
     float* g1 = (float*)calloc_check(n, sizeof(float));          // (n) one micro-batch's gradient

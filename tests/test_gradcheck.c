@@ -146,6 +146,7 @@ int main(void) {
     }
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = BATCH, .T = SEQ, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     int* inputs = stage_inputs(&s, 0);   // (BT)
     int* targets = stage_targets(&s, 0); // (BT)
     for (int n = 0; n < BT; n++) {

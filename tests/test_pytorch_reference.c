@@ -105,6 +105,7 @@ int main(void) {
 
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     GPT2Acts* a = stage_cpu_acts(&s, 0);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {

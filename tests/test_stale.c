@@ -71,6 +71,7 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
     GPT2Range all = {0, CFG.num_layers, 1, 1};
     Stage s; // only for its update, zero_grad, tie and norm units (the same code the executor uses)
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     size_t vc = s.sizes[0];
     float* versions = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float)); // (STEPS+1, n) weights after v updates
     float* mom_m = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float));    // (STEPS+1, n) AdamW's m after v updates
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
 
         Stage st;
         stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+        stage_reserve(&st, 1, 1, 1, 0); // one micro-batch at a time
         DataLoader dl;
         loader(&dl);
         CommLink link;
@@ -211,6 +213,7 @@ int main(int argc, char** argv) {
                 reference(W, &comp, init, n, ref, ref_losses);
                 Stage st;
                 stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+                stage_reserve(&st, 1, 1, 1, 0); // one micro-batch at a time
                 stage_use_compensation(&st, &comp);
                 DataLoader dl;
                 loader(&dl);
