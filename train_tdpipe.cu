@@ -22,6 +22,7 @@
 #include "tdpipe/args.h"
 #include "tdpipe/comm.h"
 #include "tdpipe/outdir.h"
+#include "tdpipe/dp_sync.h"
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
@@ -285,7 +286,11 @@ typedef struct {
     Stage stage;
     CommLink mpi_link;      // MPI between host buffers: the link unless a device keeps its messages
     const CommLink* link;
-    StageDpAverage dp;
+    StageDpAverage dp;      // the replicas' blocking fp32 average (--grad-quant none without buckets)
+    int grad_cache_slots;   // --grad-cache N (0: what the schedule needs)
+    DpSyncConfig sync_cfg;  // --grad-quant, --quant-block, --error-feedback, --grad-cache SIZE
+    int use_sync;           // 1: the replicas average through tr->sync (buckets overlapped with backward)
+    DpSync sync;
     const char* msg_where;
     FILE* log;
     Reporter rep;
@@ -354,11 +359,28 @@ static int windows_now(const Trainer* tr, int* out) {
 }
 
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
-static void check_grad_cache(const TrainArgs* a, const ScheduleShape* shape) {
+static void check_grad_cache(const Trainer* tr, const ScheduleShape* shape) {
     int need = schedule_shape_grad_slots(shape);
-    if (a->grad_cache > 0 && need > a->grad_cache)
-        fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", a->grad_cache,
+    if (tr->grad_cache_slots > 0 && need > tr->grad_cache_slots)
+        fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", tr->grad_cache_slots,
                   schedule_kind_name(shape->kind), shape->W, need);
+}
+
+// --grad-quant, --quant-block, --error-feedback and --grad-cache's size: how replicas average. int8
+// without a bucket size takes 4 MiB buckets (the TD-Pipe article's grad_cache: 4MB): about one layer
+// of GPT-2 124M's 7.1M parameters is 28 MB, so a bucket is a layer there, and a few layers of a small model.
+#define DP_DEFAULT_BUCKET ((size_t)4 << 20)
+static void parse_grad_sync(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    char err[256];
+    size_t bucket = 0;
+    if (args_grad_cache(a->grad_cache, &tr->grad_cache_slots, &bucket, err, sizeof(err))) fatal_all("%s", err);
+    GradQuant q;
+    if (!strcmp(a->grad_quant, "none")) q = GRAD_QUANT_NONE;
+    else if (!strcmp(a->grad_quant, "int8")) q = GRAD_QUANT_INT8;
+    else fatal_all("--grad-quant %s: expected none or int8", a->grad_quant);
+    if (q == GRAD_QUANT_INT8 && !bucket) bucket = DP_DEFAULT_BUCKET;
+    tr->sync_cfg = (DpSyncConfig){q, a->quant_block, a->error_feedback, bucket};
 }
 
 // the model's shape: a fresh dN (its vocabulary settled by the data later) or an llm.c file's
@@ -380,11 +402,13 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comm.timeout = a->comm_timeout;
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
-    if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
-    if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
     tr->stage_W = (int*)malloc_check(P * sizeof(int));
     if (parse_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
+    if (!a->schedule[0]) strcpy(a->schedule, tr->W != 0 ? "tdpipe" : "1f1b"); // a window asks for TD-Pipe's schedule
+    if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
+    if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
+    parse_grad_sync(tr);
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
@@ -398,7 +422,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
     Schedule sch;
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
-    check_grad_cache(a, &shape);
+    check_grad_cache(tr, &shape);
     if (a->print_schedule) {
         if (g_rank == 0) {
             printf("partition (%s):\n", a->partition);
@@ -490,6 +514,12 @@ static void make_links(Trainer* tr) {
     }
     if (device_link) stage_use_device_msgs(st);
     int host_average = device && D > 1 && tr->dp.average == stage_dp_average_host;
+    // int8, or fp32 in buckets: the sync of tdpipe/dp_sync.h, through host memory (a device stage's
+    // gradient goes down and back up around it)
+    tr->use_sync = D > 1 && !tr->synthetic && (tr->sync_cfg.quant == GRAD_QUANT_INT8 || tr->sync_cfg.bucket_bytes > 0);
+    host_average |= tr->use_sync && device; // (made in open_outputs, after the memory check)
+    if (g_rank == 0 && D == 1 && tr->sync_cfg.quant == GRAD_QUANT_INT8)
+        fprintf(stderr, "note: --grad-quant int8 with one replica per stage: there is nothing to average, so gradients are used as computed (not quantized)\n");
     if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
 }
 
@@ -521,7 +551,15 @@ static void print_startup(const Trainer* tr) {
         printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.method), tr->comp.tau,
                tr->kind == SCHED_TDPIPE ? "" : " (a synchronous schedule has none: nothing to compensate)");
     if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", tr->msg_where);
-    if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, tr->dp.where);
+    if (c->D > 1 && !tr->use_sync) printf("| %-20s | gradients averaged over the %d replicas in %s (fp32, after the step's last backward)\n", "data-parallel", c->D, tr->dp.where);
+    if (tr->use_sync) {
+        const DpSyncConfig* q = &tr->sync_cfg;
+        char how[96];
+        if (q->quant == GRAD_QUANT_INT8) snprintf(how, sizeof how, "int8 blocks of %d, error feedback %s", q->block, q->error_feedback ? "on" : "off");
+        else snprintf(how, sizeof how, "fp32");
+        printf("| %-20s | gradients averaged over the %d replicas: %s, two-shot, %d buckets of >= %.2f MiB in host memory, sent as backward completes them\n",
+               "data-parallel", c->D, how, tr->sync.n_buckets, (double)q->bucket_bytes / 1048576.0);
+    }
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
@@ -553,6 +591,7 @@ static void check_memory(Trainer* tr) {
     schedule_free(&sch);
     if (tr->comp.method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
     double mine = stage_planned_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
     int bad = 0;
@@ -582,6 +621,7 @@ static void check_memory(Trainer* tr) {
 // rank), the start-up table
 static void open_outputs(Trainer* tr) {
     check_memory(tr); // before the output folder is touched: a run that cannot fit changes nothing
+    if (tr->use_sync) dp_sync_init(&tr->sync, &tr->sync_cfg, &tr->comm, &tr->stage); // (a resume fills its residuals)
     TrainArgs* a = &tr->a;
     char log_path[OUTDIR_PATH_CAP + 16], err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
@@ -605,7 +645,7 @@ static void open_outputs(Trainer* tr) {
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
     tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
-        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, err, sizeof(err));
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, tr->use_sync ? &tr->sync : NULL, err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
         if (tr->start_step >= a->steps)
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
@@ -645,6 +685,7 @@ static void make_executor(Trainer* tr) {
     ex->stage = &tr->stage;
     ex->link = tr->link;
     ex->dp = tr->dp;
+    ex->sync = tr->use_sync ? &tr->sync : NULL;
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
     ex->comp = tr->synthetic || tr->comp.method == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
@@ -734,7 +775,7 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
         if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("%s\n", msg);
-        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state)) exit(1);
+        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state, tr->use_sync ? &tr->sync : NULL)) exit(1);
     }
     fflush(stdout);
 }
@@ -767,18 +808,24 @@ static double drift_measure(Trainer* tr, int t) {
     ex->comp = saved.comp, ex->on_step = saved.on_step, ex->trace = saved.trace, ex->drift_step = saved.drift_step, ex->gradient_only = 0;
     stage_use_compensation(st, saved.comp);
     tr->redone += a->grad_accum;
-    DriftUnit* mine = (DriftUnit*)calloc_check(L + 2, sizeof(DriftUnit));
-    DriftUnit* all = (DriftUnit*)calloc_check(L + 2, sizeof(DriftUnit));
+    DriftUnit* mine = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2): applied vs exact, then int8 vs fp32 sync
+    DriftUnit* all = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit));
     drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
+    if (ex->drift_synced) memcpy(mine + L + 2, ex->drift_sync, (L + 2) * sizeof(DriftUnit));
     CommRequest r;
     memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, (const double*)mine, (double*)all, 4 * (L + 2), &r); // each unit from the one stage that holds it
+    comm_pipe_sum_start(&tr->comm, (const double*)mine, (double*)all, 8 * (L + 2), &r); // each unit from the one stage that holds it
     comm_wait(&tr->comm, &r);
     double min_cos = 2.0;
-    int worst = 0;
-    for (int u = 0; u < L + 2; u++)
-        if (drift_cosine(&all[u]) < min_cos) min_cos = drift_cosine(&all[u]), worst = u;
-    if (g_rank == 0) report_drift(&tr->rep, t + 1, all, L + 2, worst);
+    for (int half = 0; half < 1 + ex->drift_synced; half++) {
+        DriftUnit* units = all + half * (L + 2);
+        int worst = 0;
+        for (int u = 0; u < L + 2; u++)
+            if (drift_cosine(&units[u]) < drift_cosine(&units[worst])) worst = u;
+        if (!half) min_cos = drift_cosine(&units[worst]);
+        if (g_rank == 0) report_drift(&tr->rep, t + 1, units, L + 2, worst, half);
+    }
+    ex->drift_synced = 0;
     free(mine);
     free(all);
     stage_zero_grad(st, k);
@@ -789,8 +836,8 @@ static double drift_measure(Trainer* tr, int t) {
 
 // The guard refused step t's update (executor.h): nothing of that step or after it in the chunk was
 // applied, so the weights and moments are those before it, on every stage. The stage drops what the
-// chunk left (stashes, gradients), the data loaders skip step t's micro-batches, the window halves,
-// and the run goes on from step t. Rollbacks in a row at W = 0 stop it, the last checkpoint intact
+// chunk left (stashes, gradients; the int8 sync's residuals, which hold the refused step's rounding),
+// the data loaders skip step t's micro-batches, the window halves, and the run goes on from step t. Rollbacks in a row at W = 0 stop it, the last checkpoint intact
 // (none is written on this path). Returns the step to go on from.
 static int rollback(Trainer* tr, int chunk_start, int chunk) {
     TrainArgs* a = &tr->a;
@@ -804,6 +851,7 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
         fatal_all("step %d: %s, %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
                   t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row, a->max_rollbacks, a->out_dir);
     stage_discard(&tr->stage);
+    if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);
     if (tr->ex.data) {
         char err[256];
         DataLoaderState before;
@@ -841,7 +889,7 @@ static int train(Trainer* tr) {
         if (step + chunk > a->steps) chunk = a->steps - step;
         ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_now, .first_step = step, .n_steps = chunk,
                                .stage_W = windows};
-        check_grad_cache(a, &shape); // again: --aew auto has chosen its window by now
+        check_grad_cache(tr, &shape); // again: --aew auto has chosen its window by now
         Schedule sch;
         if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
         tr->ex.losses = rs->losses;
@@ -940,6 +988,7 @@ static void write_trace(Trainer* tr) {
 static void teardown(Trainer* tr) {
     if (tr->link != &tr->mpi_link) cuda_link_free(tr->link);
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
+    if (tr->use_sync) dp_sync_free(&tr->sync);
     stage_destroy(&tr->stage);
     if (tr->log) fclose(tr->log);
     executor_free(&tr->ex);

@@ -277,15 +277,25 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
     }
 }
 
-void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g,
+static void unit_done(const GPT2UnitHook* hook, int unit) {
+    if (hook) hook->done(hook->ctx, unit);
+}
+
+void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
                           ParameterTensors* grads, float* dwte_head) {
-    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0;
+    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0, L = cfg->num_layers;
     int BT = B * T, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
+    if (r->has_embed) { // first: it reads only dx_in (and touches no other tensor), so its unit can travel soonest
+        encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C);
+        unit_done(hook, 0);
+    }
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
         matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp);
         layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C);
+        unit_done(hook, L + 2);
+        unit_done(hook, L + 1);
     }
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
@@ -297,6 +307,6 @@ void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2A
         matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C);
         layernorm_backward_weight(grads->ln1w + l * c, grads->ln1b + l * c, g->dln1 + l * BTC, residual,
                                   a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+        unit_done(hook, 1 + r->l0 + l);
     }
-    if (r->has_embed) encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C);
 }

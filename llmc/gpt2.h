@@ -132,10 +132,18 @@ float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a)
 // Fills g (incl. g->dx_in unless first stage). Weights are read, not written.
 void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, const GPT2Acts* a,
                          GPT2GradActs* g, const float* dx_out, float dloss);
+// told by gpt2_backward_weight as each unit's weight gradient is complete (0 the embeddings, 1 + l
+// layer l, L + 1 the final LayerNorm, L + 2 the LM head's share of wte), in the order computed: the
+// embeddings (their gradient needs only dx_in), the head, then the layers from the last: a caller
+// may send a finished unit while the rest is computed
+typedef struct {
+    void (*done)(void* ctx, int unit);
+    void* ctx;
+} GPT2UnitHook;
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to
 // dwte_head (Vp, C) (the tied embedding: summed with the encoder's share once per step), the
-// encoder's share to grads->wte.
-void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g,
+// encoder's share to grads->wte. hook: NULL, or told of each unit as it is done.
+void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
                           ParameterTensors* grads, float* dwte_head);
 
 #ifdef __cplusplus

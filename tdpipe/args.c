@@ -57,9 +57,12 @@ static const ArgSpec SPECS[] = {
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
     {"logging", 0, "trace", "logging.trace", A_STR, F(trace_path), 0, 0, "", "write a Chrome trace (Perfetto) of every pipeline op to FILE"},
     {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
-    {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "1f1b", "gpipe | 1f1b | zbh1 | tdpipe"},
+    {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "", "gpipe | 1f1b | zbh1 | tdpipe (default: 1f1b; tdpipe when --aew is given)"},
     {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches, or auto (W = ceil(P (1 - beta)))"},
-    {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_INT, F(grad_cache), 0, 1024, "0", "gradient-cache slots per stage; 0 = as many as the schedule needs"},
+    {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_STR, F(grad_cache), 0, 0, "0", "gradient-cache slots per stage (0 = as many as the schedule needs), or with a unit (4MB) the gradient sync's bucket size"},
+    {"pipeline", 0, "grad-quant", "pipeline.grad_quant", A_STR, F(grad_quant), 0, 0, "none", "how replicas average gradients: none (fp32) | int8 (blocks with an fp32 scale, two-shot, in buckets overlapped with backward)"},
+    {"pipeline", 0, "quant-block", "pipeline.quant_block", A_INT, F(quant_block), 1, 1 << 20, "256", "elements per int8 block (one fp32 absmax scale each)"},
+    {"pipeline", 0, "error-feedback", "pipeline.error_feedback", A_INT, F(error_feedback), 0, 1, "1", "int8: add what the rounding dropped to the next step's gradient (0/1)"},
     {"pipeline", 0, "partition", "pipeline.partition", A_STR, F(partition), 0, 0, "auto", "layers per stage: auto (cost model + DP) | uniform | 4,4,3,1"},
     {"pipeline", 0, "rank-speed", "pipeline.rank_speed", A_STR, F(rank_speed), 0, 0, "", "relative speed of each stage's rank for --partition auto, e.g. 1,1,0.5,1 (default: all 1)"},
     {"pipeline", 0, "rank-mem", "pipeline.rank_mem", A_STR, F(rank_mem), 0, 0, "", "GiB each stage's rank may use for --partition auto, e.g. 8,8,4,8 (default: unlimited)"},
@@ -149,6 +152,35 @@ void args_print_help(FILE* f) {
         else fprintf(f, "  %-26s %s (default: %s)\n", names, s->help, s->def[0] ? s->def : "none");
     }
     fprintf(f, "\n  -h, --help                 this text\n");
+}
+
+int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen) {
+    static const struct {
+        const char* unit;
+        double bytes;
+    } UNITS[] = {{"B", 1}, {"KB", 1024}, {"KiB", 1024}, {"MB", 1048576}, {"MiB", 1048576}, {"GB", 1073741824}, {"GiB", 1073741824}};
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    *slots = 0;
+    *bucket_bytes = 0;
+    if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
+        return td_error(err, errlen, "--grad-cache %s: expected a count of gradient-cache slots (0 to 1024) or a bucket size with a unit (4MB)", s);
+    while (*end == ' ') end++;
+    if (!*end) {
+        if (v != floor(v) || v > 1024) return td_error(err, errlen, "--grad-cache %s: a slot count is a whole number from 0 to 1024", s);
+        *slots = (int)v;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++)
+        if (!strcmp(end, UNITS[i].unit)) {
+            double bytes = v * UNITS[i].bytes;
+            if (bytes < 4 || bytes > 1099511627776.0)
+                return td_error(err, errlen, "--grad-cache %s: a bucket holds at least one fp32 value (4 B) and at most 1 TiB", s);
+            *bucket_bytes = (size_t)bytes;
+            return 0;
+        }
+    return td_error(err, errlen, "--grad-cache %s: unknown unit '%s' (B, KB, MB, GB; KiB, MiB, GiB)", s, end);
 }
 
 static const ArgSpec* find_flag(const char* arg) {

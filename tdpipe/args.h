@@ -40,9 +40,12 @@ typedef struct {
     char config_path[1024];   // --config
     // pipeline
     int stages;               // --stages P (the rank count is P x D)
-    char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe
+    char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe ("": 1f1b, or tdpipe when --aew is given)
     char aew[16];             // --aew W|auto  TD-Pipe's asynchronous execution window
-    int grad_cache;           // --grad-cache  gradient-cache slots; 0 = what the schedule needs
+    char grad_cache[32];      // --grad-cache N|SIZE  gradient-cache slots (0 = what the schedule needs), or with a unit (4MB) the sync's bucket size
+    char grad_quant[8];       // --grad-quant none|int8  how gradients travel between replicas
+    int quant_block;          // --quant-block N  elements per int8 block (one fp32 scale each)
+    int error_feedback;       // --error-feedback 0|1  int8: the rounding's residual into the next step
     char partition[256];      // --partition auto|uniform|4,4,3,1
     char rank_speed[256];     // --rank-speed 1,1,0.5,1  relative speed of each stage's rank (partition)
     char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
@@ -73,6 +76,10 @@ void args_defaults(TrainArgs* a);
 // prints a message naming the flag and exits 1 on a bad flag or value; exits 0 after --help
 void args_parse(TrainArgs* a, int argc, char** argv);
 void args_print_help(FILE* f);
+// --grad-cache: a count (gradient-cache slots: *slots, *bucket_bytes 0) or a size with a unit, B, KB,
+// MB, GB (powers of 1024; KiB, MiB, GiB too): the gradient sync's bucket size (*bucket_bytes, *slots
+// 0). 0, or -1 with a message naming the value.
+int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen);
 // sets one setting by its long name from a string value (used by the YAML config); returns 0, or -1
 // with a message in err naming the key and problem
 int args_set(TrainArgs* a, const char* long_name, const char* value, char* err, size_t errlen);

@@ -86,12 +86,18 @@ static void check_received(const MPI_Status* st, size_t bytes) {
 }
 #endif
 
-static void check_peer(const Comm* c, int peer_stage, int tag, size_t bytes, const char* what) {
-    if (peer_stage < 0 || peer_stage >= c->P)
-        td_fatal("%s: stage %d does not exist (P = %d)", what, peer_stage, c->P);
-    if (peer_stage == c->stage)
-        td_fatal("%s: stage %d addressed itself (%s)", what, peer_stage,
-                 c->P == 1 ? "a single stage has no pipeline peers" : "pipeline messages go to other stages");
+// a point-to-point peer: a stage of this replica's pipeline, or a replica of this stage
+typedef struct {
+    const char* kind; // "stage" or "replica"
+    int count, me;    // P and this stage, or D and this replica
+    void* group;      // (MPI_Comm*) the group they are ranked in
+} PeerGroup;
+static PeerGroup pipe_peers(const Comm* c) { return (PeerGroup){"stage", c->P, c->stage, c->pipe_comm}; }
+static PeerGroup dp_peers(const Comm* c) { return (PeerGroup){"replica", c->D, c->replica, c->dp_comm}; }
+
+static void check_peer(PeerGroup g, int peer, int tag, size_t bytes, const char* what) {
+    if (peer < 0 || peer >= g.count) td_fatal("%s: %s %d does not exist (%d of them)", what, g.kind, peer, g.count);
+    if (peer == g.me) td_fatal("%s: %s %d addressed itself (messages go to other %ss)", what, g.kind, peer, g.kind);
 #ifdef TD_MPI
     if (tag < 0 || tag > g_tag_ub) td_fatal("%s: tag %d outside [0, %d]", what, tag, g_tag_ub);
 #else
@@ -218,36 +224,39 @@ int comm_max(Comm* c, int value) {
 
 // --- the pipeline -------------------------------------------------------------------------------
 
-void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    check_peer(c, peer_stage, tag, bytes, "comm_isend");
+// MPI_Isend / MPI_Irecv to `peer` of group g (recv: the size checked on arrival)
+static void p2p_start(Comm* c, PeerGroup g, int recv, void* buf, size_t bytes, int peer, int tag, CommRequest* r, const char* fn) {
+    check_peer(g, peer, tag, bytes, fn);
 #ifdef TD_MPI
     MPI_Request req;
-    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_isend"), &req));
+    MPI_Comm comm = comm_of(g.group, fn);
+    if (recv) MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &req));
+    else MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &req));
     char what[80];
-    snprintf(what, sizeof what, "a send of %zu bytes to stage %d (tag %d)", bytes, peer_stage, tag);
-    request_store(r, req, -1, what);
+    snprintf(what, sizeof what, recv ? "a message of %zu bytes from %s %d (tag %d)" : "a send of %zu bytes to %s %d (tag %d)", bytes, g.kind, peer, tag);
+    request_store(r, req, recv ? (int64_t)bytes : -1, what);
 #else
+    (void)c;
     (void)buf;
     (void)r;
+    (void)recv;
 #endif
 }
 
+void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    p2p_start(c, pipe_peers(c), 0, (void*)buf, bytes, peer_stage, tag, r, "comm_isend");
+}
 void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    check_peer(c, peer_stage, tag, bytes, "comm_irecv");
-#ifdef TD_MPI
-    MPI_Request req;
-    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_irecv"), &req));
-    char what[80];
-    snprintf(what, sizeof what, "a message of %zu bytes from stage %d (tag %d)", bytes, peer_stage, tag);
-    request_store(r, req, (int64_t)bytes, what);
-#else
-    (void)buf;
-    (void)r;
-#endif
+    p2p_start(c, pipe_peers(c), 1, buf, bytes, peer_stage, tag, r, "comm_irecv");
+}
+void comm_dp_isend(Comm* c, const void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r) {
+    p2p_start(c, dp_peers(c), 0, (void*)buf, bytes, peer_replica, tag, r, "comm_dp_isend");
+}
+void comm_dp_irecv(Comm* c, void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r) {
+    p2p_start(c, dp_peers(c), 1, buf, bytes, peer_replica, tag, r, "comm_dp_irecv");
 }
 
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag) {
-    check_peer(c, peer_stage, tag, bytes, "comm_recv");
 #ifdef TD_MPI
     CommRequest r;
     comm_irecv(c, buf, bytes, peer_stage, tag, &r);
@@ -401,7 +410,7 @@ void comm_mpi_link(Comm* c, CommLink* out) {
 static void link_post(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r, int send) {
     const char* what = send ? "comm_link_isend" : "comm_link_irecv";
     if (!link) td_fatal("%s: no link given", what);
-    check_peer(c, peer_stage, 0, bytes, what);
+    check_peer(pipe_peers(c), peer_stage, 0, bytes, what);
     if (channel < 0 || channel >= COMM_LINK_CHANNELS) td_fatal("%s: channel %d does not exist", what, channel);
     if (send) link->isend(link->ctx, channel, buf, bytes, peer_stage, r);
     else link->irecv(link->ctx, channel, buf, bytes, peer_stage, r);
@@ -481,6 +490,16 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
 }
 
 // a few values: every replica gathers all D copies and averages them in replica order itself
+double comm_dp_average_bytes(const Comm* c, size_t n) {
+    double total = 0.0;
+    for (size_t off = 0; off < n; off += COMM_DP_PIECE) { // as comm_dp_average cuts its rounds
+        size_t m = n - off < COMM_DP_PIECE ? n - off : COMM_DP_PIECE, mine, o;
+        comm_dp_chunk(m, c->D, c->replica, &mine, &o);
+        total += 2.0 * 4.0 * ((double)(m - mine) + (double)(c->D - 1) * (double)mine); // all-to-all, then all-gather: each sends and receives
+    }
+    return c->D > 1 ? total : 0.0;
+}
+
 void comm_dp_average_double(Comm* c, double* buf, int n) {
     if (n < 0) td_fatal("comm_dp_average_double: n = %d", n);
     if (c->D == 1 || n == 0) return;

@@ -87,9 +87,15 @@ void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 
 // --- the data-parallel group -------------------------------------------------------------------
+// point-to-point messages between this stage's replicas (peers named by replica index); they match
+// by tag and, for one tag, in the order they were posted
+void comm_dp_isend(Comm* c, const void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r);
+void comm_dp_irecv(Comm* c, void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r);
 // buf (n) <- (buf_0 + buf_1 + ... + buf_{D-1}) / D over this stage's replicas, summed in replica
 // order so every replica gets bitwise the same result (reduce-scatter, then all-gather)
 void comm_dp_average(Comm* c, float* buf, size_t n);
+// the bytes this replica sends plus receives in comm_dp_average of n floats (and NCCL's equivalent)
+double comm_dp_average_bytes(const Comm* c, size_t n);
 // the same for a few doubles (losses, statistics)
 void comm_dp_average_double(Comm* c, double* buf, int n);
 

@@ -4,21 +4,21 @@
 #include <math.h>
 #include <string.h>
 
+void drift_compare_add(const float* a, const float* e, size_t n, DriftUnit* u) {
+    for (size_t j = 0; j < n; j++) {
+        double x = a[j], y = e[j];
+        u->dot += x * y;
+        u->aa += x * x;
+        u->bb += y * y;
+        u->dd += (x - y) * (x - y);
+    }
+}
+
 void drift_compare(const Stage* st, const float* applied, const float* exact, DriftUnit* out) {
     StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
     int n = stage_slices(st, sl);
     memset(out, 0, (st->cfg.num_layers + 2) * sizeof(DriftUnit));
-    for (int i = 0; i < n; i++) {
-        DriftUnit* u = &out[sl[i].unit];
-        const float *a = applied + sl[i].off, *e = exact + sl[i].off;
-        for (size_t j = 0; j < sl[i].n; j++) {
-            double x = a[j], y = e[j];
-            u->dot += x * y;
-            u->aa += x * x;
-            u->bb += y * y;
-            u->dd += (x - y) * (x - y);
-        }
-    }
+    for (int i = 0; i < n; i++) drift_compare_add(applied + sl[i].off, exact + sl[i].off, sl[i].n, &out[sl[i].unit]);
 }
 
 double drift_cosine(const DriftUnit* u) {

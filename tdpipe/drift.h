@@ -16,6 +16,8 @@ typedef struct {
 // this stage's units of applied and exact (num_params each, the stage's flat layout) into out (L + 2);
 // units it does not hold stay 0
 void drift_compare(const Stage* st, const float* applied, const float* exact, DriftUnit* out);
+// a (n) against e (n) added into u
+void drift_compare_add(const float* a, const float* e, size_t n, DriftUnit* u);
 // the cosine and the relative L2 error |a - e| / |e| of a unit (1 and 0 for two zero gradients)
 double drift_cosine(const DriftUnit* u);
 double drift_rel_err(const DriftUnit* u);

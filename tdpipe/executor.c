@@ -4,9 +4,10 @@
 //
 // How a step's gradient becomes an update without a blocking call that spans the pipeline:
 //   post(t), after the stage's last backward of step t: average gradient slot k over the D replicas
-//     (blocking, but only among this stage's replicas, which all post in step order), exchange the
-//     tied embedding's shares, and start a nonblocking sum over the pipeline of [loss, per-unit
-//     sums of squares];
+//     (only among this stage's replicas, which all post in step order: blocking fp32, or the bucketed
+//     sync of tdpipe/dp_sync.h, whose buckets left during that backward as it completed their units,
+//     so post waits only for what backward did not hide), exchange the tied embedding's shares, and
+//     start a nonblocking sum over the pipeline of [loss, per-unit sums of squares];
 //   U(t): wait for that sum (it needs every stage's post(t), which every schedule puts before any
 //     U(t)), clip, apply AdamW, zero the slot for a later step.
 // A stage blocked in U(t) waits only for other stages' backwards of step t, never for their U(t):
@@ -36,9 +37,11 @@
 
 enum { TAG_STATS = 4 }; // step statistics to world rank 0 (pipeline messages travel the link by channel)
 
-// a stage's share of one step: compute seconds, seconds since its previous update, max staleness
+// a stage's share of one step: compute seconds, seconds since its previous update, max staleness,
+// and its replicas' average (tdpipe/dp_sync.h: DpSyncStats)
 typedef struct {
     double busy, span, staleness;
+    double dp_bytes, dp_wait, dp_span, dp_entropy;
 } StepStats;
 
 // what the pipeline sums at post(t): each element has one contributor (the loss the last stage, each
@@ -104,6 +107,7 @@ typedef struct {
     DataLoaderState* data_at; // (n_steps) the loader's position before each step's first micro-batch (ranks with data)
     double* rep_bubble;   // world rank 0: (P) the report's per-stage figures
     int* rep_stale;       // world rank 0: (P)
+    double* rep_dp;       // world rank 0: (3, P) the replicas' average per stage: bytes, wait, span
     int cap_slots, cap_steps, cap_mb, cap_P; // what the buffers above hold (they outlive a run)
 } Run;
 
@@ -218,6 +222,7 @@ static void predict_weights(Run* r) {
 // ---- the ops ---------------------------------------------------------------------------------------
 
 static void post_ready(Run* r);
+static int step_compensated(const Run* r, StaleMethod m, int t);
 
 // F: the micro-batch's tokens (first and last stage) and its input (later stages) in; the stage's
 // layers with the weights of op->version (a stash when the window let an update happen since);
@@ -258,6 +263,17 @@ static void grad_done(Run* r, const Op* op, int slot) {
     post_ready(r);
 }
 
+// 1 when op completes its step's gradient here and the replicas' average may start inside it, bucket
+// by bucket as backward completes units: not where the gradient is a device's (its host copy is made
+// after the step), not on --inject-nan's step (post writes the fault first), not under DC-ASGD (post corrects the whole gradient first),
+// the drift monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass
+static int sync_overlaps(const Run* r, const Op* op) {
+    const Executor* ex = r->ex;
+    return ex->sync && r->D > 1 && !ex->gradient_only && op->kind != OP_BI && stage_grads_readable_during_backward(r->st) &&
+           step_of((Run*)r, op->step)->grad_ops_left == 1 &&
+           op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
+}
+
 // B or BI: the gradient of the output in (off the last stage); the input-gradient half of backward
 // with the weights the forward used; the gradient of the input on its way upstream before the
 // weight-gradient half, so the stage upstream goes on sooner. B then accumulates the weight gradient
@@ -276,8 +292,12 @@ static void op_backward(Run* r, const Op* op) {
         if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
         if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
     }
-    if (op->kind != OP_BI && !r->halted) // DC-ASGD reads the weights here too
-        stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL);
+    if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
+        GPT2UnitHook hook = {dp_sync_unit_done, r->ex->sync};
+        int overlap = sync_overlaps(r, op);
+        if (overlap) dp_sync_begin(r->ex->sync, stage_grad_slot(st, op->step), op->step);
+        stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
+    }
     if (op->kind != OP_BW) weights_done(r, slot);
     computed(r, op, t0);
     if (op->kind != OP_BI) grad_done(r, op, slot);
@@ -319,6 +339,53 @@ static int step_compensated(const Run* r, StaleMethod m, int t) {
     return 0;
 }
 
+// with an int8 sync on the drift monitor's step: the local gradient's fp32 average, to compare with
+// what the int8 sync makes of it (executor.h: drift_sync)
+static void drift_fp32_average(Run* r) {
+    Executor* ex = r->ex;
+    DpSync* ds = ex->sync;
+    size_t n = r->st->num_params, vc = ds->head ? r->st->sizes[0] : 0;
+    if (!ex->drift_fp32) ex->drift_fp32 = (float*)malloc_check((n + vc) * sizeof(float));
+    memcpy(ex->drift_fp32, ds->grads, n * sizeof(float));
+    if (vc) memcpy(ex->drift_fp32 + n, ds->head, vc * sizeof(float));
+    comm_dp_average(ex->comm, ex->drift_fp32, n + vc);
+}
+static void drift_sync_compare(Run* r) {
+    Executor* ex = r->ex;
+    DpSync* ds = ex->sync;
+    int L = r->st->cfg.num_layers;
+    if (!ex->drift_sync) ex->drift_sync = (DriftUnit*)malloc_check((L + 2) * sizeof(DriftUnit));
+    drift_compare(r->st, ds->grads, ex->drift_fp32, ex->drift_sync);
+    if (ds->head) drift_compare_add(ds->head, ex->drift_fp32 + r->st->num_params, r->st->sizes[0], &ex->drift_sync[0]);
+    ex->drift_synced = 1;
+}
+
+// the replicas' average of slot k at post(t): the sync (begun inside the last backward, or now) or
+// the blocking fp32 average; the bytes and the waiting into the step's figures
+static void replicas_average(Run* r, int t, int k) {
+    Executor* ex = r->ex;
+    StepStats* s = &step_of(r, t)->stats;
+    if (!ex->sync || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
+        double t0 = now_seconds();
+        ex->dp.average(ex->dp.ctx, r->st, k);
+        s->dp_wait = s->dp_span = now_seconds() - t0;
+        s->dp_bytes = comm_dp_average_bytes(ex->comm, r->st->num_params) + (r->last ? comm_dp_average_bytes(ex->comm, r->st->sizes[0]) : 0.0);
+        s->dp_entropy = NAN;
+        return;
+    }
+    DpSync* ds = ex->sync;
+    if (!ds->active) dp_sync_begin(ds, k, t);
+    int drift = t == ex->drift_step && ds->cfg.quant == GRAD_QUANT_INT8;
+    if (drift) drift_fp32_average(r);
+    DpSyncStats d = dp_sync_finish(ds);
+    if (drift) drift_sync_compare(r);
+    if (d.nonfinite && !r->halted)
+        fprintf(stderr, "stage %d replica %d: %zu gradient values of step %d are not finite: their int8 blocks are not quantized (NaN), so the "
+                        "average is NaN there and the guard refuses the step\n",
+                r->s, ex->comm->replica, d.nonfinite, t + 1);
+    *s = (StepStats){.dp_bytes = d.bytes, .dp_wait = d.wait, .dp_span = d.span, .dp_entropy = d.entropy};
+}
+
 // post(t): the stage's gradient of step t is complete
 static void post_step(Run* r, int t) {
     Executor* ex = r->ex;
@@ -326,7 +393,12 @@ static void post_step(Run* r, int t) {
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t), L = st->cfg.num_layers;
     if (step_compensated(r, STALE_DCASGD, t) && !r->halted) stage_dc_correct(st, k); // the weights now current are those U(t) applies to
-    if (r->D > 1) ex->dp.average(ex->dp.ctx, st, k);
+    if (ex->inject_nan == t + 1 && r->first) { // (tests; STEP is 1-based, as the step lines are) a NaN in stage 0's gradient,
+        stage_host_grads(st, k, NULL)[0] = NAN; // seen by every rank through the average and the norm's sum
+        stage_host_grads_done(st, k);
+        ex->inject_nan = 0;
+    }
+    if (r->D > 1) replicas_average(r, t, k);
     double* small = gns_small(ss->mine, L); // summed over the step's backwards already
     if (ex->gns) { // the large-batch term on the replicas' average, the small-batch term averaged over them
         stage_gns_units(st, k, gns_big(ss->mine, L));
@@ -337,10 +409,6 @@ static void post_step(Run* r, int t) {
     ss->mine->loss = 0.0;
     memset(ss->mine->units, 0, (L + 2) * sizeof(double));
     stage_grad_unit_sumsq(st, k, ss->mine->units);
-    if (ex->inject_nan == t + 1 && r->first) { // STEP is 1-based, as the step lines are // (tests) a fault in one rank's gradient, seen by every rank through the sum
-        ss->mine->units[0] = NAN;
-        ex->inject_nan = 0;
-    }
     if (r->last) { // the step's loss, averaged over the replicas here: U(t) has no collective among replicas
         ss->mine->loss = ss->loss_sum / r->sch->M;
         if (r->D > 1) comm_dp_average_double(ex->comm, &ss->mine->loss, 1);
@@ -445,7 +513,9 @@ static void op_update(Run* r, const Op* op) {
         predict_weights(r);
     }
     double now = now_seconds();
-    ss->stats = (StepStats){r->busy, now - r->last_u, ss->max_stale};
+    ss->stats.busy = r->busy; // (its dp_ figures came at post)
+    ss->stats.span = now - r->last_u;
+    ss->stats.staleness = ss->max_stale;
     r->busy = 0.0;
     r->last_u = now;
     ss->updated = 1;
@@ -478,6 +548,16 @@ static void report_ready(Run* r, int wait_all) {
             total += p->span;
         }
         rep.bubble_all = total > 0 ? 1.0 - busy / total : 0.0;
+        for (int s = 0; s < r->P; s++) {
+            r->rep_dp[s] = ss->peer[s].dp_bytes;
+            r->rep_dp[r->P + s] = ss->peer[s].dp_wait;
+            r->rep_dp[2 * r->P + s] = ss->peer[s].dp_span;
+        }
+        rep.D = r->D;
+        rep.dp_bytes = r->rep_dp;
+        rep.dp_wait = r->rep_dp + r->P;
+        rep.dp_span = r->rep_dp + 2 * r->P;
+        rep.dp_entropy = ss->peer[0].dp_entropy;
         rep.refused = ss->refused;
         rep.b_simple = ss->b_simple;
         rep.skipped = ss->skipped;
@@ -557,7 +637,8 @@ static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     if (P > r->cap_P) {
         r->rep_bubble = (double*)realloc(r->rep_bubble, P * sizeof(double));
         r->rep_stale = (int*)realloc(r->rep_stale, P * sizeof(int));
-        if (!r->rep_bubble || !r->rep_stale) td_fatal("out of memory for %d stages' reports", P);
+        r->rep_dp = (double*)realloc(r->rep_dp, 3 * P * sizeof(double));
+        if (!r->rep_bubble || !r->rep_stale || !r->rep_dp) td_fatal("out of memory for %d stages' reports", P);
         for (int t = 0; t < r->cap_steps; t++) { // the per-step arrays sized by P grow with it
             r->steps[t].peer = (StepStats*)realloc(r->steps[t].peer, P * sizeof(StepStats));
             r->steps[t].peer_req = (CommRequest*)realloc(r->steps[t].peer_req, P * sizeof(CommRequest));
@@ -626,6 +707,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
         ss->posted = ss->updated = ss->refused = ss->skipped = 0;
         memset(ss->mine, 0, pipe_sums_n(r->st->cfg.num_layers) * sizeof(double));
         ss->loss_sum = 0.0;
+        ss->stats = (StepStats){.dp_entropy = NAN};
         ss->max_stale = 0;
         if (r->report)
             for (int s = 1; s < r->P; s++) comm_irecv(c, &ss->peer[s], sizeof(StepStats), s, TAG_STATS, &ss->peer_req[s]);
@@ -666,10 +748,14 @@ void executor_free(Executor* ex) {
     free(r->slot_of);
     free(r->rep_bubble);
     free(r->rep_stale);
+    free(r->rep_dp);
     free(r);
     ex->run = NULL;
     free(ex->drift_applied);
-    ex->drift_applied = NULL;
+    free(ex->drift_fp32);
+    free(ex->drift_sync);
+    ex->drift_applied = ex->drift_fp32 = NULL;
+    ex->drift_sync = NULL;
 }
 
 static double cv(const OpTimes* t) {

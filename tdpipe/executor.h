@@ -6,6 +6,8 @@
 #include "llmc/adamw.h"
 #include "llmc/dataloader.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/dp_sync.h"
+#include "tdpipe/drift.h"
 #include "tdpipe/gns.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
@@ -60,6 +62,11 @@ typedef struct {
     int refused;           // 1: the guard refused this step's update (reason in the executor's halt_reason)
     double b_simple;       // the gradient noise scale after this step (--gns; NaN when not estimated)
     int skipped;           // 1: after a refused step, in the same chunk: nothing computed
+    int D;                 // replicas per stage: the figures below mean something when D > 1
+    const double* dp_bytes;// (P) per stage (its replica 0): bytes its replicas' gradient average sent and received
+    const double* dp_wait; // (P) seconds the stage waited for that average after its last backward (exposed)
+    const double* dp_span; // (P) seconds from its first bucket posted to its last one done
+    double dp_entropy;     // stage 0's int8 values' entropy in bits per value (NaN: not measured this step)
 } StepReport;
 
 // AdamW and the schedule of its learning rate
@@ -75,7 +82,8 @@ typedef struct {
     Stage* stage;          // this rank's stage, on whatever device
     DataLoader* data;      // the training data of the first and last stage; NULL where none is read
     const CommLink* link;  // carries activations, gradients and the tied shares between stages' buffers
-    StageDpAverage dp;     // the replicas' average of a gradient slot (used when D > 1)
+    StageDpAverage dp;     // the replicas' blocking fp32 average of a gradient slot (D > 1, sync NULL)
+    DpSync* sync;          // NULL, or the bucketed two-shot average (fp32 or int8) that overlaps backward
     OptimConfig optim;
     const StaleComp* comp; // staleness compensation (tdpipe/staleness.h), the stage's too; NULL: none
     float spike_z;         // the guard's spike threshold (0 = NaN and Inf only)
@@ -94,6 +102,12 @@ typedef struct {
     // its slot (the exact pass) instead of applying it
     int drift_step;        // -1: none
     float* drift_applied;
+    // with an int8 sync, at post(drift_step): the int8-synced gradient against the fp32 average of the
+    // same local gradients (drift_fp32: num_params + the LM head's share), per unit (L + 2; the head's
+    // share in unit 0, whose gradient it becomes); drift_synced says it was measured
+    float* drift_fp32;
+    DriftUnit* drift_sync;
+    int drift_synced;
     int gradient_only;
     ExecutorStats stats;   // measured over every run
     // after a run: the step whose update the guard refused, or -1, and why

@@ -30,6 +30,9 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
 // the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's `mine`
 // (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0
 void pipeline_gather(Pipeline* pl, const float* mine, float* full);
+// the same from replica `replica`'s stages; with head (the last stage's (Vp, C) beside mine) not NULL,
+// that too, into full_head (world rank 0)
+void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);

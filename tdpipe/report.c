@@ -44,6 +44,16 @@ void report_step(void* reporter, const StepReport* r) {
         for (int s = 0; s < r->P; s++) fprintf(rep->log, "%s%d", s ? ", " : "", r->staleness[s]);
         fprintf(rep->log, "]");
         if (isfinite(r->b_simple)) fprintf(rep->log, ", \"gns_b_simple\": %.9g", r->b_simple);
+        if (r->D > 1) { // per stage: bytes sent + received by its replica 0, seconds exposed, seconds in flight
+            const char* keys[3] = {"dp_bytes", "dp_wait_ms", "dp_span_ms"};
+            const double* vals[3] = {r->dp_bytes, r->dp_wait, r->dp_span};
+            for (int i = 0; i < 3; i++) {
+                fprintf(rep->log, ", \"%s\": [", keys[i]);
+                for (int s = 0; s < r->P; s++) fprintf(rep->log, i ? "%s%.3f" : "%s%.0f", s ? ", " : "", i ? 1e3 * vals[i][s] : vals[i][s]);
+                fprintf(rep->log, "]");
+            }
+            if (isfinite(r->dp_entropy)) fprintf(rep->log, ", \"dp_entropy_bits\": %.4f", r->dp_entropy);
+        }
         fprintf(rep->log, "}\n");
         fflush(rep->log);
     }
@@ -71,18 +81,21 @@ static void unit_name(int u, int n, char* buf, size_t cap) {
     else snprintf(buf, cap, "layer %d", u - 1);
 }
 
-void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst) {
+void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync) {
+    const char* key = int8_sync ? "drift_int8" : "drift";
     char name[32];
     unit_name(worst, n, name, sizeof(name));
     double mean = 0.0;
     for (int u = 0; u < n; u++) mean += drift_cosine(&units[u]) / n;
-    printf("drift at step %d | cosine to the exact synchronous gradient: lowest %.6f (%s), mean %.6f | relative error there %.4g\n", step,
-           drift_cosine(&units[worst]), name, mean, drift_rel_err(&units[worst]));
+    printf("%s at step %d | cosine to %s: lowest %.6f (%s), mean %.6f | relative error there %.4g\n", int8_sync ? "int8 sync" : "drift", step,
+           int8_sync ? "the fp32 average of the same local gradients" : "the exact synchronous gradient", drift_cosine(&units[worst]), name, mean,
+           drift_rel_err(&units[worst]));
     fflush(stdout);
     if (!rep->log) return;
-    fprintf(rep->log, "{\"step\": %d, \"drift_min_cos\": %.9g, \"drift_mean_cos\": %.9g, \"drift_cos\": [", step, drift_cosine(&units[worst]), mean);
+    fprintf(rep->log, "{\"step\": %d, \"%s_min_cos\": %.9g, \"%s_mean_cos\": %.9g, \"%s_cos\": [", step, key, drift_cosine(&units[worst]), key, mean,
+            key);
     for (int u = 0; u < n; u++) fprintf(rep->log, "%s%.9g", u ? ", " : "", drift_cosine(&units[u]));
-    fprintf(rep->log, "], \"drift_rel_err\": [");
+    fprintf(rep->log, "], \"%s_rel_err\": [", key);
     for (int u = 0; u < n; u++) {
         double e = drift_rel_err(&units[u]);
         if (isfinite(e)) fprintf(rep->log, "%s%.9g", u ? ", " : "", e);

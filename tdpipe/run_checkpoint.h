@@ -3,6 +3,7 @@
 // independently of P and D), written by world rank 0 from every stage, read back by every rank.
 #pragma once
 #include "llmc/dataloader.h"
+#include "tdpipe/dp_sync.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/pipeline.h"
 #ifdef __cplusplus
@@ -31,13 +32,17 @@ typedef struct {
 // Collective. World rank 0 writes dir/ckpt_<step>.tdck (temporary file, fsync, rename) and prunes to
 // `keep`; train: the data loader whose position is saved (the first stage's). Returns 0 on every
 // rank, or -1 on every rank after rank 0 said why (the earlier checkpoints are untouched).
-int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state);
+// ef: the int8 sync whose error-feedback residuals go in too ("grad_ef" and one section per replica and
+// kind; NULL or a sync without them: none).
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state, const DpSync* ef);
 // Every rank reads the newest valid checkpoint of dir and takes its stage's slice (weights, moments,
 // version); train (or NULL): the data loader that continues from the saved position; state: TD-Pipe's
 // (kept as it is when the checkpoint has none, or when its window was asked for as another --aew).
 // Returns the step, or -1 with a message naming the file and the problem (a config this run does not
 // match).
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, char* err, size_t errlen);
+// ef (or NULL): the int8 sync whose residuals continue from the checkpoint's when it holds them for the
+// same D and block size; otherwise they start at zero and a note on stderr says why.
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

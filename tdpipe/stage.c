@@ -158,16 +158,18 @@ void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dl
     st->be->backward_input(st, op, slot, gacts, weights_of(st, op), dloss);
 }
 
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq) {
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook) {
     int k = stage_grad_slot(st, op->step);
     int dc = st->comp && staleness_applies(st->comp, STALE_DCASGD, op);
     if (!dc && !unit_sq) {
-        st->be->backward_weight(st, op, slot, gacts, k);
+        st->be->backward_weight(st, op, slot, gacts, k, hook);
         return;
     }
     if (!st->be->backward_weight_alone) td_fatal("the %s backend cannot compute a micro-batch's gradient alone (DC-ASGD, --gns)", st->be->name);
     st->be->backward_weight_alone(st, op, slot, gacts, k, dc ? weights_of(st, op) : STAGE_NO_DC, unit_sq);
 }
+
+int stage_grads_readable_during_backward(const Stage* st) { return st->be->host_memory; }
 
 void stage_gns_units(Stage* st, int k, double* out) {
     int L = st->cfg.num_layers;
@@ -178,7 +180,7 @@ void stage_gns_units(Stage* st, int k, double* out) {
 
 void stage_backward(Stage* st, const Op* op, int slot, float dloss) {
     stage_backward_input(st, op, slot, 0, dloss);
-    stage_backward_weight(st, op, slot, 0, NULL);
+    stage_backward_weight(st, op, slot, 0, NULL, NULL);
 }
 
 void stage_finish(Stage* st) {
@@ -313,14 +315,14 @@ int stage_slices(const Stage* st, StageSlice* out) {
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) off[i + 1] = off[i] + st->sizes[i];
     int n = 0, Ls = st->range.l1 - st->range.l0;
     if (st->range.has_embed) // unit 0: wte, wpe
-        for (int i = 0; i < 2; i++) out[n++] = (StageSlice){0, off[i], st->sizes[i]};
+        for (int i = 0; i < 2; i++) out[n++] = (StageSlice){0, i, off[i], st->sizes[i]};
     for (int l = 0; l < Ls; l++) // unit 1 + layer: its slice of the twelve per-layer tensors
         for (int i = 2; i < 14; i++) {
             size_t per_layer = st->sizes[i] / Ls;
-            out[n++] = (StageSlice){1 + st->range.l0 + l, off[i] + l * per_layer, per_layer};
+            out[n++] = (StageSlice){1 + st->range.l0 + l, i, off[i] + l * per_layer, per_layer};
         }
     if (st->range.has_head) // unit L + 1: lnfw, lnfb
-        for (int i = 14; i < 16; i++) out[n++] = (StageSlice){1 + st->cfg.num_layers, off[i], st->sizes[i]};
+        for (int i = 14; i < 16; i++) out[n++] = (StageSlice){1 + st->cfg.num_layers, i, off[i], st->sizes[i]};
     return n;
 }
 

@@ -40,7 +40,9 @@ typedef struct {
     // compute; forward reads the slot's tokens (stage_tokens) and, off the first stage, its input_msg
     float (*forward)(Stage* st, const Op* op, int slot, int stash, int targets_valid);
     void (*backward_input)(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss); // reads grad_msg(gacts) off the last stage
-    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k);
+    // hook: NULL, or told of each unit of slot k that is complete (gpt2.h: GPT2UnitHook); a backend
+    // whose gradient is not in host memory may ignore it
+    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook);
     void (*finish)(Stage* st); // returns when the compute enqueued so far has run (NULL: calls return when done)
     void (*probs)(Stage* st, int slot, int t, float* out); // (V) last stage: softmax of row 0's logits at position t
     // weights, gradients and the optimizer
@@ -170,8 +172,13 @@ void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dl
 // the weight-gradient half, accumulated into the gradient slot of op->step (under DC-ASGD, for a
 // compensated micro-batch, also into the slot's sums that stage_dc_correct applies); unit_sq (L + 3,
 // or NULL): the micro-batch's own gradient's squared norm per unit is added there (the gradient noise
-// scale's small-batch term), the tied LM head's share in unit L + 2
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq);
+// scale's small-batch term), the tied LM head's share in unit L + 2. hook (NULL: none): told of each
+// unit of the slot's gradient as it is complete, where the backend can (the CPU, computing into the
+// slot: not when the micro-batch's gradient is computed alone for DC-ASGD or unit_sq)
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook);
+// 1 when the slot's gradient is host memory that a hook may read as its units complete (the CPU);
+// elsewhere stage_host_grads is a copy, made once the step's backwards are all done
+int stage_grads_readable_during_backward(const Stage* st);
 // the gradient noise scale's large-batch term: slot k's squared norm per unit into out (L + 3), the
 // tied embedding's two shares apart (before they are summed): the encoder's in unit 0, the LM head's
 // in unit L + 2
@@ -212,7 +219,7 @@ void stage_grad_unit_sumsq(Stage* st, int k, double* out);
 // one slice of a stage's flat parameter layout (gpt2_param_sizes order) and the norm unit it belongs
 // to (units as stage_grad_unit_sumsq): what the units' sums fold, in the order they fold it
 typedef struct {
-    int unit;
+    int unit, tensor; // tensor: its index in gpt2_param_sizes' order
     size_t off, n;
 } StageSlice;
 #define STAGE_MAX_SLICES(Ls) (4 + 12 * (Ls))

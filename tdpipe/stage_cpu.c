@@ -143,9 +143,9 @@ static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int
     gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
 }
 
-static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
     CpuStage* c = cpu_of(st);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k]);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook, &c->gviews[k], c->dwte_head[k]);
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -203,7 +203,7 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &g, vc ? c->dc_g + n : NULL);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], NULL, &g, vc ? c->dc_g + n : NULL);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);

@@ -136,7 +136,7 @@ static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, in
     gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
     cuda_use_weights(c, -1);
 }
-static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (no hook: the gradient is on the GPU)
     gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts]);
 }
 static void cuda_finish(Stage* st) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device

@@ -34,7 +34,10 @@ static float staged_forward(Stage* st, const Op* op, int slot, int stash, int ta
 static void staged_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
     cpu()->backward_input(inner(st), op, slot, gacts, stash, dloss);
 }
-static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) { cpu()->backward_weight(inner(st), op, slot, gacts, k); }
+// (no hook: the gradient lives in the private memory, reached through a host copy only after the step)
+static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
+    cpu()->backward_weight(inner(st), op, slot, gacts, k, NULL);
+}
 static void staged_probs(Stage* st, int slot, int t, float* out) { cpu()->probs(inner(st), slot, t, out); }
 static void staged_stash(Stage* st, int i) { cpu()->stash(inner(st), i); }
 static void staged_sumsq(Stage* st, int k, double* out) { cpu()->grad_unit_sumsq(inner(st), k, out); }

@@ -132,7 +132,7 @@ static void test_executor(Comm* comm) {
             gpt2_backward_input(&CFG, &all, &ref.p, a, ga, NULL, 1.0f / ((float)B * T * M));
             memset(g1, 0, n * sizeof(float));
             memset(h1, 0, ref.sizes[0] * sizeof(float));
-            gpt2_backward_weight(&CFG, &all, a, ga, &g1v, h1);
+            gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, h1);
             small = units_sumsq(&ref, g1, h1, small_u);
             for (size_t i = 0; i < n; i++) acc[i] += g1[i];
             for (size_t i = 0; i < ref.sizes[0]; i++) head[i] += h1[i];

@@ -108,12 +108,12 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
             if (comp_on && comp->method == STALE_DCASGD) { // this micro-batch's gradient alone, then into the step's and the sums
                 memset(g1, 0, (n + vc) * sizeof(float));
-                gpt2_backward_weight(&CFG, &all, a, ga, &g1v, g1 + n);
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n);
                 dc_accumulate(grads, dc_a, dc_b, g1, w, n);
                 dc_accumulate(head, dc_a + n, dc_b + n, g1 + n, w, vc);
                 dc_any = 1;
             } else {
-                gpt2_backward_weight(&CFG, &all, a, ga, stage_cpu_grad_views(&s, 0), head);
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head);
             }
             lr_factor += comp_on && comp->method == STALE_LR ? 1.0 / (1.0 + delta) : 1.0;
         }

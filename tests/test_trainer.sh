@@ -70,7 +70,7 @@ refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
 refuse "a flag without its value" "-x needs a value" $BIN -x
 refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
 refuse "--device of an unknown kind" "--device tpu: expected auto, cpu or cuda" $BIN --device tpu
-refuse "-o under a regular file" "cannot create the output directory|not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
+refuse "-o under a regular file" "cannot create the folder: Not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
 help_all() { $BIN --help > "$TMP/help" && for f in -i -j -e -o -b -t -l -u -q -c -x -v -s -g -n -y --clip --seed --grad-accum --keep --config; do grep -q -- "$f" "$TMP/help" || return 1; done; }
 check "--help lists every flag" help_all
 check "--help shows defaults" grep -q "(default: 3e-3)" "$TMP/help"
