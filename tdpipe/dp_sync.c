@@ -264,10 +264,18 @@ static int phase_done(DpSync* ds, DpBucket* b) {
 // ---- the step -----------------------------------------------------------------------------------------
 
 void dp_sync_begin(DpSync* ds, int k, int step) {
-    if (ds->active) td_fatal("dp_sync_begin: slot %d's sync is still running", ds->k);
+    float* head;
+    float* grads = stage_host_grads(ds->st, k, &head);
+    dp_sync_begin_buffers(ds, grads, head, step);
     ds->k = k;
+}
+
+void dp_sync_begin_buffers(DpSync* ds, float* grads, float* head, int step) {
+    if (ds->active) td_fatal("dp_sync_begin: a sync is still running");
+    ds->k = -1;
     ds->active = 1;
-    ds->grads = stage_host_grads(ds->st, k, &ds->head);
+    ds->grads = grads;
+    ds->head = head;
     ds->t_first = 0.0;
     memset(&ds->stats, 0, sizeof(ds->stats));
     ds->stats.entropy = NAN;
@@ -326,7 +334,7 @@ DpSyncStats dp_sync_finish(DpSync* ds) {
     ds->stats.wait = t1 - t0;
     ds->stats.span = t1 - (ds->t_first > 0 ? ds->t_first : t0);
     if (ds->measure_entropy) ds->stats.entropy = quant_entropy_bits(ds->hist);
-    stage_host_grads_done(ds->st, ds->k);
+    if (ds->k >= 0) stage_host_grads_done(ds->st, ds->k);
     ds->active = 0;
     return ds->stats;
 }

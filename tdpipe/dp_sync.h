@@ -72,7 +72,7 @@ typedef struct {
     float* scratch;          // (block) the owner's sum of one block
     float* grads;            // the slot being synced (host memory), and its LM head's share
     float* head;
-    int k, active, measure_entropy;
+    int k, active, measure_entropy; // k: the slot being synced (-1: the caller's buffers)
     uint64_t hist[256];
     double t_first;
     DpSyncStats stats;
@@ -85,6 +85,9 @@ double dp_sync_planned_bytes(const DpSyncConfig* cfg, size_t n, int D);
 // slot k's sync starts: each bucket goes once backward has completed its units (dp_sync_unit_done),
 // or at dp_sync_finish. step: 0-based, to pick the steps whose entropy is measured.
 void dp_sync_begin(DpSync* ds, int k, int step);
+// the same for a gradient in buffers of the caller's, laid out as a slot's (grads: num_params; head:
+// the LM head's share, on the last stage): what dev/bench_dp_sync times without a model behind it
+void dp_sync_begin_buffers(DpSync* ds, float* grads, float* head, int step);
 // backward has completed `unit` of the slot (a GPT2UnitHook's done, ctx the DpSync)
 void dp_sync_unit_done(void* ds, int unit);
 // moves the buckets in flight along (cheap; call between ops and between units)
