@@ -26,6 +26,7 @@
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
+#include "tdpipe/profile.h"
 #include "tdpipe/pipeline.h"
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
@@ -191,19 +192,27 @@ static double* parse_per_rank(const char* flag, const char* list, int P, double 
     return v;
 }
 
-static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P) {
+// the split's costs: from the FLOP model (measured NULL; forward + backward = 3x the forward FLOPs), or
+// from each stage's timed passes (measured: (P) seconds a micro-batch, profile_layer_costs on the ranks
+// of that stage, averaged over its replicas): a layer's time is the mean over stages, each stage's
+// speed the mean over its own (unless --rank-speed says otherwise). Memory: 16 bytes per parameter
+// (weights, gradient, two AdamW moments) plus the activations of up to P micro-batches.
+static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured) {
     char err[512];
     if (P > cfg->num_layers) fatal_all("--stages %d exceeds the model's %d layers (each stage needs at least one)", P, cfg->num_layers);
-    if (strcmp(a->partition, "auto") != 0) {
-        if (partition_parse(part, a->partition, cfg->num_layers, P, err, sizeof(err))) fatal_all("%s", err);
-    }
-    // cost model: forward + backward = 3x the forward FLOPs; memory = 16 bytes per parameter
-    // (weights, gradient, two AdamW moments) plus the activations of up to P micro-batches
+    int solve = !strcmp(a->partition, "auto") || !strcmp(a->partition, "model");
+    if (!solve && partition_parse(part, a->partition, cfg->num_layers, P, err, sizeof(err))) fatal_all("%s", err);
     double BT = (double)a->B * a->T, C = cfg->channels, T = a->T, Vp = cfg->padded_vocab_size;
+    double mean_layer = 0.0, mean_embed = 0.0, mean_head = 0.0;
+    for (int s = 0; measured && s < P; s++) {
+        mean_layer += measured[s].layer / P;
+        mean_embed += measured[s].embed / P;
+        mean_head += measured[s].head / P;
+    }
     double* layer_time = (double*)malloc_check(cfg->num_layers * sizeof(double));
     double* layer_mem = (double*)malloc_check(cfg->num_layers * sizeof(double));
     for (int l = 0; l < cfg->num_layers; l++) {
-        layer_time[l] = 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
+        layer_time[l] = measured ? mean_layer : 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
         layer_mem[l] = 16.0 * 12.0 * C * C + 4.0 * P * BT * (16.0 * C + cfg->num_heads * T);
     }
     PartitionCost cost;
@@ -211,17 +220,21 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
     cost.L = cfg->num_layers;
     cost.P = P;
     cost.layer_time = layer_time;
-    cost.first_time = 3.0 * BT * C;
-    cost.last_time = 3.0 * 2.0 * BT * C * Vp;
+    cost.first_time = measured ? mean_embed : 3.0 * BT * C;
+    cost.last_time = measured ? mean_head : 3.0 * 2.0 * BT * C * Vp;
     cost.layer_mem = layer_mem;
     cost.first_mem = 16.0 * Vp * C;
     cost.last_mem = 16.0 * Vp * C + 4.0 * 2 * BT * Vp;
     double* speed = parse_per_rank("rank-speed", a->rank_speed, P, 1.0);
+    if (!speed && measured) {
+        speed = (double*)malloc_check(P * sizeof(double));
+        for (int s = 0; s < P; s++) speed[s] = measured[s].layer > 0 ? mean_layer / measured[s].layer : 1.0;
+    }
     double* mem = parse_per_rank("rank-mem", a->rank_mem, P, 1024.0 * 1024.0 * 1024.0);
     cost.speed = speed;
     cost.mem_limit = mem;
-    if (!strcmp(a->partition, "auto")) {
-        if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition auto: %s", err);
+    if (solve) {
+        if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition %s: %s", a->partition, err);
     } else {
         partition_evaluate(part, &cost);
     }
@@ -279,6 +292,7 @@ typedef struct {
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
     Partition part;
+    LayerCosts* profiled;   // (P) each stage's timed passes (--partition auto on CPUs; NULL: the FLOP model)
     GPT2Range* ranges;      // (P) every stage's layers
     const StageDevice* device;
     int use_cuda, synthetic;
@@ -383,11 +397,11 @@ static void parse_grad_sync(Trainer* tr) {
     tr->sync_cfg = (DpSyncConfig){q, a->quant_block, a->error_feedback, bucket};
 }
 
-// the model's shape: a fresh dN (its vocabulary settled by the data later) or an llm.c file's
+// the model's shape: a fresh dN (its vocabulary from the data's tokenizer) or an llm.c file's
 static void read_model_config(Trainer* tr) {
     char err[1024];
     memset(&tr->cfg, 0, sizeof(tr->cfg));
-    tr->from_file = !fresh_config(tr->a.init, 256, &tr->cfg);
+    tr->from_file = !fresh_config(tr->a.init, data_vocab(&tr->a), &tr->cfg);
     if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
     if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
 }
@@ -416,7 +430,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.tau = a->stale_tau;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
-    partition_make(&tr->part, a, &tr->cfg, P);
+    partition_make(&tr->part, a, &tr->cfg, P, NULL);
     int W_max = 0;
     for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
     ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
@@ -434,6 +448,35 @@ static void parse(Trainer* tr, int argc, char** argv) {
         exit(0);
     }
     schedule_free(&sch);
+}
+
+// phase 2b: the split. --partition auto on CPU ranks times one layer, the embeddings and the head on
+// every rank (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a warm-up)
+// and solves over those seconds; every rank gathers every rank's times, so all solve the same split.
+// Timed passes vary from run to run and so may the split, but no result depends on it (a run is
+// bitwise the same under any partition). GPUs and synthetic compute keep the FLOP model: the timed
+// passes run the CPU backend.
+static void partition_profile(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    int P = tr->comm.P, R = tr->comm.world_size;
+    int cpu = tr->device == &STAGE_CPU || tr->device == &STAGE_CPU_STAGED;
+    if (!strcmp(a->partition, "auto") && P > 1 && cpu) {
+        LayerCosts mine;
+        profile_layer_costs(&tr->cfg, a->B, a->T, 3, &mine);
+        double in[3] = {mine.layer, mine.embed, mine.head};
+        double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
+        comm_allgather_double(&tr->comm, in, 3, all);
+        tr->profiled = (LayerCosts*)calloc_check(P, sizeof(LayerCosts));
+        for (int r = 0; r < R; r++) { // world rank r holds stage r % P (comm_grid); replicas averaged
+            LayerCosts* c = &tr->profiled[r % P];
+            c->layer += all[3 * r] * P / R;
+            c->embed += all[3 * r + 1] * P / R;
+            c->head += all[3 * r + 2] * P / R;
+        }
+        free(all);
+        partition_free(&tr->part);
+        partition_make(&tr->part, a, &tr->cfg, P, tr->profiled);
+    }
     tr->ranges = (GPT2Range*)malloc_check(P * sizeof(GPT2Range));
     for (int i = 0; i < P; i++) tr->ranges[i] = (GPT2Range){tr->part.first[i], tr->part.first[i + 1], i == 0, i == P - 1};
 }
@@ -470,7 +513,6 @@ static void make_stage(Trainer* tr) {
     int s = tr->comm.stage, P = tr->comm.P;
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
-    if (!tr->from_file) fresh_config(a->init, data_vocab(a), &tr->cfg);
     data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
@@ -571,7 +613,14 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | %d steps, lr %g, betas %g %g, eps %g, warmup %d, final frac %g, wd %g, clip %g\n", "optimisation", a->steps, a->lr,
            a->beta1, a->beta2, a->eps, a->warmup, a->final_lr_frac, a->weight_decay, a->clip);
     printf("+----------------------+--------------------------------------------------------------\n");
-    printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+    if (tr->profiled) {
+        printf("partition (auto, from timed passes: predicted seconds of forward + backward a micro-batch, memory per stage):\n");
+        for (int i = 0; i < tr->comm.P; i++)
+            printf("  stage %d measured: a layer %.3f ms, embeddings %.3f ms, head %.3f ms\n", i, 1e3 * tr->profiled[i].layer,
+                   1e3 * tr->profiled[i].embed, 1e3 * tr->profiled[i].head);
+    } else {
+        printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+    }
     partition_print(stdout, &tr->part);
     fflush(stdout);
 }
@@ -994,6 +1043,7 @@ static void teardown(Trainer* tr) {
     executor_free(&tr->ex);
     trace_free(&tr->trace);
     partition_free(&tr->part);
+    free(tr->profiled);
     free(tr->ranges);
     free(tr->stage_W);
     data_free(&tr->data);
@@ -1016,6 +1066,7 @@ int main(int argc, char** argv) {
     comm_init(&tr.comm, &argc, &argv);
     parse(&tr, argc, argv);
     choose_device(&tr);
+    partition_profile(&tr);
     make_stage(&tr);
     make_links(&tr);
     open_outputs(&tr);

@@ -7,6 +7,8 @@
 # Runs at P = 1: a TD-Pipe run is bitwise the same at every P (tests/test_pipeline.sh), so one process
 # computes exactly the pipeline's stale updates. Prints a table people and awk both read. Not a test.
 # usage: scripts/bench_convergence.sh [builtin|shakespeare|both (default)] [steps (default 300)]
+#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict dcasgd lr", DC_LAMBDA=1e5,
+#   T_SHAKESPEARE=128: a subset of the table (the whole is 52 runs; Tiny Shakespeare's take minutes each)
 set -u
 WHICH=${1:-both}
 STEPS=${2:-300}
@@ -14,8 +16,12 @@ BIN=${BIN:-./train_tdpipe}
 SIM=build/dev/sim_schedules
 [ -x "$BIN" ] && [ -x "$SIM" ] || { echo "bench_convergence: build first (make)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/bench_convergence.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-DC_LAMBDA=${DC_LAMBDA:-1000}
-echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(date +%F)"
+DC_LAMBDA=${DC_LAMBDA:-1e5}   # the trainer's default
+MS=${MS:-8 16}                 # micro-batches per step
+WINDOWS=${WINDOWS:-half one two} # W as M/2, M, 2M
+COMPS=${COMPS:-none predict dcasgd lr}
+T_SHAKESPEARE=${T_SHAKESPEARE:-128}
+echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
 echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25)"
 echo "# gap: val loss relative to the same M's W = 0 run; cos: the drift monitor's mean cosine to the exact synchronous gradient; util: tdpipe at P = 8, beta 0.3 (simulated)"
 printf '%-12s %3s %3s %-8s %10s %9s %8s %7s\n' "#data" M W comp val_loss gap_% cos util_%
@@ -36,10 +42,13 @@ one() { # one DATA M W COMP FLAGS...
 }
 table() { # table DATA FLAGS...
     local data=$1; shift
-    for M in 8 16; do
+    for M in $MS; do
         one "$data" $M 0 none "$@"
-        for W in $((M / 2)) $M $((2 * M)); do
-            for comp in none predict dcasgd lr; do one "$data" $M $W $comp "$@"; done
+        for w in $WINDOWS; do
+            local W=$M
+            [ "$w" = half ] && W=$((M / 2))
+            [ "$w" = two ] && W=$((2 * M))
+            for comp in $COMPS; do one "$data" $M $W $comp "$@"; done
         done
     done
 }
@@ -48,5 +57,5 @@ if [ "$WHICH" = builtin ] || [ "$WHICH" = both ]; then
 fi
 if [ "$WHICH" = shakespeare ] || [ "$WHICH" = both ]; then
     bash dev/data/prepare_tinyshakespeare.sh > /dev/null || { echo "bench_convergence: no Tiny Shakespeare shards" >&2; exit 1; }
-    table shakespeare -e d6 -b 1 -t 128 -i data/tinyshakespeare/ts_train.bin -j data/tinyshakespeare/ts_val.bin --val-batches 16
+    table shakespeare -e d6 -b 1 -t "$T_SHAKESPEARE" -i data/tinyshakespeare/ts_train.bin -j data/tinyshakespeare/ts_val.bin --val-batches 16
 fi

@@ -16,7 +16,7 @@ BENCH=build/dev/bench_dp_sync
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
 TMP=$(mktemp -d /tmp/bench_dp_sync.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-echo "# bench_dp_sync.sh: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(date +%F)"
+echo "# bench_dp_sync.sh: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
 echo "# command: scripts/bench_dp_sync.sh $*"
 
 echo "## 1. the average alone"

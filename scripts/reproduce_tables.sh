@@ -208,18 +208,37 @@ dp_bytes() { sim dp_mb_sent "${DPLAYOUT[@]}" "$@"; }
 exposed() { local a b; a=$(sim step_s "${DPLAYOUT[@]}" "$@"); b=$(sim step_s "${DPLAYOUT[@]}" "$@" --dp-comm 0)
     num "$a" && num "$b" && awk -v a="$a" -v b="$b" 'BEGIN { d = 1000 * (a - b); printf "%.2f", (d > 0 ? d : 0) }' || echo "-"; }
 ref=$(dp_bytes --schedule 1f1b --grad-dtype fp32)
+# measured here: two replicas of d4 (built-in data, B 4, T 64, M 2, 8 steps) averaging in fp32 at once after
+# backward, in fp32 buckets and in int8 buckets sent as backward completes them: log.jsonl's dp_bytes and
+# dp_wait_ms (the wait after the last backward), the first step left out
+dp_meas() { # dp_meas NAME FLAGS...: "bytes wait_ms", or "-"
+    local name=$1; shift
+    $MPI -np 2 "$BIN" --device cpu -e d4 -b 4 -t 64 --micro-batches 2 -x 8 -v 0 -s 0 "$@" -o "$TMP/dp_$name" > "$TMP/dp_$name.log" 2>&1 || { echo "-"; return; }
+    python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if "\"dp_bytes\"" in l][1:]
+f = lambda v: v[0] if isinstance(v, list) else v
+print(sum(f(x["dp_bytes"]) for x in r) / len(r), sum(f(x["dp_wait_ms"]) for x in r) / len(r))' "$TMP/dp_$name/log.jsonl" 2>/dev/null || echo "-"
+}
+m_fp32="skipped (--quick)"; m_b8="skipped (--quick)"; m_x8="skipped (--quick)"; m_xb="skipped (--quick)"
+if [ $QUICK = 0 ]; then
+    read -r fb fw <<< "$(dp_meas fp32)"; read -r bb bw <<< "$(dp_meas buckets --grad-cache 4MB)"; read -r ib iw <<< "$(dp_meas int8 --grad-quant int8)"
+    m_b8=$(num "$ib" && num "$fb" && echo "$(calc "100 * ($ib / $fb - 1)")% (D 2, d4: $(calc "$ib / 1e6" 2) vs $(calc "$fb / 1e6" 2) MB)" || echo "the runs failed")
+    m_x8=$(num "$iw" && num "$fw" && echo "$(calc "100 * ($iw / $fw - 1)")% (D 2, d4: $(calc "$iw" 1) vs $(calc "$fw" 1) ms)" || echo "the runs failed")
+    m_xb=$(num "$bw" && num "$fw" && echo "$(calc "100 * ($bw / $fw - 1)")% (fp32 buckets, D 2, d4)" || echo "the runs failed")
+fi
 pct() { num "$1" && num "$2" && calc "100 * ($1 / $2 - 1)" || echo "-"; }
 bytes_mg=$(dp_bytes "${MEGATRON[@]}"); bytes_ds=$(dp_bytes "${DEEPSPEED[@]}"); bytes_td=$(dp_bytes "${TDPIPE[@]}")
 row comm "bytes sent vs fp32" -43 "-74.6 (int8)" "$(pct "$bytes_mg" "$ref")" "$(pct "$bytes_ds" "$ref")" "$(pct "$bytes_td" "$ref")" \
-    "needs issue 11 (int8 sync)" "$(verdict -43 "$(pct "$bytes_td" "$ref")")"
+    "$m_b8" "$(verdict -43 "$(pct "$bytes_td" "$ref")")"
 ex_ref=$(exposed --schedule 1f1b --grad-dtype fp32 --steps 6)
 ex_mg=$(exposed "${MEGATRON[@]}"); ex_ds=$(exposed "${DEEPSPEED[@]}"); ex_td=$(exposed "${TDPIPE[@]}")
 ex_cache=$(exposed --schedule tdpipe --aew 6 --grad-dtype fp32 --steps 6)
 ex_cache16=$(exposed --schedule tdpipe --aew 16 --grad-dtype fp32 --steps 6)
 row comm "exposed time vs fp32 1F1B ($ex_ref ms)" -43 -100 "$(pct "$ex_mg" "$ex_ref")" "$(pct "$ex_ds" "$ex_ref")" "$(pct "$ex_td" "$ex_ref")" \
-    "needs issue 11 (int8 sync)" "$(verdict -43 "$(pct "$ex_td" "$ex_ref")")"
-row comm "gradient cache alone (fp32, W 6)" -40 -100 - - "$(pct "$ex_cache" "$ex_ref")" "needs issue 11 (overlap)" "$(verdict -40 "$(pct "$ex_cache" "$ex_ref")")"
-row comm "gradient cache alone (fp32, W 16 = M)" -40 -100 - - "$(pct "$ex_cache16" "$ex_ref")" "needs issue 11 (overlap)" "$(verdict -40 "$(pct "$ex_cache16" "$ex_ref")")"
+    "$m_x8" "$(verdict -43 "$(pct "$ex_td" "$ex_ref")")"
+row comm "gradient cache alone (fp32, W 6)" -40 -100 - - "$(pct "$ex_cache" "$ex_ref")" "$m_xb" "$(verdict -40 "$(pct "$ex_cache" "$ex_ref")")"
+row comm "gradient cache alone (fp32, W 16 = M)" -40 -100 - - "$(pct "$ex_cache16" "$ex_ref")" "(as above: overlap, not the cache)" "$(verdict -40 "$(pct "$ex_cache16" "$ex_ref")")"
 
 # ---- table 6: memory utilisation -----------------------------------------------------------------
 table_header "table 6: memory utilisation (article: 92%)"
@@ -248,12 +267,19 @@ echo "# hidden = 1 - (time the average adds to a step) / (the average's own time
 columns
 hid() { local t e; t=$(sim dp_ms "${DPLAYOUT[@]}" "$@"); e=$(exposed "$@"); num "$t" && num "$e" && calc "100 * (1 - $e / $t)" || echo "-"; }
 h_mg=$(hid "${MEGATRON[@]}"); h_ds=$(hid "${DEEPSPEED[@]}"); h_td=$(hid "${TDPIPE[@]}")
-row hidden "13B, 8 x 8 replicas" 91.7 100 "$h_mg" "$h_ds" "$h_td" "needs issue 11 (int8 sync)" "$(verdict 91.7 "$h_td" 100)"
+# measured here: table 5's int8 run's wait against the same average alone (build/dev/bench_dp_sync, D 2, d4)
+m_hid="skipped (--quick)"
+if [ $QUICK = 0 ]; then
+    alone=$($MPI -np 2 build/dev/bench_dp_sync 5 --small-only 2>/dev/null | awk '/int8-buckets/ { print $(NF - 1); exit }')
+    m_hid=$(num "${alone:-}" && num "${iw:-}" && echo "$(calc "100 * (1 - $iw / $alone)")% (D 2, d4; 124M: README)" || echo "the runs failed")
+fi
+row hidden "13B, 8 x 8 replicas" 91.7 100 "$h_mg" "$h_ds" "$h_td" "$m_hid" "$(verdict 91.7 "$h_td" 100)"
 
 # ---- table 9: convergence ------------------------------------------------------------------------
 table_header "table 9: convergence of asynchrony (article: within 0.2%, and 0.5% with int8)"
 echo "# measured: ./train_tdpipe --schedule tdpipe --aew W --micro-batches 8 -b 1 -x 150 -v 150 --val-batches 32 -s 0 (the built-in data; one process"
-echo "# computes exactly what any P does), val loss relative to W 0 (1F1B); no compensation (issue 10 builds it)"
+echo "# computes exactly what any P does), val loss relative to W 0 (1F1B); W 8 also with weight prediction (--stale-comp predict);"
+echo "# int8: two replicas (mpirun -np 2, M 2, the rest the same) with --grad-quant int8 (error feedback on) against fp32"
 columns
 base=""
 for W in 0 1 2 4; do
@@ -268,7 +294,24 @@ for W in 0 1 2 4; do
     num "$v" && vd=$(awk -v r="$(calc "100 * ($v - $base) / $base" 2)" 'BEGIN { if (r <= 0.2) printf "reproduced: %.2f%%", r; else printf "not reproduced: ours is +%.2f%%", r }')
     row convergence "W $W of M 8 ($W stale a step)" 0.2 - - - - "$rel" "$vd"
 done
-row convergence "int8 gradients" 0.5 - - - - "needs issue 11 (int8 sync)" "not measurable until issue 11 lands"
+convrow() { # convrow NAME RUN_NAME REF_VAL CMD...: one row from a run's final val loss against REF_VAL
+    local name=$1 run=$2 ref=$3 lim=$4; shift 4
+    local v="skipped (--quick)" rel vd="skipped (--quick)"
+    if [ $QUICK = 0 ]; then
+        "$@" -o "$TMP/$run" > "$TMP/$run.log" 2>&1
+        v=$(grep -o 'val loss [0-9.]*' "$TMP/$run.log" | tail -1 | awk '{ print $3 }')
+    fi
+    rel="$v"; num "$v" && num "$ref" && rel="$(calc "100 * ($v - $ref) / $ref" 2)% ($v vs $ref)"
+    num "$v" && num "$ref" && vd=$(awk -v r="$(calc "100 * ($v - $ref) / $ref" 2)" -v l="$lim" 'BEGIN { if (r <= l) printf "reproduced: %+.2f%%", r; else printf "not reproduced: ours is +%.2f%%", r }')
+    row convergence "$name" "$lim" - - - - "$rel" "$vd"
+}
+convrow "W 8 of M 8, --stale-comp predict" conv8p "$base" 0.2 "$BIN" --device cpu --schedule tdpipe --aew 8 --stale-comp predict --micro-batches 8 -b 1 -x 150 -v 150 --val-batches 32 -s 0
+ref8="skipped (--quick)"
+if [ $QUICK = 0 ]; then
+    $MPI -np 2 "$BIN" --device cpu --micro-batches 2 -b 1 -x 150 -v 150 --val-batches 32 -s 0 -o "$TMP/convfp32" > "$TMP/convfp32.log" 2>&1
+    ref8=$(grep -o 'val loss [0-9.]*' "$TMP/convfp32.log" | tail -1 | awk '{ print $3 }')
+fi
+convrow "int8 gradients (D 2, error feedback)" convint8 "$ref8" 0.5 $MPI -np 2 "$BIN" --device cpu --micro-batches 2 -b 1 -x 150 -v 150 --val-batches 32 -s 0 --grad-quant int8
 
 # ---- table 10: compute cost ----------------------------------------------------------------------
 table_header "table 10: compute cost for the same training (article: -37%)"

@@ -62,6 +62,9 @@ void comm_finalize(Comm* c);
 int comm_any(Comm* c, int flag);
 // the largest of every rank's value (a collective over all ranks)
 int comm_max(Comm* c, int value);
+// every rank's n doubles, to every rank: out (world_size, n), in world-rank order (all ranks then hold
+// the same figures, so choices made from them agree)
+void comm_allgather_double(Comm* c, const double* in, int n, double* out);
 
 // --- the pipeline (peers named by stage index within this replica) ---------------------------
 void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
