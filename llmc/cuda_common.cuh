@@ -85,6 +85,32 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// ---- exact IEEE arithmetic --------------------------------------------------------------------
+// --use_fast_math compiles the float operations, __fadd_rn & co. and even fabsf and comparisons to
+// their .ftz forms (subnormals flushed to zero), which would make results differ from the CPU's on
+// subnormal values. The PTX instructions without .ftz round exactly as the CPU does: kernels whose
+// results are held bitwise against the CPU (the replicas' average, int8 quantization) use these.
+__device__ __forceinline__ float f32_add_exact(float a, float b) {
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float f32_mul_exact(float a, float b) {
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float f32_div_exact(float a, float b) {
+    float r;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float f32_fma_exact(float a, float b, float c) {
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+}
+
 // ---- host-side conversions (tests, model upload) ------------------------------------------------
 
 // round-to-nearest-even float -> bf16 bits, as __float2bfloat16_rn does (NaN kept quiet)

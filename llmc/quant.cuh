@@ -5,32 +5,11 @@
 #include "quant.h"
 
 // ---- exact IEEE arithmetic -------------------------------------------------------------------------
-// --use_fast_math compiles the float operations, __fadd_rn & co. and even fabsf and comparisons to
-// their .ftz forms (subnormals flushed to zero), which would change the scale, q and the residual of
-// blocks of subnormal values (and a residual that falls below FLT_MIN). The PTX instructions without
-// .ftz round exactly as the CPU does; absolute values, comparisons and finiteness use the bits. (The
-// .ftz negation and float-to-int conversion left in the kernels only ever see integer values.)
+// (f32_add_exact & co. in cuda_common.cuh) --use_fast_math would flush subnormals in the scale, q and
+// the residual of blocks of subnormal values (and a residual that falls below FLT_MIN); absolute
+// values, comparisons and finiteness use the bits. (The .ftz negation and float-to-int conversion
+// left in the kernels only ever see integer values.)
 
-__device__ __forceinline__ float quant_add_exact(float a, float b) {
-    float r;
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float quant_mul_exact(float a, float b) {
-    float r;
-    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float quant_div_exact(float a, float b) {
-    float r;
-    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float quant_fma_exact(float a, float b, float c) {
-    float r;
-    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
-    return r;
-}
 // rintf: round half to even, to an integer-valued float
 __device__ __forceinline__ float quant_rint_exact(float a) {
     float r;
@@ -64,7 +43,7 @@ __global__ void quant_int8_kernel(const float* x, float* residual, size_t n, siz
         float* rb = EF ? residual + off : nullptr;
         unsigned amax = 0, nonfinite = 0;
         for (int i = lane; i < m; i += 32) {
-            unsigned a = quant_abs_bits(EF ? quant_add_exact(xb[i], rb[i]) : xb[i]);
+            unsigned a = quant_abs_bits(EF ? f32_add_exact(xb[i], rb[i]) : xb[i]);
             if (a >= QUANT_INF_BITS) nonfinite++;
             else amax = max(amax, a);
         }
@@ -79,20 +58,20 @@ __global__ void quant_int8_kernel(const float* x, float* residual, size_t n, siz
             for (int i = lane; i < m; i += 32) qb[i] = 0;
             continue;
         }
-        float s = quant_div_exact(__uint_as_float(amax), (float)QUANT_MAX);
+        float s = f32_div_exact(__uint_as_float(amax), (float)QUANT_MAX);
         // 127 s overflowing: one float lower (nextafterf(s, 0); s is then a large positive float)
-        if (quant_abs_bits(quant_mul_exact(s, (float)QUANT_MAX)) == QUANT_INF_BITS) s = __uint_as_float(__float_as_uint(s) - 1);
+        if (quant_abs_bits(f32_mul_exact(s, (float)QUANT_MAX)) == QUANT_INF_BITS) s = __uint_as_float(__float_as_uint(s) - 1);
         if (lane == 0) scale[b] = s;
         const bool zero = __float_as_uint(s) == 0; // a block of zeros, or a scale that underflowed to 0
         for (int i = lane; i < m; i += 32) {
-            float v = EF ? quant_add_exact(xb[i], rb[i]) : xb[i]; // the same v as in the first pass
+            float v = EF ? f32_add_exact(xb[i], rb[i]) : xb[i]; // the same v as in the first pass
             int qi = 0;
             if (!zero) {
-                qi = (int)quant_rint_exact(quant_div_exact(v, s)); // |v / s| < 192 (a rounded-down subnormal scale), exact in an int
+                qi = (int)quant_rint_exact(f32_div_exact(v, s)); // |v / s| < 192 (a rounded-down subnormal scale), exact in an int
                 qi = min(max(qi, -QUANT_MAX), QUANT_MAX);
             }
             qb[i] = (int8_t)qi;
-            if (EF) rb[i] = quant_fma_exact(-(float)qi, s, v); // v - q s, rounded once
+            if (EF) rb[i] = f32_fma_exact(-(float)qi, s, v); // v - q s, rounded once
         }
     }
 }
@@ -149,12 +128,12 @@ __global__ void dequant_int8_kernel(const int8_t* q, const float* scale, size_t 
         for (int i = lane; i < m; i += 32) {
             float qi = (float)qb[i];
             if (!ADD) {
-                ob[i] = s_nan ? quant_quiet(s) : quant_mul_exact(qi, s);
+                ob[i] = s_nan ? quant_quiet(s) : f32_mul_exact(qi, s);
             } else {
                 // a NaN already in out stays that NaN, else the scale's: the x86 order (the compiled
                 // vfmadd132ss takes q, out, scale in that precedence; q is never NaN)
                 float o = ob[i];
-                ob[i] = quant_abs_bits(o) > QUANT_INF_BITS ? quant_quiet(o) : s_nan ? quant_quiet(s) : quant_fma_exact(qi, s, o);
+                ob[i] = quant_abs_bits(o) > QUANT_INF_BITS ? quant_quiet(o) : s_nan ? quant_quiet(s) : f32_fma_exact(qi, s, o);
             }
         }
     }

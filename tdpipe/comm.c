@@ -194,32 +194,35 @@ void comm_finalize(Comm* c) {
 #endif
 }
 
-int comm_any(Comm* c, int flag) {
-    int in = flag != 0, out = in;
+// every rank's int combined by `op` (MPI_LOR, MPI_MAX) over all ranks
 #ifdef TD_MPI
+static int allreduce_int(Comm* c, int value, MPI_Op op, const char* fn) {
+    int out = value;
     if (c->mpi) {
         MPI_Request req;
-        MPI_CHECK(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any"), &req));
-        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a flag all ranks share)");
+        MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, op, comm_of(c->world_comm, fn), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a value all ranks share)");
     }
+    return out;
+}
+#endif
+
+int comm_any(Comm* c, int flag) {
+#ifdef TD_MPI
+    return allreduce_int(c, flag != 0, MPI_LOR, "comm_any");
 #else
     (void)c;
+    return flag != 0;
 #endif
-    return out;
 }
 
 int comm_max(Comm* c, int value) {
-    int out = value;
 #ifdef TD_MPI
-    if (c->mpi) {
-        MPI_Request req;
-        MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_of(c->world_comm, "comm_max"), &req));
-        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a value all ranks share)");
-    }
+    return allreduce_int(c, value, MPI_MAX, "comm_max");
 #else
     (void)c;
+    return value;
 #endif
-    return out;
 }
 
 void comm_allgather_double(Comm* c, const double* in, int n, double* out) {

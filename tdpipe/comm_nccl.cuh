@@ -34,27 +34,13 @@ typedef struct {
 
 // ---- the ordered average kernel ------------------------------------------------------------------
 
-// Exact IEEE round-to-nearest add and divide that --use_fast_math cannot touch: under fast math
-// __fadd_rn / __fdiv_rn compile to add.rn.ftz / div.rn.ftz (subnormals flushed to zero), which would
-// differ from the CPU's result on subnormal gradients. The PTX instructions without .ftz keep them.
-__device__ __forceinline__ float comm_nccl_add_exact(float a, float b) {
-    float r;
-    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-__device__ __forceinline__ float comm_nccl_div_exact(float a, float b) {
-    float r;
-    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-    return r;
-}
-
 // out (count) <- (x_0 + x_1 + ... + x_{D-1}) / D, x_q = in + q * stride (in: (D, stride)); summed
 // left to right in replica order, then a true division: comm.h's COMM_ORDERED_AVERAGE for floats
 __global__ static void comm_nccl_ordered_average_kernel(float* out, const float* in, size_t stride, size_t count, int D) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         float s = in[i];
-        for (int q = 1; q < D; q++) s = comm_nccl_add_exact(s, in[(size_t)q * stride + i]);
-        out[i] = comm_nccl_div_exact(s, (float)D);
+        for (int q = 1; q < D; q++) s = f32_add_exact(s, in[(size_t)q * stride + i]);
+        out[i] = f32_div_exact(s, (float)D);
     }
 }
 
@@ -76,7 +62,7 @@ static inline void comm_nccl_ordered_average(float* dout, const float* din, size
 // out (n) <- a + b, exactly as the CPU adds (no flush to zero): the tied embedding's two gradient shares
 __global__ static void comm_nccl_sum_kernel(float* out, const float* a, const float* b, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = comm_nccl_add_exact(a[i], b[i]);
+        out[i] = f32_add_exact(a[i], b[i]);
 }
 
 static inline void comm_nccl_sum(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
