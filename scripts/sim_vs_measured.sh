@@ -6,11 +6,13 @@
 # (the trainer's log.jsonl), with the error. Steady steps only (2..n-1). Not a test: a benchmark (about 13 minutes
 # on 2 cores; the d8 runs take most of it).
 # usage: scripts/sim_vs_measured.sh [steps (default 8)] [binary (default ./train_tdpipe)]
+#   env: DEVICE=cpu|cuda (cuda: the ranks share this machine's GPU(s), messages through host memory),
+#   MODELS="d4 d8", PS="2 4", B=4, T=64, M=8 (scripts/gpu_check.sh runs d12 on one H200 this way)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${1:-8}
 BIN=${2:-./train_tdpipe}
-M=8; B=4; T=64
+M=${M:-8}; B=${B:-4}; T=${T:-64}; DEVICE=${DEVICE:-cpu}; MODELS=${MODELS:-d4 d8}; PS=${PS:-2 4}
 REPLAY=build/dev/sim_replay
 for f in "$BIN" "$REPLAY"; do [ -x "$f" ] || { echo "sim_vs_measured: $f not found (run make)" >&2; exit 1; }; done
 [ "$STEPS" -ge 4 ] 2>/dev/null || { echo "sim_vs_measured: steps must be at least 4 (got $STEPS)" >&2; exit 1; }
@@ -20,16 +22,16 @@ TMP=$(mktemp -d /tmp/sim_vs_measured.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 
 echo "# sim_vs_measured: $(uname -m), $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(grep -c ^processor /proc/cpuinfo) cores, $(date -u +%Y-%m-%d)"
 echo "# command: $0 $STEPS $BIN"
-echo "# runs: $MPI -np P $BIN --device cpu --stages P --schedule S [--aew W] -e dN -b $B -t $T --micro-batches $M -x $STEPS --trace t.json (OMP_NUM_THREADS=1)"
+echo "# runs: $MPI -np P $BIN --device $DEVICE --stages P --schedule S [--aew W] -e dN -b $B -t $T --micro-batches $M -x $STEPS --trace t.json (OMP_NUM_THREADS=1)"
 echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times from the trace, no latency; steps 2..$((STEPS - 1))"
 echo "# measured: the step lines' ms (stage 0's update to update) and bubble (1 - busy / time), mean over the same steps"
 printf "%-6s %2s %-7s %3s %10s %10s %7s %8s %8s %7s\n" "#model" "P" "sched" "W" "meas_ms" "sim_ms" "err_%" "meas_bub" "sim_bub" "err_pt"
-for P in 2 4; do
-    for model in d4 d8; do
+for P in $PS; do
+    for model in $MODELS; do
         for run in "gpipe 0" "1f1b 0" "zbh1 0" "tdpipe 2"; do
             set -- $run; sched=$1; W=$2
             out=$TMP/$model.$P.$sched
-            if ! $MPI -np $P "$BIN" --device cpu --stages $P --schedule $sched --aew $W -e $model -b $B -t $T --micro-batches $M \
+            if ! $MPI -np $P "$BIN" --device "$DEVICE" $([ "$DEVICE" = cuda ] && echo --comm mpi) --stages $P --schedule $sched --aew $W -e $model -b $B -t $T --micro-batches $M \
                 -x "$STEPS" -v 0 -s 0 --trace "$out.json" -o "$out" > "$out.log" 2>&1; then
                 echo "sim_vs_measured: $model P=$P $sched failed: $(tail -2 "$out.log")" >&2; continue
             fi
