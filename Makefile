@@ -45,6 +45,9 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
+# AdamW's loop vectorises only without errno semantics for sqrtf (IEEE-exact either way; see llmc/adamw.c)
+$(BUILD)/llmc/adamw.o: CFLAGS += -fno-math-errno
+
 $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
@@ -63,6 +66,16 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 $(BUILD)/dev/%: dev/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
+
+# bench_cpu times OpenBLAS's cblas_sgemm beside the hand-written SGEMM where pkg-config finds OpenBLAS
+# (Debian: libopenblas-openmp-dev, whose OpenMP threads are ours); NO_OPENBLAS=1 leaves it out
+ifneq ($(NO_OPENBLAS),1)
+  OPENBLAS_FLAGS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DTD_OPENBLAS $$(pkg-config --cflags openblas)")
+  OPENBLAS_LIBS  := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
+endif
+$(BUILD)/dev/bench_cpu: dev/bench_cpu.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $(OPENBLAS_FLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) $(OPENBLAS_LIBS)
 
 # `make test`: every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
 test: train_tdpipe $(TEST_BIN) $(DEV_BIN)

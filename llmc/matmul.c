@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
+#include "profile.h"
 
 #include "simd.h"
 
@@ -50,32 +51,12 @@ static void micro_kernel(int kc, const float* restrict a, const float* restrict 
     }
 }
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
-typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
-
-// dst[j*ldd + i] = src[i*lds + j] for an 8 x 8 block: three rounds of shuffles (unpack pairs,
-// then quads, then 128-bit halves), the classic in-register transpose
+// dst[j*ldd + i] = src[i*lds + j] for an 8 x 8 block
 static inline void transpose8(float* restrict dst, int ldd, const float* restrict src, int lds) {
-    v8f r[8], t[8], u[8];
+    v8f r[8];
     for (int i = 0; i < 8; i++) r[i] = *(const v8f_u*)(src + (size_t)i * lds);
-    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
-        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
-        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
-        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
-        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
-    }
-    for (int j = 0; j < 4; j++) {
-        *(v8f_u*)(dst + (size_t)j * ldd) = __builtin_shuffle(u[j], u[j + 4], lo4);
-        *(v8f_u*)(dst + (size_t)(j + 4) * ldd) = __builtin_shuffle(u[j], u[j + 4], hi4);
-    }
+    simd_transpose8(r);
+    for (int j = 0; j < 8; j++) *(v8f_u*)(dst + (size_t)j * ldd) = r[j];
 }
 
 // Packing copies a block of an operand into micro-panels the micro-kernel reads contiguously:
@@ -191,6 +172,7 @@ static void sgemm(int M, int N, int K, const float* A, int lda, int transA, cons
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+    double t0 = profile_begin();
     // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ
     sgemm(N, OC, C, inp, C, 0, weight, C, 1, out, OC, 0);
     if (bias) {
@@ -198,14 +180,18 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
     }
+    PROFILE_END(t0, "matmul", "fwd", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+    double t0 = profile_begin();
     // dinp (N, C) += dout (N, OC) · weight (OC, C)
     sgemm(N, C, OC, dout, OC, 0, weight, C, 0, dinp, C, 1);
+    PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C));
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC) {
+    double t0 = profile_begin();
     // dweight (OC, C) += dout (N, OC)ᵀ · inp (N, C)
     sgemm(OC, C, N, dout, OC, 1, inp, C, 0, dweight, C, 1);
     if (dbias) {
@@ -218,4 +204,5 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
                 for (int o = o0; o < o1; o++) dbias[o] += dout[(size_t)n * OC + o];
         }
     }
+    PROFILE_END(t0, "matmul", "bwd_w", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)N * C + 2.0 * OC * C));
 }

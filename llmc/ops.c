@@ -4,6 +4,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include "profile.h"
 
 // the calling thread's share [*c0, *c1) of n items, for loops that must own disjoint columns
 static void thread_range(int n, int* c0, int* c1) {
@@ -13,6 +14,7 @@ static void thread_range(int n, int* c0, int* c1) {
 }
 
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    double t0 = profile_begin();
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -21,9 +23,11 @@ void encoder_forward(float* out, const int* inp, const float* wte, const float* 
             const float* wp = wpe + (size_t)t * C;
             for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
         }
+    PROFILE_END(t0, "encoder", "fwd", B * T, C, 0, 0.0, 4.0 * (2.0 * B * T * C + (double)T * C));
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    double t0 = profile_begin();
     // tokens repeat, so rows of dwte collide: split over channels instead, positions in order
 #pragma omp parallel
     {
@@ -40,9 +44,11 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
                 }
             }
     }
+    PROFILE_END(t0, "encoder", "bwd", B * T, C, 0, 0.0, 4.0 * (3.0 * B * T * C + 2.0 * T * C));
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int N, int C) {
+    double t0 = profile_begin();
     const float eps = 1e-5f;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -59,9 +65,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
         mean[n] = m;
         rstd[n] = s;
     }
+    PROFILE_END(t0, "layernorm", "fwd", N, C, 0, 8.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
 }
 
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* d = dout + (size_t)n * C;
@@ -82,9 +90,11 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
             di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
+    PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * (4.0 * N * C + 2.0 * N));
 }
 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C) {
+    double t0 = profile_begin();
 #pragma omp parallel
     {
         int c0, c1;
@@ -99,9 +109,11 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
             }
         }
     }
+    PROFILE_END(t0, "layernorm", "bwd_w", N, C, 0, 5.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    double t0 = profile_begin();
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3)
@@ -133,9 +145,11 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                     for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
                 }
             }
+    PROFILE_END(t0, "attention", "fwd", B * T, C, NH, 4.0 * B * C * T * (T + 1) / 2, 4.0 * (4.0 * B * T * C + (double)B * NH * T * T));
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
+    double t0 = profile_begin();
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     // one (b, h) writes only head h's columns of dqkv: disjoint across iterations, t in order within
@@ -173,19 +187,23 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                 }
             }
         }
+    PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (8.0 * B * T * C + 3.0 * B * NH * T * T));
 }
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 
 void gelu_forward(float* out, const float* inp, long N) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (long i = 0; i < N; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
+    PROFILE_END(t0, "gelu", "fwd", (int)N, 0, 0, 0.0, 8.0 * N);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (long i = 0; i < N; i++) {
         float x = inp[i];
@@ -195,14 +213,18 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += grad * dout[i];
     }
+    PROFILE_END(t0, "gelu", "bwd", (int)N, 0, 0, 0.0, 16.0 * N);
 }
 
 void residual_forward(float* out, const float* inp1, const float* inp2, long N) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (long i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+    PROFILE_END(t0, "residual", "fwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
 void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (int n = 0; n < BT; n++) {
         const float* l = logits + (size_t)n * Vp;
@@ -221,9 +243,11 @@ void classifier_forward(float* losses, float* probs, const float* logits, const 
         // -log softmax from the log-sum-exp, exact even where the probability underflows
         if (targets) losses[n] = (float)(log(sum) - (double)(target_logit - maxv));
     }
+    PROFILE_END(t0, "softmax+CE", "fwd", BT, Vp, 0, 0.0, 8.0 * BT * Vp);
 }
 
 void classifier_backward(float* dlogits, const float* probs, const int* targets, float dloss, int BT, int V, int Vp) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (int n = 0; n < BT; n++) {
         const float* p = probs + (size_t)n * Vp;
@@ -232,4 +256,5 @@ void classifier_backward(float* dlogits, const float* probs, const int* targets,
         d[targets[n]] -= dloss;
         for (int i = V; i < Vp; i++) d[i] = 0.0f;
     }
+    PROFILE_END(t0, "softmax+CE", "bwd", BT, Vp, 0, 0.0, 8.0 * BT * Vp);
 }

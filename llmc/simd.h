@@ -1,6 +1,7 @@
-// The CPU's SIMD width as GCC vector types: VL floats per vector (16 with AVX-512, 8 with AVX, else 4).
-// The matmul's micro-kernel and the FMA-peak benchmark are written with these, so the compiler
-// emits the widest FMAs the -march allows.
+// The CPU's SIMD width as GCC vector types: VL floats per vector (16 with AVX-512, 8 with AVX, else 4),
+// and an 8 x 8 in-register transpose. The matmul's micro-kernel, the kernels that vectorise across
+// rows or chunks, and the FMA-peak benchmark are written with these, so the compiler emits the widest
+// instructions the -march allows.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -12,3 +13,30 @@
 #endif
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 typedef float vfloat_u __attribute__((vector_size(VL * sizeof(float)), aligned(4))); // unaligned access
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef double v8d __attribute__((vector_size(64)));
+
+// r[j][i] = old r[i][j]: three rounds of shuffles (unpack pairs, then quads, then 128-bit halves)
+static inline void simd_transpose8(v8f r[8]) {
+    v8f t[8], u[8];
+    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = __builtin_shuffle(u[j], u[j + 4], lo4);
+        r[j + 4] = __builtin_shuffle(u[j], u[j + 4], hi4);
+    }
+}

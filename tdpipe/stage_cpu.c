@@ -4,6 +4,7 @@
 #include <string.h>
 #include "llmc/common.h"
 #include "llmc/global_norm.h"
+#include "llmc/profile.h"
 
 typedef struct {
     GPT2Acts* acts;            // (n_acts) one per activation slot
@@ -16,6 +17,11 @@ typedef struct {
     float** stash;             // (n_stash)[num_params] older weight versions
     ParameterTensors* sviews;  // (n_stash)
     float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
+    // which parts of gradient slot k are known to be zero because the last pass that read them wrote
+    // zeros behind it (AdamW for the slot, the tied sum for the head's share), so that zero_grad
+    // need not sweep them again; anything that may write a slot clears its marks
+    unsigned char* grads_zero; // (n_grads) grads[k]
+    unsigned char* head_zero;  // (n_grads) dwte_head[k]
     int n_acts, n_gacts, n_grads, n_stash, has_sample;
 } CpuStage;
 
@@ -31,9 +37,21 @@ GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
     return &c->acts[slot];
 }
 GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
-float* stage_cpu_grads(Stage* st, int k) { return cpu_of(st)->grads[k]; }
-ParameterTensors* stage_cpu_grad_views(Stage* st, int k) { return &cpu_of(st)->gviews[k]; }
-float* stage_cpu_dwte_head(Stage* st, int k) { return cpu_of(st)->dwte_head[k]; }
+// slot k may be written from here on: zero_grad must sweep it again
+static void grads_written(CpuStage* c, int k) { c->grads_zero[k] = c->head_zero[k] = 0; }
+
+float* stage_cpu_grads(Stage* st, int k) {
+    grads_written(cpu_of(st), k);
+    return cpu_of(st)->grads[k];
+}
+ParameterTensors* stage_cpu_grad_views(Stage* st, int k) {
+    grads_written(cpu_of(st), k);
+    return &cpu_of(st)->gviews[k];
+}
+float* stage_cpu_dwte_head(Stage* st, int k) {
+    grads_written(cpu_of(st), k);
+    return cpu_of(st)->dwte_head[k];
+}
 
 // n pointers in *arr (holding have), grown to n; new entries NULL
 static void grow_ptrs(void*** arr, int have, int n) {
@@ -72,6 +90,9 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->grads, c->n_grads, n);
         grow_ptrs((void***)&c->dwte_head, c->n_grads, n);
         grow_ptrs((void***)&c->tied_other, c->n_grads, n);
+        c->grads_zero = (unsigned char*)realloc(c->grads_zero, n);
+        c->head_zero = (unsigned char*)realloc(c->head_zero, n);
+        if (!c->grads_zero || !c->head_zero) td_fatal("out of memory for %d gradient slots", n);
         c->gviews = (ParameterTensors*)realloc(c->gviews, n * sizeof(ParameterTensors));
         if (!c->gviews) td_fatal("out of memory for %d gradient slots", n);
         for (int k = c->n_grads; k < n; k++) {
@@ -79,6 +100,7 @@ static void cpu_reserve(Stage* st) {
             gpt2_point_params(&c->gviews[k], c->grads[k], st->sizes);
             if (r->has_head) c->dwte_head[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
             if (pipelined && (r->has_embed || r->has_head)) c->tied_other[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
+            c->grads_zero[k] = c->head_zero[k] = 1; // calloc'ed
         }
         c->n_grads = n;
     }
@@ -115,6 +137,8 @@ static void cpu_destroy(Stage* st) {
     free(c->gviews);
     free(c->dwte_head);
     free(c->tied_other);
+    free(c->grads_zero);
+    free(c->head_zero);
     free(c->stash);
     free(c->sviews);
     free(c);
@@ -137,6 +161,7 @@ static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int
 
 static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
     CpuStage* c = cpu_of(st);
+    grads_written(c, k);
     gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k]);
 }
 
@@ -145,9 +170,14 @@ static void cpu_probs(Stage* st, int slot, int t, float* out) {
     memcpy(out, a->probs + (size_t)t * st->cfg.padded_vocab_size, st->cfg.vocab_size * sizeof(float));
 }
 
-static void cpu_stash(Stage* st, int i) { memcpy(cpu_of(st)->stash[i], st->params, st->num_params * sizeof(float)); }
+static void cpu_stash(Stage* st, int i) {
+    double t0 = profile_begin();
+    memcpy(cpu_of(st)->stash[i], st->params, st->num_params * sizeof(float));
+    PROFILE_END(t0, "copies", "stash", 0, 0, 0, 0.0, 8.0 * st->num_params);
+}
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
+    double t0 = profile_begin();
     const GPT2Range* r = &st->range;
     const ParameterTensors* grads = &cpu_of(st)->gviews[k];
     int C = st->cfg.channels, Ls = r->l1 - r->l0;
@@ -163,32 +193,61 @@ static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
         out[1 + r->l0 + l] = acc;
     }
     if (r->has_head) out[1 + st->cfg.num_layers] = sumsq(grads->lnfw, C) + sumsq(grads->lnfb, C);
+    PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * st->num_params, 4.0 * st->num_params);
 }
 
+// AdamW over every tensor, each with its decay; the slot is zeroed in the same pass (the next step
+// accumulates into it), so the zero_grad that follows has nothing left to sweep
 static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
-    const float* grads = cpu_of(st)->grads[k];
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    float* grads = c->grads[k];
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         if (st->sizes[i])
-            adamw_update(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
-                         opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
+            adamw_update_zero(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
+                              opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
         off += st->sizes[i];
     }
+    c->grads_zero[k] = 1;
+    PROFILE_END(t0, "adamw", "update", 0, 0, 0, 0.0, 32.0 * st->num_params);
 }
 
+// sweeps only what no pass has zeroed since the slot was last written
 static void cpu_zero_grad(Stage* st, int k) {
+    double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
-    memset(c->grads[k], 0, st->num_params * sizeof(float));
-    if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+    double bytes = 0.0;
+    if (!c->grads_zero[k]) {
+        memset(c->grads[k], 0, st->num_params * sizeof(float));
+        bytes += 4.0 * st->num_params;
+    }
+    if (c->dwte_head[k] && !c->head_zero[k]) {
+        memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+        bytes += 4.0 * st->sizes[0];
+    }
+    c->grads_zero[k] = c->head_zero[k] = 1;
+    PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
 
+// wte's gradient += the head's share, which is zeroed as it is read (nothing reads it again this step)
 static void cpu_tie_local(Stage* st, int k) {
-    float* wte = cpu_of(st)->gviews[k].wte;
-    const float* head = cpu_of(st)->dwte_head[k];
-    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] += head[i];
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    float* wte = c->gviews[k].wte;
+    float* head = c->dwte_head[k];
+    grads_written(c, k);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < st->sizes[0]; i++) {
+        wte[i] += head[i];
+        head[i] = 0.0f;
+    }
+    c->head_zero[k] = 1;
+    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 16.0 * st->sizes[0]);
 }
 
 static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
+    grads_written(cpu_of(st), k);
     if (dwte_head) *dwte_head = cpu_of(st)->dwte_head[k];
     return cpu_of(st)->grads[k];
 }
@@ -205,11 +264,19 @@ static const void* cpu_dx_in_msg(Stage* st, int gacts, int slot) {
     return dst;
 }
 
-static float* cpu_tied_share(Stage* st, int k) { return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k]; }
+static float* cpu_tied_share(Stage* st, int k) {
+    grads_written(cpu_of(st), k);
+    return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k];
+}
 static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
 static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last) {
-    float* wte = cpu_of(st)->gviews[k].wte;
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    float* wte = c->gviews[k].wte;
+    grads_written(c, k);
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first[i] + last[i];
+    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
 }
 
 static void cpu_memory(const Stage* st, double bytes[4]) {
