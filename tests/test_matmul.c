@@ -1,6 +1,6 @@
 // The CPU matmul against a plain double-precision reference on shapes that take every path of
 // the blocked SGEMM (tiles split by rows or by columns, short and long depths, partial panels,
-// the widest tiles), forward and both backward halves, with 1 and 2 threads, bitwise equal
+// the widest tiles, a shared operand packed one k-block at a time), forward and both backward halves, with 1 and 2 threads, bitwise equal
 // across thread counts. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
 #include <math.h>
 #include <omp.h>
@@ -36,8 +36,11 @@ static void check_shape(int N, int C, int OC) {
     float* w = randn((size_t)OC * C, 2);
     float* bias = randn(OC, 3);
     float* dout = randn((size_t)N * OC, 4);
-    double* ref = (double*)malloc(sizeof(double) * (size_t)(N > OC ? N : OC) * (OC > C ? OC : C));
-    double* mag = (double*)malloc(sizeof(double) * (size_t)(N > OC ? N : OC) * (OC > C ? OC : C));
+    size_t most = (size_t)N * OC; // the largest of the three outputs (N, OC), (N, C), (OC, C)
+    if ((size_t)N * C > most) most = (size_t)N * C;
+    if ((size_t)OC * C > most) most = (size_t)OC * C;
+    double* ref = (double*)malloc(sizeof(double) * most);
+    double* mag = (double*)malloc(sizeof(double) * most);
     float* got[2];
     double worst;
     for (int pass = 0; pass < 3; pass++) {
@@ -80,6 +83,7 @@ int main(void) {
     check_shape(1100, 40, 2100); // backward input: tiles split by rows, a long depth, the widest row tiles
     check_shape(40, 2100, 1100); // tiles split by columns, a long depth, the widest column tiles
     check_shape(130, 20, 2600); // backward weight: long depth 130 is short, rows 2600 split
+    check_shape(37, 60, 120001); // backward input: a shared operand too large to pack whole, packed per k-block (partial panels, a partial last block)
     omp_set_num_threads(2);
     return test_summary();
 }
