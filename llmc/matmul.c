@@ -69,14 +69,6 @@ static inline void micro_kernel(int kc, const float* restrict a, const float* re
         }
 }
 
-// dst[j*ldd + i] = src[i*lds + j] for an 8 x 8 block
-static inline void transpose8(float* restrict dst, int ldd, const float* restrict src, int lds) {
-    v8f r[8];
-    for (int i = 0; i < 8; i++) r[i] = *(const v8f_u*)(src + (size_t)i * lds);
-    simd_transpose8(r);
-    for (int j = 0; j < 8; j++) *(v8f_u*)(dst + (size_t)j * ldd) = r[j];
-}
-
 // an operand as a row-major matrix of `rows` rows of depth K: X(r, k) = trans ? p[k*ld + r] : p[r*ld + k]
 typedef struct {
     const float* p;
@@ -100,14 +92,8 @@ static void pack_panels(float* restrict dst, Operand X, int r0, int rows, int k0
                 else
                     memcpy(dk, src, sizeof(float) * w);
             }
-        } else { // X(r, k) = p[r*ld + k]: a transpose; whole 8 x 8 blocks in registers, the rest one by one
-            int r8 = w / 8 * 8, k8 = kc / 8 * 8;
-            for (int r = 0; r < r8; r += 8)
-                for (int k = 0; k < k8; k += 8) transpose8(d + (size_t)k * W + r, W, X.p + (size_t)(r0 + rp + r) * X.ld + k0 + k, X.ld);
-            for (int r = 0; r < w; r++) {
-                const float* src = X.p + (size_t)(r0 + rp + r) * X.ld + k0;
-                for (int k = r < r8 ? k8 : 0; k < kc; k++) d[(size_t)k * W + r] = src[k];
-            }
+        } else { // X(r, k) = p[r*ld + k]: a transpose
+            simd_transpose(d, W, X.p + (size_t)(r0 + rp) * X.ld + k0, X.ld, w, kc);
         }
     }
 }

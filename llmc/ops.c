@@ -3,8 +3,11 @@
 #include "ops.h"
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include "common.h"
 #include "profile.h"
+#include "simd.h"
 #include "tanhf_vec.h"
 
 // the calling thread's share [*c0, *c1) of n items, for loops that must own disjoint columns
@@ -113,81 +116,142 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
     PROFILE_END(t0, "layernorm", "bwd_w", N, C, 0, 5.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
 }
 
+// One head's keys (or values) of batch row b, transposed: kt (hs, Tp)[i][t2] = qkv's head slice of
+// token t2 at offset `part` (C: keys, 2C: values), zero past T (Tp, T rounded up to VL)
+static void head_transposed(float* kt, const float* qkv, int b, int h, int part, int T, int Tp, int C, int hs) {
+    simd_transpose(kt, Tp, qkv + (size_t)b * T * 3 * C + part + h * hs, 3 * C, T, hs);
+    for (int i = 0; i < hs; i++)
+        for (int t2 = T; t2 < Tp; t2++) kt[(size_t)i * Tp + t2] = 0.0f;
+}
+
+// dots (n rounded up to VL) [t2] = Σ_i x[i] kt[i][t2] for t2 < n: VL dot products side by side, one per
+// lane, each adding its rounded products x[i] k[i] in order of i, as the per-pair scalar loop did
+// (GCC compiled it to an in-order vector reduction, products rounded); four vectors at a time hide
+// the add latency
+static void head_dots(float* dots, const float* x, const float* kt, int hs, int Tp, int n) {
+    int t0 = 0;
+    for (; t0 + 4 * VL <= n; t0 += 4 * VL) {
+        vfloat acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
+        for (int i = 0; i < hs; i++) {
+            const vfloat* k = (const vfloat*)(kt + (size_t)i * Tp + t0);
+            vfloat p0 = k[0] * x[i], p1 = k[1] * x[i], p2 = k[2] * x[i], p3 = k[3] * x[i];
+            SIMD_ROUNDED(p0);
+            SIMD_ROUNDED(p1);
+            SIMD_ROUNDED(p2);
+            SIMD_ROUNDED(p3);
+            acc0 += p0;
+            acc1 += p1;
+            acc2 += p2;
+            acc3 += p3;
+        }
+        vfloat* d = (vfloat*)(dots + t0);
+        d[0] = acc0;
+        d[1] = acc1;
+        d[2] = acc2;
+        d[3] = acc3;
+    }
+    for (; t0 < n; t0 += VL) {
+        vfloat acc = {0};
+        for (int i = 0; i < hs; i++) {
+            vfloat p = *(const vfloat*)(kt + (size_t)i * Tp + t0) * x[i];
+            SIMD_ROUNDED(p);
+            acc += p;
+        }
+        *(vfloat*)(dots + t0) = acc;
+    }
+}
+
+// per-thread buffers of the attention kernels: a head's transposed keys or values (hs, Tp) and a row of dots (Tp)
+static float* head_scratch(int hs, int Tp) {
+    float* buf = (float*)aligned_alloc(64, sizeof(float) * (size_t)(hs + 1) * Tp);
+    if (!buf) td_fatal("attention: out of memory for a %d x %d head buffer", hs + 1, Tp);
+    return buf;
+}
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     double t0 = profile_begin();
-    int hs = C / NH;
+    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+#pragma omp parallel
+    {
+        float* kt = head_scratch(hs, Tp); // (hs, Tp) this head's keys, transposed
+        float* dots = kt + (size_t)hs * Tp; // (Tp)
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    dot *= scale;
-                    a[t2] = dot;
-                    if (dot > maxv) maxv = dot;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxv);
-                    sum += a[t2];
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                head_transposed(kt, qkv, b, h, C, T, Tp, C, hs);
+                for (int t = 0; t < T; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                    head_dots(dots, q, kt, hs, Tp, t + 1);
+                    float maxv = -INFINITY;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dot = dots[t2] * scale;
+                        a[t2] = dot;
+                        if (dot > maxv) maxv = dot;
+                    }
+                    float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        a[t2] = expf(a[t2] - maxv);
+                        sum += a[t2];
+                    }
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                    float* o = out + ((size_t)b * T + t) * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                        for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                    }
                 }
             }
+        free(kt);
+    }
     PROFILE_END(t0, "attention", "fwd", B * T, C, NH, 4.0 * B * C * T * (T + 1) / 2, 4.0 * (4.0 * B * T * C + (double)B * NH * T * T));
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
     double t0 = profile_begin();
-    int hs = C / NH;
+    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
     // one (b, h) writes only head h's columns of dqkv: disjoint across iterations, t in order within
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
-                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                // through out = att · v
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        s += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
+#pragma omp parallel
+    {
+        float* vt = head_scratch(hs, Tp); // (hs, Tp) this head's values, transposed
+        float* s = vt + (size_t)hs * Tp;  // (Tp) v · dout for each key
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                head_transposed(vt, qkv, b, h, 2 * C, T, Tp, C, hs);
+                for (int t = 0; t < T; t++) {
+                    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                    float* dat = datt + (((size_t)b * NH + h) * T + t) * T;
+                    const float* d = dout + ((size_t)b * T + t) * C + h * hs;
+                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    // through out = att · v
+                    head_dots(s, d, vt, hs, Tp, t + 1);
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                        for (int i = 0; i < hs; i++) dv[i] += a[t2] * d[i];
+                        dat[t2] = s[t2];
                     }
-                    da[t2] = s;
-                }
-                // through the softmax, then the scaled dot product
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dpre = a[t2] * (da[t2] - dot) * scale;
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dpre * k[i];
-                        dk[i] += dpre * q[i];
+                    // through the softmax, then the scaled dot product
+                    float dot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * dat[t2];
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dpre = a[t2] * (dat[t2] - dot) * scale;
+                        const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        for (int i = 0; i < hs; i++) {
+                            dq[i] += dpre * k[i];
+                            dk[i] += dpre * q[i];
+                        }
                     }
                 }
             }
-        }
+        free(vt);
+    }
     PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (8.0 * B * T * C + 3.0 * B * NH * T * T));
 }
 

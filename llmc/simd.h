@@ -1,8 +1,9 @@
 // The CPU's SIMD width as GCC vector types: VL floats per vector (16 with AVX-512, 8 with AVX, else 4),
-// and an 8 x 8 in-register transpose. The matmul's micro-kernel, the kernels that vectorise across
-// rows or chunks, and the FMA-peak benchmark are written with these, so the compiler emits the widest
-// instructions the -march allows.
+// transposes, and a way to keep a product rounded. The matmul's micro-kernel, the kernels that
+// vectorise across rows, keys or chunks, and the FMA-peak benchmark are written with these, so the
+// compiler emits the widest instructions the -march allows.
 #pragma once
+#include <stddef.h>
 
 #if defined(__AVX512F__)
 #define VL 16
@@ -40,3 +41,27 @@ static inline void simd_transpose8(v8f r[8]) {
         r[j + 4] = __builtin_shuffle(u[j], u[j + 4], hi4);
     }
 }
+
+// dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols: whole 8 x 8 blocks in registers, the edges one by one
+static inline void simd_transpose(float* restrict dst, int ldd, const float* restrict src, int lds, int rows, int cols) {
+    int r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+    for (int r = 0; r < r8; r += 8)
+        for (int c = 0; c < c8; c += 8) {
+            v8f b[8];
+            for (int i = 0; i < 8; i++) b[i] = *(const v8f_u*)(src + (size_t)(r + i) * lds + c);
+            simd_transpose8(b);
+            for (int j = 0; j < 8; j++) *(v8f_u*)(dst + (size_t)(c + j) * ldd + r) = b[j];
+        }
+    for (int r = 0; r < rows; r++)
+        for (int c = r < r8 ? c8 : 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+// x (a vector of products) stays rounded: the compiler cannot fuse it into the add that follows (FMA
+// contraction), for sums that must add rounded products, as GCC's in-order vector reductions do
+#if defined(__x86_64__) || defined(__i386__)
+#define SIMD_ROUNDED(x) __asm__("" : "+v"(x))
+#elif defined(__aarch64__)
+#define SIMD_ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define SIMD_ROUNDED(x) __asm__("" : "+m"(x))
+#endif
