@@ -154,9 +154,10 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
 // Bt given as Operands of M and N rows. One operand (the shared one, with the smaller dimension) is
 // packed once for all tasks; tasks split the other one's rows into tiles and pack their own blocks.
 // A shared operand that fits WHOLE_MAX is packed whole up front and tiles are taken dynamically,
-// each running all its k-blocks; a larger one (a long depth: the LM head's input gradient) is
-// packed one k-block at a time into two alternating buffers while each thread works through its
-// own tiles for the previous block, so it is never written out whole.
+// each running all its k-blocks. A larger one (a long depth: the LM head's input gradient) would
+// be written out whole and read back by every thread: instead each thread packs each k-block of it
+// itself before its own tiles' share of that block. That packs it once per thread (a few % of the
+// work) but needs no barrier per block, which a thread descheduled on a shared machine would stall.
 static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int accumulate, const float* bias) {
     if (K == 0) {
         for (int i = 0; i < M; i++)
@@ -175,7 +176,7 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
     g.sh_panels = CEIL_DIV(g.sh_rows, g.sh_w);
     g.sh_stride = (size_t)g.sh_panels * g.sh_w;
     int whole = g.sh_stride * (size_t)K <= WHOLE_MAX;
-    float* shbuf = workspace(&shared_buf, &shared_cap, whole ? g.sh_stride * (size_t)g.nkb * KC : 2 * g.sh_stride * KC);
+    float* shbuf = whole ? workspace(&shared_buf, &shared_cap, g.sh_stride * (size_t)g.nkb * KC) : NULL;
     // tiles of the split operand, whole micro-panels: 4 per thread where the size allows; a long
     // depth sweeps the shared operand once per tile, so then one per thread
     int nthreads = omp_get_max_threads();
@@ -197,13 +198,13 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
             for (int t = 0; t < g.ntiles; t++)
                 for (int kb = 0; kb < g.nkb; kb++) tile_block(&g, t, kb, shbuf + g.sh_stride * (size_t)kb * KC, blk);
         } else {
-            // a thread owns tiles th, th + nt, ... across all k-blocks: its C stays its own
-            pack_shared(&g, shbuf, 0, th, nt);
-#pragma omp barrier
-            for (int kb = 0; kb < g.nkb; kb++) {
-                if (kb + 1 < g.nkb) pack_shared(&g, shbuf + ((kb + 1) & 1) * g.sh_stride * KC, kb + 1, th, nt);
-                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shbuf + (kb & 1) * g.sh_stride * KC, blk);
-#pragma omp barrier
+            static __thread float* mine = NULL; // this thread's packed k-block of the shared operand
+            static __thread size_t mine_cap = 0;
+            float* shk = workspace(&mine, &mine_cap, g.sh_stride * KC);
+            for (int kb = 0; kb < g.nkb; kb++) { // tiles th, th + nt, ...: this thread's own across all k-blocks
+                if (th >= g.ntiles) break;
+                pack_shared(&g, shk, kb, 0, 1);
+                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk);
             }
         }
     }
