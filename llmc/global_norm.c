@@ -14,30 +14,11 @@ double sumsq(const float* x, size_t n) {
     long nfull = (long)(n / chunk); // chunks of exactly `chunk` floats
     long ngroups = nfull / SUMSQ_LANES;
     double partial[SUMSQ_MAX_CHUNKS]; // (nchunks) each chunk's sum, in index order within it
-    // Each chunk's sum is a serial chain of double adds (latency-bound alone): SUMSQ_LANES chunks run
-    // side by side in the lanes of one vector, each lane still adding its own chunk's squares in
-    // index order, so every partial is bitwise the one-at-a-time sum. Eight floats of each chunk are
-    // loaded and transposed so that row r holds element i + r of every chunk.
+    // each chunk's sum is a serial chain of double adds: SUMSQ_LANES chunks at a time side by side
 #pragma omp parallel for if (ngroups > 1)
     for (long g = 0; g < ngroups; g++) {
-        const float* base = x + (size_t)g * SUMSQ_LANES * chunk;
-        v8d acc = {0};
-        size_t i = 0;
-        for (; i + 8 <= chunk; i += 8) {
-            v8f r[8];
-            for (int j = 0; j < 8; j++) r[j] = *(const v8f_u*)(base + (size_t)j * chunk + i);
-            simd_transpose8(r);
-            for (int j = 0; j < 8; j++) {
-                v8d d = __builtin_convertvector(r[j], v8d); // x*x is exact in double, so a fused add rounds the same
-                acc += d * d;
-            }
-        }
-        for (; i < chunk; i++) {
-            v8d d;
-            for (int j = 0; j < 8; j++) d[j] = base[(size_t)j * chunk + i];
-            acc += d * d;
-        }
-        for (int j = 0; j < 8; j++) partial[g * SUMSQ_LANES + j] = acc[j];
+        v8d acc = simd_sum8_rows(x + (size_t)g * SUMSQ_LANES * chunk, chunk, chunk, 1);
+        for (int j = 0; j < SUMSQ_LANES; j++) partial[g * SUMSQ_LANES + j] = acc[j];
     }
 #pragma omp parallel for if (nchunks - ngroups * SUMSQ_LANES > 1)
     for (long k = ngroups * SUMSQ_LANES; k < nchunks; k++) { // the chunks left over, one at a time

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
+#include "expf_vec.h"
 #include "profile.h"
 #include "simd.h"
 #include "tanhf_vec.h"
@@ -190,11 +191,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                         a[t2] = dot;
                         if (dot > maxv) maxv = dot;
                     }
+                    for (int t2 = 0; t2 <= t; t2++) a[t2] -= maxv;
+                    expf_vec(a, a, t + 1);
                     float sum = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        a[t2] = expf(a[t2] - maxv);
-                        sum += a[t2];
-                    }
+                    for (int t2 = 0; t2 <= t; t2++) sum += a[t2];
                     float inv = 1.0f / sum;
                     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
                     float* o = out + ((size_t)b * T + t) * C + h * hs;
@@ -306,25 +306,59 @@ void residual_forward(float* out, const float* inp1, const float* inp2, long N) 
     PROFILE_END(t0, "residual", "fwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
+// max over l[0..n): vector lanes keep running maxima that are then folded; the same value as a
+// one-at-a-time scan (NaNs skipped alike) up to the sign of a zero maximum, which cannot change
+// what it is used for (l - max and expf of it, target - max in the loss)
+static float row_max(const float* l, int n) {
+    typedef int vint __attribute__((vector_size(VL * sizeof(int))));
+    vfloat m = (vfloat){0} - INFINITY;
+    int i = 0;
+    for (; i + VL <= n; i += VL) {
+        vfloat x = *(const vfloat_u*)(l + i);
+        vint gt = x > m;
+        m = (vfloat)(((vint)x & gt) | ((vint)m & ~gt));
+    }
+    float maxv = -INFINITY;
+    for (int j = 0; j < VL; j++) maxv = m[j] > maxv ? m[j] : maxv;
+    for (; i < n; i++) maxv = l[i] > maxv ? l[i] : maxv;
+    return maxv;
+}
+
+// Rows in groups of 8: each row's exponentials through expf_vec (bitwise libm's expf), then the 8
+// rows' sums in double side by side (simd_sum8_rows), each still in index order
 void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
     double t0 = profile_begin();
-#pragma omp parallel for
-    for (int n = 0; n < BT; n++) {
-        const float* l = logits + (size_t)n * Vp;
-        float* p = probs + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
-        float target_logit = targets ? l[targets[n]] : 0.0f; // read before probs (may alias logits) overwrite it
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(l[i] - maxv);
-            sum += p[i];
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (BT + 7) / 8; g++) {
+        int n0 = g * 8, rows = BT - n0 < 8 ? BT - n0 : 8;
+        float maxv[8], target_logit[8];
+        double sum[8];
+        for (int r = 0; r < rows; r++) {
+            const float* l = logits + (size_t)(n0 + r) * Vp;
+            float* p = probs + (size_t)(n0 + r) * Vp;
+            maxv[r] = row_max(l, V);
+            target_logit[r] = targets ? l[targets[n0 + r]] : 0.0f; // read before probs (may alias logits) overwrite it
+            for (int i = 0; i < V; i++) p[i] = l[i] - maxv[r];
+            expf_vec(p, p, V);
         }
-        float inv = (float)(1.0 / sum);
-        for (int i = 0; i < V; i++) p[i] *= inv;
-        for (int i = V; i < Vp; i++) p[i] = 0.0f;
-        // -log softmax from the log-sum-exp, exact even where the probability underflows
-        if (targets) losses[n] = (float)(log(sum) - (double)(target_logit - maxv));
+        if (rows == 8) {
+            v8d s8 = simd_sum8_rows(probs + (size_t)n0 * Vp, Vp, V, 0);
+            for (int r = 0; r < 8; r++) sum[r] = s8[r];
+        } else {
+            for (int r = 0; r < rows; r++) {
+                const float* p = probs + (size_t)(n0 + r) * Vp;
+                sum[r] = 0.0;
+                for (int i = 0; i < V; i++) sum[r] += p[i];
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            float* p = probs + (size_t)(n0 + r) * Vp;
+            float inv = (float)(1.0 / sum[r]);
+            for (int i = 0; i < V; i++) p[i] *= inv;
+            for (int i = V; i < Vp; i++) p[i] = 0.0f;
+            // -log softmax from the log-sum-exp, exact even where the probability underflows
+            if (targets) losses[n0 + r] = (float)(log(sum[r]) - (double)(target_logit[r] - maxv[r]));
+        }
     }
     PROFILE_END(t0, "softmax+CE", "fwd", BT, Vp, 0, 0.0, 8.0 * BT * Vp);
 }

@@ -56,6 +56,30 @@ static inline void simd_transpose(float* restrict dst, int ldd, const float* res
         for (int c = r < r8 ? c8 : 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
 }
 
+// Σ_i x[r][i] in double over i < n (squares: Σ x[r][i]²) for the 8 rows x[r] = base + r ld, summed side by
+// side in the lanes of one vector, each row in index order: bitwise each row's one-at-a-time sum (a
+// float squared is exact in double, so fusing that product into the add rounds the same). A serial
+// chain of adds is latency-bound; eight of them side by side are not.
+static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squares) {
+    v8d acc = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f r[8];
+        for (int j = 0; j < 8; j++) r[j] = *(const v8f_u*)(base + (size_t)j * ld + i);
+        simd_transpose8(r); // row j now holds element i + j of every row
+        for (int j = 0; j < 8; j++) {
+            v8d d = __builtin_convertvector(r[j], v8d);
+            acc += squares ? d * d : d;
+        }
+    }
+    for (; i < n; i++) {
+        v8d d;
+        for (int j = 0; j < 8; j++) d[j] = base[(size_t)j * ld + i];
+        acc += squares ? d * d : d;
+    }
+    return acc;
+}
+
 // x (a vector of products) stays rounded: the compiler cannot fuse it into the add that follows (FMA
 // contraction), for sums that must add rounded products, as GCC's in-order vector reductions do
 #if defined(__x86_64__) || defined(__i386__)

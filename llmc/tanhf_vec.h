@@ -1,5 +1,5 @@
 // tanhf over an array, vectorised, bitwise equal to fdlibm's scalar tanhf (the one glibc's libm ships,
-// checked over every float by dev/check_tanhf): GELU's tanh without one libm call per element.
+// checked over every float by dev/check_vec_math): GELU's tanh without one libm call per element.
 #pragma once
 #ifdef __cplusplus
 extern "C" {
