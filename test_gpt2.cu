@@ -164,12 +164,12 @@ static void test_matmul(Rng* rng, int N, int C, int OC, MatmulBackend backend) {
     check_x("forward out", d_out, out, (size_t)N * OC, TOL_OP);
 
     float* dinp = copy_h(dinp0, (size_t)N * C); // += onto a nonzero start
-    matmul_backward_input(dinp, dout, w, N, C, OC);
+    matmul_backward_input(dinp, dout, w, N, C, OC, 1);
     floatX* d_dinp = dev_x(dinp0, (size_t)N * C);
     matmul_backward_input_cuda(d_dinp, d_dout, d_w, N, C, OC, 1);
     check_x("backward dinp (+=)", d_dinp, dinp, (size_t)N * C, TOL_OP);
     float* dinp_z = zeros_h((size_t)N * C);
-    matmul_backward_input(dinp_z, dout, w, N, C, OC);
+    matmul_backward_input(dinp_z, dout, w, N, C, OC, 0);
     floatX* d_dinp_z = dev_x_poison((size_t)N * C);
     matmul_backward_input_cuda(d_dinp_z, d_dout, d_w, N, C, OC, 0);
     check_x("backward dinp (=)", d_dinp_z, dinp_z, (size_t)N * C, TOL_OP);
@@ -265,7 +265,7 @@ static void test_layernorm(Rng* rng, int N, int C) {
     check_f("fused residual: rstd", d_rstd, rstd, N, TOL_OP32);
     // backward, from the CPU's mean/rstd of `res`
     float* dinp = copy_h(dres, n);
-    layernorm_backward_input(dinp, dout, res, w, mean, rstd, N, C);
+    layernorm_backward_input(dinp, dinp, dout, res, w, mean, rstd, N, C);
     floatX* d_dinp = dev_x(dres, n); // in place: dinp = dresidual + ...
     float *d_mean_c = dev_f(mean, N), *d_rstd_c = dev_f(rstd, N);
     layernorm_backward_input_cuda(d_dinp, d_dinp, d_dout, d_res, d_w, d_mean_c, d_rstd_c, N, C);

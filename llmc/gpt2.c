@@ -204,13 +204,12 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
         classifier_backward(g->dlogits, a->probs, a->targets, dloss, BT, V, Vp);
-        memset(g->dlnf, 0, BTC * sizeof(float));
-        matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp);
-        memset(dlast, 0, BTC * sizeof(float));
-        layernorm_backward_input(dlast, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+        matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp, 0);
+        layernorm_backward_input(dlast, NULL, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
     } else if (dx_out) { // NULL: the caller received it in place, in dlast
         memcpy(dlast, dx_out, BTC * sizeof(float));
     }
+    // every input gradient below is written, not added to: no buffer needs zeroing first
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
         float* dresidual = l == 0 ? g->dx_in : g->dres3 + (l - 1) * BTC; // gradient of the layer input
@@ -223,23 +222,15 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
         float* dqkv = g->dqkv + l * 3 * BTC;
         float* dln1 = g->dln1 + l * BTC;
         // the MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        memset(dfch_gelu, 0, 4 * BTC * sizeof(float));
-        matmul_backward_input(dfch_gelu, dres3, p->fcprojw + l * 4 * c * c, BT, 4 * C, C);
-        memset(dfch, 0, 4 * BTC * sizeof(float));
+        matmul_backward_input(dfch_gelu, dres3, p->fcprojw + l * 4 * c * c, BT, 4 * C, C, 0);
         gelu_backward(dfch, a->fch + l * 4 * BTC, dfch_gelu, 4 * BTC);
-        memset(dln2, 0, BTC * sizeof(float));
-        matmul_backward_input(dln2, dfch, p->fcw + l * 4 * c * c, BT, C, 4 * C);
-        memcpy(dres2, dres3, BTC * sizeof(float));
-        layernorm_backward_input(dres2, dln2, a->residual2 + l * BTC, p->ln2w + l * c, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        matmul_backward_input(dln2, dfch, p->fcw + l * 4 * c * c, BT, C, 4 * C, 0);
+        layernorm_backward_input(dres2, dres3, dln2, a->residual2 + l * BTC, p->ln2w + l * c, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         // the attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        memset(datty, 0, BTC * sizeof(float));
-        matmul_backward_input(datty, dres2, p->attprojw + l * c * c, BT, C, C);
-        memset(dqkv, 0, 3 * BTC * sizeof(float));
+        matmul_backward_input(datty, dres2, p->attprojw + l * c * c, BT, C, C, 0);
         attention_backward(dqkv, g->datt, datty, a->qkv + l * 3 * BTC, a->att + (size_t)l * B * NH * T * T, B, T, C, NH);
-        memset(dln1, 0, BTC * sizeof(float));
-        matmul_backward_input(dln1, dqkv, p->qkvw + l * 3 * c * c, BT, C, 3 * C);
-        memcpy(dresidual, dres2, BTC * sizeof(float));
-        layernorm_backward_input(dresidual, dln1, residual, p->ln1w + l * c, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+        matmul_backward_input(dln1, dqkv, p->qkvw + l * 3 * c * c, BT, C, 3 * C, 0);
+        layernorm_backward_input(dresidual, dres2, dln1, residual, p->ln1w + l * c, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
     }
 }
 

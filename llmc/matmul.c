@@ -25,11 +25,15 @@
 #define TILE_MAX 512  // widest tile of the split operand (rows packed per task)
 #define WHOLE_MAX (4 << 20) // floats (16 MiB): a larger shared operand is packed one k-block at a time
 
-// C (m, n) of one MR x NR tile = (add ? C : 0) + Σ_k a[k][i] b[k][j] over this block's kc, the sum an
-// FMA chain from zero; then + bias[j] where bias is given (a forward's last block). Full tiles go
+// how a k-block's sum s meets C: C = s; C = C + s; C = 0 + s (bitwise what adding into zeroed memory
+// gave, even for a sum that rounded to -0, for the backward passes that used to start from a memset)
+enum { C_SET, C_ADD, C_ZERO_ADD };
+
+// C (m, n) of one MR x NR tile from Σ_k a[k][i] b[k][j] over this block's kc (the sum an FMA chain
+// from zero) as `mode` says; then + bias[j] where bias is given (a forward's last block). Full tiles go
 // straight from the registers to C; a partial tile passes through a small buffer, so that no
 // accumulator is ever indexed at run time (that would move them all out of registers).
-static inline void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc, int m, int n, int add,
+static inline void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc, int m, int n, int mode,
                                 const float* restrict bias) {
     vfloat acc[MR][NV];
 #pragma GCC unroll 16
@@ -51,7 +55,7 @@ static inline void micro_kernel(int kc, const float* restrict a, const float* re
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) {
                 vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc + v * VL);
-                vfloat x = add ? *ci + acc[i][v] : acc[i][v];
+                vfloat x = mode == C_ADD ? *ci + acc[i][v] : mode == C_ZERO_ADD ? (vfloat){0} + acc[i][v] : acc[i][v];
                 *ci = bias ? x + *(const vfloat_u*)(bias + v * VL) : x;
             }
         return;
@@ -64,7 +68,7 @@ static inline void micro_kernel(int kc, const float* restrict a, const float* re
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float* cij = c + (size_t)i * ldc + j;
-            float x = add ? *cij + tile[i * NR + j] : tile[i * NR + j];
+            float x = mode == C_ADD ? *cij + tile[i * NR + j] : mode == C_ZERO_ADD ? 0.0f + tile[i * NR + j] : tile[i * NR + j];
             *cij = bias ? x + bias[j] : x;
         }
 }
@@ -114,7 +118,7 @@ static float* workspace(float** buf, size_t* cap, size_t floats) {
 
 // what one sgemm call's tasks share: the shapes, the operands, how the split operand is tiled
 typedef struct {
-    int M, N, K, nkb, ldc, accumulate, split_n;
+    int M, N, K, nkb, ldc, mode, split_n; // mode: how the first k-block meets C (later ones add)
     Operand sp;            // the split operand: rows in tiles, each packed by the task that owns it
     int sp_rows, sp_w, tile, ntiles;
     Operand sh;            // the shared operand, packed once for all tasks
@@ -135,7 +139,7 @@ static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp) {
 // shk: the shared operand's packed k-block
 static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* blk) {
     int k0 = kb * KC, kc = MIN(g->K - k0, KC);
-    int add = g->accumulate || kb > 0;
+    int mode = kb > 0 ? C_ADD : g->mode;
     const float* bias = kb == g->nkb - 1 ? g->bias : NULL;
     int s0 = t * g->tile, sn = MIN(g->sp_rows - s0, g->tile);
     pack_panels(blk, g->sp, s0, sn, k0, kc, g->sp_w);
@@ -147,10 +151,10 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
     for (int ip = 0; ip < mi; ip += MR)
         for (int jp = 0; jp < nj; jp += NR)
             micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, g->C + (size_t)(i0 + ip) * g->ldc + j0 + jp, g->ldc, MIN(mi - ip, MR),
-                         MIN(nj - jp, NR), add, bias ? bias + j0 + jp : NULL);
+                         MIN(nj - jp, NR), mode, bias ? bias + j0 + jp : NULL);
 }
 
-// C (M, N) = (accumulate ? C : 0) + A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], A and
+// C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
 // Bt given as Operands of M and N rows. One operand (the shared one, with the smaller dimension) is
 // packed once for all tasks; tasks split the other one's rows into tiles and pack their own blocks.
 // A shared operand that fits WHOLE_MAX is packed whole up front and tiles are taken dynamically,
@@ -158,15 +162,15 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
 // be written out whole and read back by every thread: instead each thread packs each k-block of it
 // itself before its own tiles' share of that block. That packs it once per thread (a few % of the
 // work) but needs no barrier per block, which a thread descheduled on a shared machine would stall.
-static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int accumulate, const float* bias) {
+static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias) {
     if (K == 0) {
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (accumulate ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (mode == C_ADD ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
         return;
     }
     static float* shared_buf = NULL;
     static size_t shared_cap = 0;
-    Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .accumulate = accumulate, .split_n = N >= M, .C = C, .bias = bias};
+    Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .mode = mode, .split_n = N >= M, .C = C, .bias = bias};
     g.sh = g.split_n ? A : Bt;
     g.sp = g.split_n ? Bt : A;
     g.sh_rows = g.split_n ? M : N;
@@ -213,21 +217,21 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     double t0 = profile_begin();
     // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias
-    sgemm(N, OC, C, (Operand){inp, C, 0}, (Operand){weight, C, 0}, out, OC, 0, bias);
+    sgemm(N, OC, C, (Operand){inp, C, 0}, (Operand){weight, C, 0}, out, OC, C_SET, bias);
     PROFILE_END(t0, "matmul", "fwd", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
 }
 
-void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC, int accumulate) {
     double t0 = profile_begin();
-    // dinp (N, C) += dout (N, OC) · weight (OC, C): Bt(j, k) = weight[k*C + j]
-    sgemm(N, C, OC, (Operand){dout, OC, 0}, (Operand){weight, C, 1}, dinp, C, 1, NULL);
-    PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + 2.0 * N * C));
+    // dinp (N, C) (+)= dout (N, OC) · weight (OC, C): Bt(j, k) = weight[k*C + j]
+    sgemm(N, C, OC, (Operand){dout, OC, 0}, (Operand){weight, C, 1}, dinp, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
+    PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + (accumulate ? 2.0 : 1.0) * N * C));
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC) {
     double t0 = profile_begin();
     // dweight (OC, C) += dout (N, OC)ᵀ · inp (N, C): A(o, n) = dout[n*OC + o], Bt(c, n) = inp[n*C + c]
-    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, 1, NULL);
+    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, C_ADD, NULL);
     if (dbias) {
         // each thread owns a column range of dbias and sums n in order: deterministic
 #pragma omp parallel

@@ -73,7 +73,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     PROFILE_END(t0, "layernorm", "fwd", N, C, 0, 8.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
 }
 
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward_input(float* dinp, const float* dresidual, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C) {
     double t0 = profile_begin();
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -90,12 +91,14 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
         dnorm_mean /= C;
         dnorm_norm_mean /= C;
         float* di = dinp + (size_t)n * C;
+        const float* dr = dresidual ? dresidual + (size_t)n * C : NULL;
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
-            di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+            // the sum onto 0 when there is no residual: bitwise the old accumulation into zeroed memory
+            di[c] = (dr ? dr[c] : 0.0f) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
-    PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * (4.0 * N * C + 2.0 * N));
+    PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * ((dresidual ? 4.0 : 3.0) * N * C + 2.0 * N));
 }
 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C) {
@@ -214,7 +217,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
     double t0 = profile_begin();
     int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
-    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations, t in order within
+    // one (b, h) writes only head h's columns of dqkv, zeroed first, then summed into over t in order:
+    // disjoint across iterations
 #pragma omp parallel
     {
         float* vt = head_scratch(hs, Tp); // (hs, Tp) this head's values, transposed
@@ -223,6 +227,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
                 head_transposed(vt, qkv, b, h, 2 * C, T, Tp, C, hs);
+                for (int t = 0; t < T; t++)
+                    for (int part = 0; part < 3; part++) memset(dqkv + ((size_t)b * T + t) * 3 * C + part * C + h * hs, 0, hs * sizeof(float));
                 for (int t = 0; t < T; t++) {
                     const float* a = att + (((size_t)b * NH + h) * T + t) * T;
                     float* dat = datt + (((size_t)b * NH + h) * T + t) * T;
@@ -252,7 +258,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
             }
         free(vt);
     }
-    PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (8.0 * B * T * C + 3.0 * B * NH * T * T));
+    PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (7.0 * B * T * C + 3.0 * B * NH * T * T));
 }
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
@@ -293,10 +299,10 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
             float sech2 = fmaf(-th[i], th[i], 1.0f);
             float slope = 0.5f * x[i] * sech2 * GELU_SCALE * fmaf(k3 * x[i], x[i], 1.0f);
             float grad = fmaf(1.0f + th[i], 0.5f, slope);
-            dinp[b + i] = fmaf(grad, dout[b + i], dinp[b + i]);
+            dinp[b + i] = fmaf(grad, dout[b + i], 0.0f); // onto 0: bitwise the old accumulation into zeroed memory
         }
     }
-    PROFILE_END(t0, "gelu", "bwd", (int)N, 0, 0, 0.0, 16.0 * N);
+    PROFILE_END(t0, "gelu", "bwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
 void residual_forward(float* out, const float* inp1, const float* inp2, long N) {

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         g = get_f(rstd, N);
         compare("forward rstd", g, r_rstd, N, 1e-3);
         free(g);
-        layernorm_backward_input(h_dres, h_dout, h_res, h_w, r_mean, r_rstd, N, C); // h_dres becomes dinp
+        layernorm_backward_input(h_dres, h_dres, h_dout, h_res, h_w, r_mean, r_rstd, N, C); // h_dres becomes dinp
         g = get_x(dinp, n);
         compare("backward dinp", g, h_dres, n, 1e-2);
         free(g);
