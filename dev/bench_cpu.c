@@ -159,8 +159,8 @@ static void print_breakdown(int steps, double step_s, double peak, double bw) {
                               "global norm", "zero grad", "tied embedding", "copies"};
     int nf = (int)(sizeof(families) / sizeof(families[0]));
     double fam_s[16] = {0}, fam_roof[16] = {0}, total_s = 0.0, total_flops = 0.0; // fam_*: (nf)
-    printf("# breakdown of a 124M step: %d more steps with the profiling hook on, median %.1f ms; each op's time is its mean per step\n", steps,
-           step_s * 1e3);
+    printf("# breakdown of a 124M step: %d more steps with the profiling hook on, %.1f ms each on average; each op's time is its mean per step\n",
+           steps, step_s * 1e3);
     printf("#         family         pass      shape                  ms   %%step      rate   %%roof\n");
     for (int i = 0; i < n; i++) {
         double s = e[i].seconds / steps, fl = e[i].flops / steps, by = e[i].bytes / steps;
@@ -212,19 +212,13 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     double med = t[1 + steps / 2];
     printf("  step    %-10s L %d C %d NH %d V %d B %d T %d: %zu params, median %.1f ms/step over %d steps, %.1f tokens/s\n", label, L, C, NH, V,
            B, T, s.num_params, med * 1e3, steps, B * T / med);
-    if (profiled > 0) { // the table's shares are of these steps' own median, so "the rest" is what the hooks did not see
-        double* tp = (double*)calloc_check(profiled, sizeof(double));
+    if (profiled > 0) { // shares of these steps' own mean time, as the ops' times are means: "the rest" is what no hook saw
+        double t0 = now_seconds();
         profile_reset();
         profile_on = 1;
-        for (int i = 0; i < profiled; i++) {
-            double t0 = now_seconds();
-            train_step(&s, steps + 1 + i, L, &opt, units);
-            tp[i] = now_seconds() - t0;
-        }
+        for (int i = 0; i < profiled; i++) train_step(&s, steps + 1 + i, L, &opt, units);
         profile_on = 0;
-        qsort(tp, profiled, sizeof(double), cmp_double);
-        print_breakdown(profiled, tp[profiled / 2], peak, bw);
-        free(tp);
+        print_breakdown(profiled, (now_seconds() - t0) / profiled, peak, bw);
     }
     free(units);
     free(t);
