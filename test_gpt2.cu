@@ -175,7 +175,7 @@ static void test_matmul(Rng* rng, int N, int C, int OC, MatmulBackend backend) {
     check_x("backward dinp (=)", d_dinp_z, dinp_z, (size_t)N * C, TOL_OP);
 
     float *dw = copy_h(dw0, (size_t)OC * C), *db = copy_h(db0, OC);
-    matmul_backward_weight(dw, db, dout, inp, N, C, OC);
+    matmul_backward_weight(dw, db, dout, inp, N, C, OC, 1);
     float *d_dw = dev_f(dw0, (size_t)OC * C), *d_db = dev_f(db0, OC);
     matmul_backward_weight_cuda(d_dw, d_db, d_dout, d_inp, N, C, OC, scratch);
     check_f("backward dweight (+=)", d_dw, dw, (size_t)OC * C, TOL_OP32);
@@ -271,7 +271,7 @@ static void test_layernorm(Rng* rng, int N, int C) {
     layernorm_backward_input_cuda(d_dinp, d_dinp, d_dout, d_res, d_w, d_mean_c, d_rstd_c, N, C);
     check_x("backward dinp (+ dresidual)", d_dinp, dinp, n, TOL_OP);
     float *dw = copy_h(dw0, C), *db = copy_h(db0, C);
-    layernorm_backward_weight(dw, db, dout, res, mean, rstd, N, C);
+    layernorm_backward_weight(dw, db, dout, res, mean, rstd, N, C, 1);
     float *d_dw = dev_f(dw0, C), *d_db = dev_f(db0, C), *scratch;
     cudaCheck(cudaMalloc(&scratch, (size_t)COLSUM_MAX_CHUNKS * 2 * C * sizeof(float)));
     layernorm_backward_weight_cuda(d_dw, d_db, d_dout, d_res, d_mean_c, d_rstd_c, N, C, scratch);
@@ -435,7 +435,7 @@ static void cpu_run(CpuRun* c, const ModelCase* mc, const float* params) {
     c->logits = zeros_h((size_t)BT * Vp);
     matmul_forward(c->logits, c->a.lnf, p.wte, NULL, BT, C, Vp);
     gpt2_backward_input(&mc->cfg, &all, &p, &c->a, &c->g, NULL, 1.0f / BT);
-    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, &gr, c->dwte_head);
+    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, &gr, c->dwte_head, 1);
 }
 
 static void cpu_run_free(CpuRun* c) {
@@ -608,7 +608,7 @@ static void test_steps(const ModelCase* mc, int steps) {
         memset(dwte_head, 0, (size_t)cfg->padded_vocab_size * C * sizeof(float));
         float lc = gpt2_forward(cfg, &all, &pt, &a, 1);
         gpt2_backward_input(cfg, &all, &pt, &a, &g, NULL, 1.0f / BT);
-        gpt2_backward_weight(cfg, &all, &a, &g, &gt, dwte_head);
+        gpt2_backward_weight(cfg, &all, &a, &g, &gt, dwte_head, 1);
         for (size_t i = 0; i < sizes[0]; i++) gt.wte[i] += dwte_head[i];
         size_t off = 0;
         for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {

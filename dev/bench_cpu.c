@@ -99,7 +99,7 @@ static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw,
 #endif
     if (which == 0) matmul_forward(out, inp, w, NULL, N, C, OC);
     else if (which == 1) matmul_backward_input(dinp, out, w, N, C, OC, 1);
-    else matmul_backward_weight(dw, db, out, inp, N, C, OC);
+    else matmul_backward_weight(dw, db, out, inp, N, C, OC, 1);
 }
 
 // median ms of one pass over 7 runs

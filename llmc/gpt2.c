@@ -235,25 +235,27 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
 }
 
 void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g,
-                          ParameterTensors* grads, float* dwte_head) {
+                          ParameterTensors* grads, float* dwte_head, int accumulate) {
     int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0;
     int BT = B * T, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
-        matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp);
-        layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C);
+        matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp, accumulate);
+        layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C, accumulate);
     }
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
-        matmul_backward_weight(grads->fcprojw + l * 4 * c * c, grads->fcprojb + l * c, g->dres3 + l * BTC, a->fch_gelu + l * 4 * BTC, BT, 4 * C, C);
-        matmul_backward_weight(grads->fcw + l * 4 * c * c, grads->fcb + l * 4 * c, g->dfch + l * 4 * BTC, a->ln2 + l * BTC, BT, C, 4 * C);
+        matmul_backward_weight(grads->fcprojw + l * 4 * c * c, grads->fcprojb + l * c, g->dres3 + l * BTC, a->fch_gelu + l * 4 * BTC, BT, 4 * C, C,
+                               accumulate);
+        matmul_backward_weight(grads->fcw + l * 4 * c * c, grads->fcb + l * 4 * c, g->dfch + l * 4 * BTC, a->ln2 + l * BTC, BT, C, 4 * C, accumulate);
         layernorm_backward_weight(grads->ln2w + l * c, grads->ln2b + l * c, g->dln2 + l * BTC, a->residual2 + l * BTC,
-                                  a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
-        matmul_backward_weight(grads->attprojw + l * c * c, grads->attprojb + l * c, g->dres2 + l * BTC, a->atty + l * BTC, BT, C, C);
-        matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C);
+                                  a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C, accumulate);
+        matmul_backward_weight(grads->attprojw + l * c * c, grads->attprojb + l * c, g->dres2 + l * BTC, a->atty + l * BTC, BT, C, C, accumulate);
+        matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C,
+                               accumulate);
         layernorm_backward_weight(grads->ln1w + l * c, grads->ln1b + l * c, g->dln1 + l * BTC, residual,
-                                  a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+                                  a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C, accumulate);
     }
-    if (r->has_embed) encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C);
+    if (r->has_embed) encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C); // a scatter: always adds
 }

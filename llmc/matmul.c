@@ -228,19 +228,22 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
     PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + (accumulate ? 2.0 : 1.0) * N * C));
 }
 
-void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC) {
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC, int accumulate) {
     double t0 = profile_begin();
-    // dweight (OC, C) += dout (N, OC)ᵀ · inp (N, C): A(o, n) = dout[n*OC + o], Bt(c, n) = inp[n*C + c]
-    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, C_ADD, NULL);
+    // dweight (OC, C) (+)= dout (N, OC)ᵀ · inp (N, C): A(o, n) = dout[n*OC + o], Bt(c, n) = inp[n*C + c]
+    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
     if (dbias) {
-        // each thread owns a column range of dbias and sums n in order: deterministic
+        // each thread owns a column range of dbias and sums n in order (onto 0 when not accumulating,
+        // bitwise the old sum into zeroed memory): deterministic
 #pragma omp parallel
         {
             int nt = omp_get_num_threads(), t = omp_get_thread_num();
             int o0 = (int)((long)OC * t / nt), o1 = (int)((long)OC * (t + 1) / nt);
+            if (!accumulate)
+                for (int o = o0; o < o1; o++) dbias[o] = 0.0f;
             for (int n = 0; n < N; n++)
                 for (int o = o0; o < o1; o++) dbias[o] += dout[(size_t)n * OC + o];
         }
     }
-    PROFILE_END(t0, "matmul", "bwd_w", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)N * C + 2.0 * OC * C));
+    PROFILE_END(t0, "matmul", "bwd_w", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)N * C + (accumulate ? 2.0 : 1.0) * OC * C));
 }

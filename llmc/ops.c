@@ -101,12 +101,15 @@ void layernorm_backward_input(float* dinp, const float* dresidual, const float* 
     PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * ((dresidual ? 4.0 : 3.0) * N * C + 2.0 * N));
 }
 
-void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C,
+                               int accumulate) {
     double t0 = profile_begin();
 #pragma omp parallel
     {
         int c0, c1;
         thread_range(C, &c0, &c1);
+        if (!accumulate) // then added onto zeros, bitwise the old sum into zeroed memory
+            for (int c = c0; c < c1; c++) dweight[c] = dbias[c] = 0.0f;
         for (int n = 0; n < N; n++) {
             const float* d = dout + (size_t)n * C;
             const float* x = inp + (size_t)n * C;

@@ -16,8 +16,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // dinp (N,C) = dresidual (N,C; NULL: 0; may be dinp) + the LayerNorm's input gradient for dout (N,C)
 void layernorm_backward_input(float* dinp, const float* dresidual, const float* dout, const float* inp, const float* weight, const float* mean,
                               const float* rstd, int N, int C);
-// dweight (C), dbias (C) += ...
-void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C);
+// dweight (C), dbias (C) += ...; accumulate 0: written, bitwise as if added to zeros
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C,
+                               int accumulate);
 
 // out (B,T,C), att (B,NH,T,T) softmax probabilities (causal; entries t2 > t are 0), from qkv (B,T,3C)
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);

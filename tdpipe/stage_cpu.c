@@ -17,15 +17,41 @@ typedef struct {
     float** stash;             // (n_stash)[num_params] older weight versions
     ParameterTensors* sviews;  // (n_stash)
     float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
-    // which parts of gradient slot k are known to be zero because the last pass that read them wrote
-    // zeros behind it (AdamW for the slot, the tied sum for the head's share), so that zero_grad
-    // need not sweep them again; anything that may write a slot clears its marks
-    unsigned char* grads_zero; // (n_grads) grads[k]
-    unsigned char* head_zero;  // (n_grads) dwte_head[k]
+    unsigned char* state;      // (n_grads) SLOT_* below: what each gradient slot holds
     int n_acts, n_gacts, n_grads, n_stash, has_sample;
 } CpuStage;
 
+// What gradient slot k holds, so that zeroing it touches no more memory than it must. After AdamW
+// it is FRESH: zero by definition, yet only the embeddings' gradients (wte, wpe: the encoder's
+// scatter adds into them) are zeroed in memory, by AdamW itself as it reads them; the rest, the
+// head's share included, keeps the last step's values, which the next backward_weight overwrites
+// (accumulate 0) instead of adding to. Anything else that reads or hands out the slot first makes
+// its memory match (slot_materialize), so only the executor's update -> zero_grad -> backward path
+// skips the sweeps.
+enum {
+    SLOT_LIVE,  // holds a gradient (a backward, a tied sum, or a caller through an accessor wrote it)
+    SLOT_ZERO,  // all zero in memory (as allocated, or materialized)
+    SLOT_FRESH, // zero by definition, only the embeddings' tensors zero in memory
+};
+
 static CpuStage* cpu_of(const Stage* st) { return (CpuStage*)st->dev; }
+static size_t embedding_floats(const Stage* st) { return st->sizes[0] + st->sizes[1]; } // wte, wpe: the slot's first tensors
+
+// a FRESH slot's memory zeroed where it still holds last step's values
+static void slot_materialize(Stage* st, int k) {
+    CpuStage* c = cpu_of(st);
+    if (c->state[k] != SLOT_FRESH) return;
+    size_t e = embedding_floats(st);
+    memset(c->grads[k] + e, 0, (st->num_params - e) * sizeof(float));
+    if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+    c->state[k] = SLOT_ZERO;
+}
+
+// slot k is about to be written, or handed out to a caller who may: exact in memory, then live
+static void slot_written(Stage* st, int k) {
+    slot_materialize(st, k);
+    cpu_of(st)->state[k] = SLOT_LIVE;
+}
 static size_t cpu_btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
 
 GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
@@ -37,19 +63,16 @@ GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
     return &c->acts[slot];
 }
 GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
-// slot k may be written from here on: zero_grad must sweep it again
-static void grads_written(CpuStage* c, int k) { c->grads_zero[k] = c->head_zero[k] = 0; }
-
 float* stage_cpu_grads(Stage* st, int k) {
-    grads_written(cpu_of(st), k);
+    slot_written(st, k);
     return cpu_of(st)->grads[k];
 }
 ParameterTensors* stage_cpu_grad_views(Stage* st, int k) {
-    grads_written(cpu_of(st), k);
+    slot_written(st, k);
     return &cpu_of(st)->gviews[k];
 }
 float* stage_cpu_dwte_head(Stage* st, int k) {
-    grads_written(cpu_of(st), k);
+    slot_written(st, k);
     return cpu_of(st)->dwte_head[k];
 }
 
@@ -90,9 +113,8 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->grads, c->n_grads, n);
         grow_ptrs((void***)&c->dwte_head, c->n_grads, n);
         grow_ptrs((void***)&c->tied_other, c->n_grads, n);
-        c->grads_zero = (unsigned char*)realloc(c->grads_zero, n);
-        c->head_zero = (unsigned char*)realloc(c->head_zero, n);
-        if (!c->grads_zero || !c->head_zero) td_fatal("out of memory for %d gradient slots", n);
+        c->state = (unsigned char*)realloc(c->state, n);
+        if (!c->state) td_fatal("out of memory for %d gradient slots", n);
         c->gviews = (ParameterTensors*)realloc(c->gviews, n * sizeof(ParameterTensors));
         if (!c->gviews) td_fatal("out of memory for %d gradient slots", n);
         for (int k = c->n_grads; k < n; k++) {
@@ -100,7 +122,7 @@ static void cpu_reserve(Stage* st) {
             gpt2_point_params(&c->gviews[k], c->grads[k], st->sizes);
             if (r->has_head) c->dwte_head[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
             if (pipelined && (r->has_embed || r->has_head)) c->tied_other[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
-            c->grads_zero[k] = c->head_zero[k] = 1; // calloc'ed
+            c->state[k] = SLOT_ZERO; // calloc'ed
         }
         c->n_grads = n;
     }
@@ -137,8 +159,7 @@ static void cpu_destroy(Stage* st) {
     free(c->gviews);
     free(c->dwte_head);
     free(c->tied_other);
-    free(c->grads_zero);
-    free(c->head_zero);
+    free(c->state);
     free(c->stash);
     free(c->sviews);
     free(c);
@@ -159,10 +180,12 @@ static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int
     gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
 }
 
+// a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter)
 static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
     CpuStage* c = cpu_of(st);
-    grads_written(c, k);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k]);
+    int accumulate = c->state[k] != SLOT_FRESH;
+    c->state[k] = SLOT_LIVE;
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k], accumulate);
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -178,6 +201,7 @@ static void cpu_stash(Stage* st, int i) {
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
     double t0 = profile_begin();
+    slot_materialize(st, k);
     const GPT2Range* r = &st->range;
     const ParameterTensors* grads = &cpu_of(st)->gviews[k];
     int C = st->cfg.channels, Ls = r->l1 - r->l0;
@@ -196,58 +220,57 @@ static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
     PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * st->num_params, 4.0 * st->num_params);
 }
 
-// AdamW over every tensor, each with its decay; the slot is zeroed in the same pass (the next step
-// accumulates into it), so the zero_grad that follows has nothing left to sweep
+// AdamW over every tensor, each with its decay. The slot is left FRESH: the embeddings' gradients
+// zeroed as AdamW reads them, the rest to be overwritten by the next backward, so the zero_grad that
+// follows has nothing to sweep
 static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
     double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
+    slot_materialize(st, k);
     float* grads = c->grads[k];
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        if (st->sizes[i])
+        float decay = gpt2_param_decays(i) ? opt->weight_decay : 0.0f;
+        if (st->sizes[i] && i < 2) // wte, wpe: first in the slot
             adamw_update_zero(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
-                              opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
+                              opt->eps, decay, t, grad_scale);
+        else if (st->sizes[i])
+            adamw_update(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2, opt->eps,
+                         decay, t, grad_scale);
         off += st->sizes[i];
     }
-    c->grads_zero[k] = 1;
-    PROFILE_END(t0, "adamw", "update", 0, 0, 0, 0.0, 32.0 * st->num_params);
+    c->state[k] = SLOT_FRESH;
+    PROFILE_END(t0, "adamw", "update", 0, 0, 0, 0.0, 28.0 * st->num_params + 4.0 * embedding_floats(st));
 }
 
-// sweeps only what no pass has zeroed since the slot was last written
+// a live slot: its embeddings' tensors zeroed and the rest left for the next backward to overwrite
+// (FRESH); a zero or fresh one: nothing to do
 static void cpu_zero_grad(Stage* st, int k) {
     double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
     double bytes = 0.0;
-    if (!c->grads_zero[k]) {
-        memset(c->grads[k], 0, st->num_params * sizeof(float));
-        bytes += 4.0 * st->num_params;
+    if (c->state[k] == SLOT_LIVE) {
+        memset(c->grads[k], 0, embedding_floats(st) * sizeof(float));
+        bytes = 4.0 * embedding_floats(st);
+        c->state[k] = SLOT_FRESH;
     }
-    if (c->dwte_head[k] && !c->head_zero[k]) {
-        memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
-        bytes += 4.0 * st->sizes[0];
-    }
-    c->grads_zero[k] = c->head_zero[k] = 1;
     PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
 
-// wte's gradient += the head's share, which is zeroed as it is read (nothing reads it again this step)
+// wte's gradient += the head's share
 static void cpu_tie_local(Stage* st, int k) {
     double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
+    slot_written(st, k);
     float* wte = c->gviews[k].wte;
-    float* head = c->dwte_head[k];
-    grads_written(c, k);
+    const float* head = c->dwte_head[k];
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < st->sizes[0]; i++) {
-        wte[i] += head[i];
-        head[i] = 0.0f;
-    }
-    c->head_zero[k] = 1;
-    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 16.0 * st->sizes[0]);
+    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] += head[i];
+    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
 }
 
 static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
-    grads_written(cpu_of(st), k);
+    slot_written(st, k);
     if (dwte_head) *dwte_head = cpu_of(st)->dwte_head[k];
     return cpu_of(st)->grads[k];
 }
@@ -265,15 +288,15 @@ static const void* cpu_dx_in_msg(Stage* st, int gacts, int slot) {
 }
 
 static float* cpu_tied_share(Stage* st, int k) {
-    grads_written(cpu_of(st), k);
+    slot_written(st, k);
     return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k];
 }
 static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
 static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last) {
     double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
+    slot_written(st, k);
     float* wte = c->gviews[k].wte;
-    grads_written(c, k);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first[i] + last[i];
     PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);

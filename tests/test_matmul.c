@@ -1,7 +1,7 @@
 // The CPU matmul against a plain double-precision reference on shapes that take every path of
 // the blocked SGEMM (tiles split by rows or by columns, short and long depths, partial panels,
 // the widest tiles, a shared operand packed one k-block at a time), forward and both backward halves, with 1 and 2 threads, bitwise equal
-// across thread counts, and the written input gradient bitwise the one added into zeros. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
+// across thread counts, and the written backward halves bitwise the ones added into zeros. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -64,18 +64,27 @@ static void check_shape(int N, int C, int OC) {
             got[t] = (float*)calloc((size_t)rows * cols, sizeof(float)); // backward halves accumulate into zeros
             if (pass == 0) matmul_forward(got[t], inp, w, bias, N, C, OC);
             else if (pass == 1) matmul_backward_input(got[t], dout, w, N, C, OC, 1);
-            else matmul_backward_weight(got[t], NULL, dout, inp, N, C, OC);
+            else matmul_backward_weight(got[t], NULL, dout, inp, N, C, OC, 1);
         }
         const char* names[3] = {"forward", "backward input", "backward weight"};
         int ok = close_enough(got[0], ref, mag, (size_t)rows * cols, K, &worst);
         CHECK(ok, "%-15s N %5d C %4d OC %5d: within the bound (worst %.2f of it)", names[pass], N, C, OC, worst);
         CHECK(memcmp(got[0], got[1], sizeof(float) * rows * cols) == 0, "%-15s N %5d C %4d OC %5d: 1 and 2 threads bitwise equal", names[pass], N, C, OC);
-        if (pass == 1) { // written (accumulate 0) over garbage: bitwise the sum into zeros
+        if (pass > 0) { // written (accumulate 0) over garbage: bitwise the sum into zeros, dbias too
             float* set = (float*)malloc(sizeof(float) * rows * cols);
+            float *db_add = (float*)calloc(OC, sizeof(float)), *db_set = (float*)malloc(sizeof(float) * OC);
             for (size_t i = 0; i < (size_t)rows * cols; i++) set[i] = NAN;
-            matmul_backward_input(set, dout, w, N, C, OC, 0);
+            for (int i = 0; i < OC; i++) db_set[i] = NAN;
+            if (pass == 1) matmul_backward_input(set, dout, w, N, C, OC, 0);
+            else {
+                float* dw_add = (float*)calloc((size_t)rows * cols, sizeof(float));
+                matmul_backward_weight(dw_add, db_add, dout, inp, N, C, OC, 1);
+                matmul_backward_weight(set, db_set, dout, inp, N, C, OC, 0);
+                CHECK(memcmp(db_set, db_add, sizeof(float) * OC) == 0, "%-15s N %5d C %4d OC %5d: dbias written = added into zeros, bitwise", names[pass], N, C, OC);
+                free(dw_add);
+            }
             CHECK(memcmp(set, got[0], sizeof(float) * rows * cols) == 0, "%-15s N %5d C %4d OC %5d: written = added into zeros, bitwise", names[pass], N, C, OC);
-            free(set);
+            free(set); free(db_add); free(db_set);
         }
         free(got[0]);
         free(got[1]);

@@ -70,7 +70,7 @@ static void reference(int W, const float* init, size_t n, float* params, float* 
             if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
             loss_sum += gpt2_forward(&CFG, &all, &view, a, 1);
             gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
-            gpt2_backward_weight(&CFG, &all, a, ga, stage_cpu_grad_views(&s, 0), stage_cpu_dwte_head(&s, 0));
+            gpt2_backward_weight(&CFG, &all, a, ga, stage_cpu_grad_views(&s, 0), stage_cpu_dwte_head(&s, 0), 1);
         }
         losses[t] = (float)(loss_sum / M);
         stage_tie_local(&s, 0);

@@ -1,8 +1,9 @@
 // The CPU update path: AdamW (plain, and fused with zeroing the gradient) against the formula in
 // double precision and bitwise against each other; the global norm's sums of squares against long
 // double, against the chunked serial sum they are defined as, and across thread counts; the CPU
-// stage's zero_grad, which after a fused update sweeps nothing (the profiling hook's byte count says
-// so) yet leaves the slot zero, and alone zeroes whatever a backward wrote.
+// stage's gradient slot: zero_grad after an update sweeps nothing and alone only the embeddings'
+// tensors (the profiling hook's byte counts say so), yet the slot reads as zero, and the backward
+// that follows (writing instead of adding) is bitwise one into zeroed memory.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -88,7 +89,39 @@ static void check_sumsq(size_t n) {
     free(x);
 }
 
-// a backward leaves a nonzero slot; update then zero_grad, or zero_grad alone, must leave it all zero
+// bytes the CPU stage's zero_grad swept, from the profiling hook (its time is not looked at)
+static double zero_grad_bytes(Stage* s) {
+    profile_reset();
+    profile_on = 1;
+    stage_zero_grad(s, 0);
+    profile_on = 0;
+    const ProfileEntry* e;
+    return profile_entries(&e) == 1 ? e[0].bytes : -1.0;
+}
+
+// the slot's gradient and head share after a forward and backward (with the tied sum), copied out
+static float* backward_grads(Stage* s, int step, size_t n_head) {
+    Op f = {OP_F, step, 0, s->version}, b = {OP_B, step, 0, s->version};
+    stage_forward(s, &f, 0, 1);
+    stage_backward(s, &b, 0, 0.0625f);
+    float* g = (float*)malloc((s->num_params + n_head) * sizeof(float));
+    memcpy(g, stage_cpu_grads(s, 0), s->num_params * sizeof(float));
+    memcpy(g + s->num_params, stage_cpu_dwte_head(s, 0), n_head * sizeof(float));
+    return g;
+}
+
+static int all_zero(Stage* s, size_t n_head) {
+    const float* g = stage_cpu_grads(s, 0);
+    const float* head = stage_cpu_dwte_head(s, 0);
+    int zero = 1;
+    for (size_t i = 0; i < s->num_params; i++) zero &= g[i] == 0.0f;
+    for (size_t i = 0; i < n_head; i++) zero &= head[i] == 0.0f;
+    return zero;
+}
+
+// The trainer's order (backward, tied sum, norm, update, zero_grad) and zero_grad alone: the slot
+// reads as zero either way, zero_grad after an update sweeps nothing and alone only the embeddings'
+// tensors, and a backward into a slot left that way (written, not added to) is bitwise one into zeros.
 static void check_zero_grad(void) {
     omp_set_num_threads(2);
     GPT2Config cfg = {16, 64, 128, 2, 2, 32}; // maxT, V, Vp, L, NH, C
@@ -104,29 +137,23 @@ static void check_zero_grad(void) {
     }
     AdamWConfig opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
     double units[4];
-    for (int round = 0; round < 2; round++) { // 0: update then zero_grad (the trainer's order); 1: zero_grad alone
-        Op f = {OP_F, round, 0, s.version}, b = {OP_B, round, 0, s.version};
-        stage_forward(&s, &f, 0, 1);
-        stage_backward(&s, &b, 0, 0.0625f);
-        stage_tie_local(&s, 0);
-        stage_grad_unit_sumsq(&s, 0, units);
-        CHECK(units[0] > 0 && units[1] > 0, "zero_grad round %d: the backward left a nonzero gradient", round);
-        if (round == 0) stage_update(&s, 0, &opt, 1e-3f, 1, 1.0f);
-        profile_reset(); // the profiling hook reports the bytes zero_grad swept (its time is not looked at)
-        profile_on = 1;
-        stage_zero_grad(&s, 0);
-        profile_on = 0;
-        const ProfileEntry* e;
-        double swept = profile_entries(&e) == 1 ? e[0].bytes : -1.0;
-        CHECK(round == 0 ? swept == 0.0 : swept >= 4.0 * s.num_params, "zero_grad round %d: swept %.0f bytes (%s)", round, swept,
-              round == 0 ? "none: the update zeroed the slot as it read it" : "the whole slot");
-        const float* g = stage_cpu_grads(&s, 0);
-        const float* head = stage_cpu_dwte_head(&s, 0);
-        int zero = 1;
-        for (size_t i = 0; i < s.num_params; i++) zero &= g[i] == 0.0f;
-        for (size_t i = 0; i < sizes[0]; i++) zero &= head[i] == 0.0f;
-        CHECK(zero, "zero_grad round %d (%s): the slot and the head's share are all zero", round, round == 0 ? "after a fused update" : "alone");
-    }
+    free(backward_grads(&s, 0, sizes[0]));
+    stage_tie_local(&s, 0);
+    stage_grad_unit_sumsq(&s, 0, units);
+    CHECK(units[0] > 0 && units[1] > 0, "zero_grad: the backward left a nonzero gradient");
+    stage_update(&s, 0, &opt, 1e-3f, 1, 1.0f);
+    double swept = zero_grad_bytes(&s);
+    CHECK(swept == 0.0, "zero_grad after the update swept %.0f bytes (none: AdamW left the slot zero by definition)", swept);
+    CHECK(all_zero(&s, sizes[0]), "after update and zero_grad the slot reads as all zero (head share too)");
+    float* into_zeros = backward_grads(&s, 1, sizes[0]); // the slot read above: now zero in memory
+    swept = zero_grad_bytes(&s);
+    CHECK(swept == 4.0 * (sizes[0] + sizes[1]), "zero_grad alone swept %.0f bytes (the embeddings' gradients, %zu floats)", swept, sizes[0] + sizes[1]);
+    float* written = backward_grads(&s, 1, sizes[0]); // same weights, into the slot zero_grad left
+    CHECK(!memcmp(written, into_zeros, (s.num_params + sizes[0]) * sizeof(float)), "a backward after zero_grad (written) is bitwise one into zeros");
+    stage_zero_grad(&s, 0);
+    CHECK(all_zero(&s, sizes[0]), "after zero_grad alone the slot reads as all zero (head share too)");
+    free(into_zeros);
+    free(written);
     stage_destroy(&s);
     free(full);
 }
