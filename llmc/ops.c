@@ -267,23 +267,24 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 #define GELU_BLOCK 512                 // elements per tanhf_vec call (a few KiB on the stack)
 
-// u = sqrt(2/pi) (x + 0.044715 x^3) for a block. fmaf stands where GCC's contraction fused the textbook
-// expression when GELU was a scalar loop around libm's tanhf, so the vectorised GELU rounds exactly as
-// that loop did; tanhf_vec is bitwise libm's tanhf.
-static void gelu_tanh_arg(float* u, const float* x, int n) {
-    for (int i = 0; i < n; i++) u[i] = GELU_SCALE * fmaf(0.044715f * x[i] * x[i], x[i], x[i]);
+// th = tanh(sqrt(2/pi) (x + 0.044715 x^3)) for block [b, b + GELU_BLOCK) of x (N); returns its length.
+// fmaf stands where GCC's contraction fused the textbook expression when GELU was a scalar loop
+// around libm's tanhf, so the vectorised GELU rounds exactly as that loop did; tanhf_vec is bitwise
+// libm's tanhf.
+static int gelu_tanh_block(float* th, const float* x, long N, long b) {
+    int n = N - b < GELU_BLOCK ? (int)(N - b) : GELU_BLOCK;
+    for (int i = 0; i < n; i++) th[i] = GELU_SCALE * fmaf(0.044715f * x[b + i] * x[b + i], x[b + i], x[b + i]);
+    tanhf_vec(th, th, n);
+    return n;
 }
 
 void gelu_forward(float* out, const float* inp, long N) {
     double t0 = profile_begin();
 #pragma omp parallel for schedule(static)
     for (long b = 0; b < N; b += GELU_BLOCK) {
-        int n = N - b < GELU_BLOCK ? (int)(N - b) : GELU_BLOCK;
-        const float* x = inp + b;
         float th[GELU_BLOCK];
-        gelu_tanh_arg(th, x, n);
-        tanhf_vec(th, th, n);
-        for (int i = 0; i < n; i++) out[b + i] = 0.5f * x[i] * (1.0f + th[i]);
+        int n = gelu_tanh_block(th, inp, N, b);
+        for (int i = 0; i < n; i++) out[b + i] = 0.5f * inp[b + i] * (1.0f + th[i]);
     }
     PROFILE_END(t0, "gelu", "fwd", (int)N, 0, 0, 0.0, 8.0 * N);
 }
@@ -293,11 +294,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
     const float k3 = 3.0f * 0.044715f; // folded in float, as the compiler folded it
 #pragma omp parallel for schedule(static)
     for (long b = 0; b < N; b += GELU_BLOCK) {
-        int n = N - b < GELU_BLOCK ? (int)(N - b) : GELU_BLOCK;
-        const float* x = inp + b;
         float th[GELU_BLOCK];
-        gelu_tanh_arg(th, x, n);
-        tanhf_vec(th, th, n);
+        int n = gelu_tanh_block(th, inp, N, b);
+        const float* x = inp + b;
         for (int i = 0; i < n; i++) {
             float sech2 = fmaf(-th[i], th[i], 1.0f);
             float slope = 0.5f * x[i] * sech2 * GELU_SCALE * fmaf(k3 * x[i], x[i], 1.0f);
