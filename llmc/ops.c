@@ -168,6 +168,28 @@ static void head_dots(float* dots, const float* x, const float* kt, int hs, int 
     }
 }
 
+// o (hs) = Σ_{j < n} w[j] x_j with x_j = x + j ldx (nv vectors of VL floats: hs = nv VL): each element
+// an FMA chain over j in order from zero, as the loop over o in memory computed it, here in registers
+static inline __attribute__((always_inline)) void weighted_sum_vec(float* o, const float* w, const float* x, size_t ldx, int n, int nv) {
+    vfloat acc[4] = {{0}, {0}, {0}, {0}};
+    for (int j = 0; j < n; j++)
+        for (int v = 0; v < nv; v++) acc[v] += *(const vfloat_u*)(x + (size_t)j * ldx + v * VL) * w[j];
+    for (int v = 0; v < nv; v++) *(vfloat_u*)(o + v * VL) = acc[v];
+}
+
+// the same for any hs: specialised (registers) for up to 4 vectors, else one element at a time
+static void head_weighted_sum(float* o, const float* w, const float* x, size_t ldx, int n, int hs) {
+    switch (hs % VL ? 0 : hs / VL) {
+    case 1: weighted_sum_vec(o, w, x, ldx, n, 1); return;
+    case 2: weighted_sum_vec(o, w, x, ldx, n, 2); return;
+    case 3: weighted_sum_vec(o, w, x, ldx, n, 3); return;
+    case 4: weighted_sum_vec(o, w, x, ldx, n, 4); return;
+    }
+    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < hs; i++) o[i] += w[j] * x[(size_t)j * ldx + i];
+}
+
 // per-thread buffers of the attention kernels: a head's transposed keys or values (hs, Tp) and a row of dots (Tp)
 static float* head_scratch(int hs, int Tp) {
     float* buf = (float*)aligned_alloc(64, sizeof(float) * (size_t)(hs + 1) * Tp);
@@ -203,12 +225,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                     for (int t2 = 0; t2 <= t; t2++) sum += a[t2];
                     float inv = 1.0f / sum;
                     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-                    float* o = out + ((size_t)b * T + t) * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                        for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                    }
+                    head_weighted_sum(out + ((size_t)b * T + t) * C + h * hs, a, qkv + (size_t)b * T * 3 * C + 2 * C + h * hs, 3 * C, t + 1, hs);
                 }
             }
         free(kt);
@@ -220,45 +237,40 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
     double t0 = profile_begin();
     int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
-    // one (b, h) writes only head h's columns of dqkv, zeroed first, then summed into over t in order:
-    // disjoint across iterations
+    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations. Each row of dq, dk
+    // and dv is one weighted sum of rows, an FMA chain from zero in order of the summed index, as the
+    // loops that added into zeroed rows one query at a time computed them.
 #pragma omp parallel
     {
         float* vt = head_scratch(hs, Tp); // (hs, Tp) this head's values, transposed
-        float* s = vt + (size_t)hs * Tp;  // (Tp) v · dout for each key
+        float* s = vt + (size_t)hs * Tp;  // (Tp) one query's v · dout for each key
+        float* w = (float*)malloc_check(sizeof(float) * T); // (T) one key's column of att or dpre
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
+                const float* a_bh = att + ((size_t)b * NH + h) * T * T; // (T, T)
+                float* dpre = datt + ((size_t)b * NH + h) * T * T;      // (T, T) the gradient before the scaled dot product
+                const float* q0 = qkv + (size_t)b * T * 3 * C + h * hs;
                 head_transposed(vt, qkv, b, h, 2 * C, T, Tp, C, hs);
-                for (int t = 0; t < T; t++)
-                    for (int part = 0; part < 3; part++) memset(dqkv + ((size_t)b * T + t) * 3 * C + part * C + h * hs, 0, hs * sizeof(float));
-                for (int t = 0; t < T; t++) {
-                    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                    float* dat = datt + (((size_t)b * NH + h) * T + t) * T;
-                    const float* d = dout + ((size_t)b * T + t) * C + h * hs;
-                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                    float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                    // through out = att · v
-                    head_dots(s, d, vt, hs, Tp, t + 1);
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                        for (int i = 0; i < hs; i++) dv[i] += a[t2] * d[i];
-                        dat[t2] = s[t2];
-                    }
-                    // through the softmax, then the scaled dot product
+                for (int t = 0; t < T; t++) { // through out = att · v and the softmax; dq
+                    const float* a = a_bh + (size_t)t * T;
+                    float* dp = dpre + (size_t)t * T;
+                    head_dots(s, dout + ((size_t)b * T + t) * C + h * hs, vt, hs, Tp, t + 1);
                     float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * dat[t2];
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float dpre = a[t2] * (dat[t2] - dot) * scale;
-                        const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                        float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                        for (int i = 0; i < hs; i++) {
-                            dq[i] += dpre * k[i];
-                            dk[i] += dpre * q[i];
-                        }
-                    }
+                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * s[t2];
+                    for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (s[t2] - dot) * scale;
+                    head_weighted_sum(dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dp, q0 + C, 3 * C, t + 1, hs);
+                }
+                for (int t2 = 0; t2 < T; t2++) { // dv and dk of key t2: sums over the queries t >= t2
+                    int n = T - t2;
+                    float* drow = dqkv + ((size_t)b * T + t2) * 3 * C + h * hs;
+                    for (int j = 0; j < n; j++) w[j] = a_bh[(size_t)(t2 + j) * T + t2];
+                    head_weighted_sum(drow + 2 * C, w, dout + ((size_t)b * T + t2) * C + h * hs, C, n, hs);
+                    for (int j = 0; j < n; j++) w[j] = dpre[(size_t)(t2 + j) * T + t2];
+                    head_weighted_sum(drow + C, w, q0 + (size_t)t2 * 3 * C, 3 * C, n, hs);
                 }
             }
+        free(w);
         free(vt);
     }
     PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (7.0 * B * T * C + 3.0 * B * NH * T * T));
