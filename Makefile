@@ -84,9 +84,13 @@ test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- benchmarks: programs that print figures (never part of `make test`)
-.PHONY: bench-cpu bench-checkpoint
+.PHONY: bench-cpu bench-llmc bench-checkpoint
 bench-cpu: $(BUILD)/dev/bench_cpu
 	$(BUILD)/dev/bench_cpu 5
+# llm.c's CPU trainer beside ours on the same model and shard: make bench-llmc LLMC=path/to/llm.c
+bench-llmc: train_tdpipe $(BUILD)/dev/data/make_shards
+	@test -n "$(LLMC)" || { echo "make bench-llmc: give LLMC=path/to/an/llm.c/checkout"; exit 1; }
+	bash dev/bench_llmc.sh "$(LLMC)" 6
 # checkpoint save/load MB/s and compression on a GPT-2 124M-shape model after 3 training steps on Tiny Shakespeare
 bench-checkpoint: train_tdpipe $(BUILD)/dev/bench_checkpoint $(BUILD)/dev/data/make_shards
 	bash dev/data/prepare_tinyshakespeare.sh >/dev/null
