@@ -52,50 +52,149 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
     PROFILE_END(t0, "encoder", "bwd", B * T, C, 0, 0.0, 4.0 * (3.0 * B * T * C + 2.0 * T * C));
 }
 
+// LayerNorm's per-row sums run 8 rows side by side, one row per lane of a vector, so that each row's
+// serial chain of adds (in index order, as the one-row loops added) hides the others' latency; the
+// rows come in 8 x 8 blocks, transposed. Products are rounded before they are added, as GCC's
+// in-order vector reductions of the one-row loops rounded them (bitwise those for C a multiple of 16).
+#define LN_ROWS 8
+
+// the 8 x 8 block of rows r0..r0+7 (stride ld) at column c, transposed: col[j] = column c + j of the 8 rows
+static inline void ln_columns(v8f col[8], const float* rows, size_t ld, int c) {
+    for (int j = 0; j < 8; j++) col[j] = *(const v8f_u*)(rows + (size_t)j * ld + c);
+    simd_transpose8(col);
+}
+
+// mean and 1 / sqrt(variance + eps) of LN_ROWS rows of x (stride C)
+static void ln_stats8(float m_out[LN_ROWS], float s_out[LN_ROWS], const float* x, int C) {
+    v8f acc = {0}, col[8];
+    int c8 = C / 8 * 8;
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(col, x, C, c);
+        for (int j = 0; j < 8; j++) acc += col[j];
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) acc[r] += x[(size_t)r * C + c];
+    v8f m = acc / (float)C;
+    acc = (v8f){0};
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(col, x, C, c);
+        for (int j = 0; j < 8; j++) {
+            v8f d = col[j] - m, p = d * d;
+            SIMD_ROUNDED(p);
+            acc += p;
+        }
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) {
+            float d = x[(size_t)r * C + c] - m[r], p = d * d;
+            SIMD_ROUNDED(p);
+            acc[r] += p;
+        }
+    v8f v = acc / (float)C;
+    for (int r = 0; r < LN_ROWS; r++) {
+        m_out[r] = m[r];
+        s_out[r] = 1.0f / sqrtf(v[r] + 1e-5f);
+    }
+}
+
+// the same for one row (the rows left over from groups of LN_ROWS), the same arithmetic
+static void ln_stats1(float* m_out, float* s_out, const float* x, int C) {
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m, p = d * d;
+        SIMD_ROUNDED(p);
+        v += p;
+    }
+    v /= C;
+    *m_out = m;
+    *s_out = 1.0f / sqrtf(v + 1e-5f);
+}
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int N, int C) {
     double t0 = profile_begin();
-    const float eps = 1e-5f;
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= C;
-        float s = 1.0f / sqrtf(v + eps);
-        float* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (N + LN_ROWS - 1) / LN_ROWS; g++) {
+        int n0 = g * LN_ROWS, rows = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
+        if (rows == LN_ROWS) ln_stats8(mean + n0, rstd + n0, inp + (size_t)n0 * C, C);
+        else
+            for (int r = 0; r < rows; r++) ln_stats1(mean + n0 + r, rstd + n0 + r, inp + (size_t)(n0 + r) * C, C);
+        for (int n = n0; n < n0 + rows; n++) {
+            const float* x = inp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float* o = out + (size_t)n * C;
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        }
     }
     PROFILE_END(t0, "layernorm", "fwd", N, C, 0, 8.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
+}
+
+// Σ dnorm and Σ dnorm · norm over each row, dnorm = weight · dout, norm = (x - mean) · rstd: 8 rows at once
+static void ln_grad_sums8(float sum_dnorm[LN_ROWS], float sum_dnorm_norm[LN_ROWS], const float* d, const float* x, const float* weight,
+                          const float* mean, const float* rstd, int C) {
+    v8f m, s, acc1 = {0}, acc2 = {0}, xc[8], dc[8];
+    for (int r = 0; r < LN_ROWS; r++) {
+        m[r] = mean[r];
+        s[r] = rstd[r];
+    }
+    int c8 = C / 8 * 8;
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(xc, x, C, c);
+        ln_columns(dc, d, C, c);
+        for (int j = 0; j < 8; j++) {
+            v8f norm = (xc[j] - m) * s, dnorm = weight[c + j] * dc[j], p = dnorm * norm;
+            SIMD_ROUNDED(p);
+            acc1 += dnorm;
+            acc2 += p;
+        }
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) {
+            float norm = (x[(size_t)r * C + c] - m[r]) * s[r], dnorm = weight[c] * d[(size_t)r * C + c], p = dnorm * norm;
+            SIMD_ROUNDED(p);
+            acc1[r] += dnorm;
+            acc2[r] += p;
+        }
+    for (int r = 0; r < LN_ROWS; r++) {
+        sum_dnorm[r] = acc1[r];
+        sum_dnorm_norm[r] = acc2[r];
+    }
 }
 
 void layernorm_backward_input(float* dinp, const float* dresidual, const float* dout, const float* inp, const float* weight, const float* mean,
                               const float* rstd, int N, int C) {
     double t0 = profile_begin();
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* d = dout + (size_t)n * C;
-        const float* x = inp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (N + LN_ROWS - 1) / LN_ROWS; g++) {
+        int n0 = g * LN_ROWS, rows = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
         // dnorm = weight * dout; dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float* di = dinp + (size_t)n * C;
-        const float* dr = dresidual ? dresidual + (size_t)n * C : NULL;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
-            // the sum onto 0 when there is no residual: bitwise the old accumulation into zeroed memory
-            di[c] = (dr ? dr[c] : 0.0f) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        float dnorm_mean[LN_ROWS], dnorm_norm_mean[LN_ROWS];
+        if (rows == LN_ROWS)
+            ln_grad_sums8(dnorm_mean, dnorm_norm_mean, dout + (size_t)n0 * C, inp + (size_t)n0 * C, weight, mean + n0, rstd + n0, C);
+        for (int r = 0; r < rows; r++) {
+            size_t n = n0 + r;
+            const float* d = dout + n * C;
+            const float* x = inp + n * C;
+            float m = mean[n], s = rstd[n];
+            if (rows < LN_ROWS) { // one row at a time, the same arithmetic
+                dnorm_mean[r] = dnorm_norm_mean[r] = 0.0f;
+                for (int c = 0; c < C; c++) {
+                    float norm = (x[c] - m) * s, dnorm = weight[c] * d[c], p = dnorm * norm;
+                    SIMD_ROUNDED(p);
+                    dnorm_mean[r] += dnorm;
+                    dnorm_norm_mean[r] += p;
+                }
+            }
+            float dm = dnorm_mean[r] / C, dnm = dnorm_norm_mean[r] / C;
+            float* di = dinp + n * C;
+            const float* dr = dresidual ? dresidual + n * C : NULL;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
+                // the sum onto 0 when there is no residual: bitwise the old accumulation into zeroed memory
+                di[c] = (dr ? dr[c] : 0.0f) + (dnorm - dm - norm * dnm) * s;
+            }
         }
     }
     PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * ((dresidual ? 4.0 : 3.0) * N * C + 2.0 * N));
