@@ -1,7 +1,7 @@
 // CPU benchmark: this machine's fp32 FMA peak and stream bandwidth, the matmul on GPT-2 124M's shapes
 // (beside OpenBLAS's cblas_sgemm when built with it), training steps of a small model and of 124M, and
 // where a 124M step's time goes per op family against its roofline; everything measured in one run.
-// usage: build/dev/bench_cpu [steps (default 6)] [--small-only]
+// usage: build/dev/bench_cpu [steps (default 6)] [--small-only | --no-matmul (the steps and breakdown only)]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,7 +227,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
 
 int main(int argc, char** argv) {
     int steps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 6;
-    int small_only = argc > 2 && !strcmp(argv[2], "--small-only");
+    int small_only = argc > 2 && !strcmp(argv[2], "--small-only"), no_matmul = argc > 2 && !strcmp(argv[2], "--no-matmul");
     struct utsname u;
     uname(&u);
     char cpu[256] = "unknown";
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
         fclose(f);
     }
     printf("# bench_cpu: %s, %s, %d OpenMP threads, SIMD width %d floats\n", u.machine, cpu, omp_get_max_threads(), VL);
-    printf("# command: %s %s%s\n", argv[0], argc > 1 ? argv[1] : "", argc > 2 ? " --small-only" : "");
+    printf("# command: %s %s %s\n", argv[0], argc > 1 ? argv[1] : "", argc > 2 ? argv[2] : "");
     double peak = fma_peak_gflops();
     printf("  peak    fp32 FMA (measured) %.1f GFLOP/s\n", peak);
     double bw = stream_gbps();
@@ -257,13 +257,15 @@ int main(int argc, char** argv) {
 #else
     printf("# OpenBLAS: not built in (make finds it with pkg-config openblas: apt-get install libopenblas-openmp-dev)\n");
 #endif
-    printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak%s\n", have_blas ? "  blas_GF/s  %peak  blas_x" : "");
-    bench_matmul(256, 768, 2304, "124M-qkv", peak, have_blas);
-    bench_matmul(256, 768, 768, "124M-proj", peak, have_blas);
-    bench_matmul(256, 768, 3072, "124M-fc", peak, have_blas);
-    bench_matmul(256, 3072, 768, "124M-fcproj", peak, have_blas);
-    bench_matmul(256, 768, 50304, "124M-head", peak, have_blas);
-    bench_matmul(256, 128, 512, "small-fc", peak, have_blas);
+    if (!no_matmul) {
+        printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak%s\n", have_blas ? "  blas_GF/s  %peak  blas_x" : "");
+        bench_matmul(256, 768, 2304, "124M-qkv", peak, have_blas);
+        bench_matmul(256, 768, 768, "124M-proj", peak, have_blas);
+        bench_matmul(256, 768, 3072, "124M-fc", peak, have_blas);
+        bench_matmul(256, 3072, 768, "124M-fcproj", peak, have_blas);
+        bench_matmul(256, 768, 50304, "124M-head", peak, have_blas);
+        bench_matmul(256, 128, 512, "small-fc", peak, have_blas);
+    }
     bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4, 0, peak, bw);
     if (!small_only) bench_step("124M", 12, 768, 12, 50257, 4, 64, steps, 3, peak, bw);
     return 0;
