@@ -135,33 +135,6 @@ static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp) {
         pack_panels(dst + (size_t)p * g->sh_w * kc, g->sh, p * g->sh_w, MIN(g->sh_rows - p * g->sh_w, g->sh_w), k0, kc, g->sh_w);
 }
 
-// The cache lines of rows [r0, r0 + rows) x depth [k0, k0 + kc) of an operand, walked a few at a time:
-// a tile prefetches the block it packs next while it computes this one, so that the split operand
-// (the weights: each read once a step, from memory) arrives in L2 before it is needed
-typedef struct {
-    const char* p;   // the first line's row
-    size_t stride;   // bytes between rows of the walk
-    int per_row;     // lines per row of the walk
-    int rows, r, l;  // rows of the walk, the next line's row and index in it
-} LineWalk;
-
-static LineWalk line_walk(Operand X, int r0, int rows, int k0, int kc) {
-    // X(r, k) = p[r*ld + k] (rows of kc floats) or p[k*ld + r] (kc rows of `rows` floats)
-    size_t first = X.trans ? (size_t)k0 * X.ld + r0 : (size_t)r0 * X.ld + k0;
-    int len = X.trans ? rows : kc;
-    return (LineWalk){(const char*)(X.p + first), (size_t)X.ld * sizeof(float), (len * (int)sizeof(float) + 63) / 64 + 1, X.trans ? kc : rows, 0, 0};
-}
-
-static inline void line_walk_prefetch(LineWalk* w, int n) {
-    for (; n > 0 && w->r < w->rows; n--) {
-        __builtin_prefetch(w->p + (size_t)w->r * w->stride + (size_t)w->l * 64, 0, 2);
-        if (++w->l == w->per_row) {
-            w->l = 0;
-            w->r++;
-        }
-    }
-}
-
 // tile t of C over k-block kb: its block of the split operand packed into blk, then every micro-tile;
 // shk: the shared operand's packed k-block
 static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* blk) {
@@ -173,20 +146,12 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
     const float* a = g->split_n ? shk : blk;
     const float* b = g->split_n ? blk : shk;
     int i0 = g->split_n ? 0 : s0, j0 = g->split_n ? s0 : 0, mi = g->split_n ? g->M : sn, nj = g->split_n ? sn : g->N;
-    LineWalk next = {0}; // the next k-block of this tile's split operand, prefetched across the micro-kernels
-    int per_call = 0;
-    if (kb + 1 < g->nkb) {
-        next = line_walk(g->sp, s0, sn, k0 + KC, MIN(g->K - k0 - KC, KC));
-        per_call = (next.rows * next.per_row) / (CEIL_DIV(mi, MR) * CEIL_DIV(nj, NR)) + 1;
-    }
     // the A micro-panel (MR x kc, 8 KiB) stays in L1 while B's stream from L2: a few % faster here
     // than keeping B's (48 KiB, as large as L1) and streaming A's
     for (int ip = 0; ip < mi; ip += MR)
-        for (int jp = 0; jp < nj; jp += NR) {
-            line_walk_prefetch(&next, per_call);
+        for (int jp = 0; jp < nj; jp += NR)
             micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, g->C + (size_t)(i0 + ip) * g->ldc + j0 + jp, g->ldc, MIN(mi - ip, MR),
                          MIN(nj - jp, NR), mode, bias ? bias + j0 + jp : NULL);
-        }
 }
 
 // C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
