@@ -30,6 +30,15 @@ else
   $(info tdpipe: no nvcc: CPU-only build)
 endif
 
+# what every object is built with, kept in build/flags.txt: a change (MPI installed since the last
+# build, another OPT) rebuilds everything, so no object of the old build is linked with the new
+BUILD_FLAGS := $(CC) $(CFLAGS) $(MPI_CFLAGS) $(MPI_LIBS) | $(NVCC) $(NVCC_FLAGS)
+FLAGS_FILE  := $(BUILD)/flags.txt
+ifneq ($(BUILD_FLAGS),$(file <$(FLAGS_FILE)))
+  $(shell mkdir -p $(BUILD))
+  $(file >$(FLAGS_FILE),$(BUILD_FLAGS))
+endif
+
 LIB_SRC := $(wildcard llmc/*.c) $(wildcard tdpipe/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIB     := $(BUILD)/libtdpipe.a
@@ -38,10 +47,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 DEV_SRC  := $(wildcard dev/*.c) $(wildcard dev/data/*.c)
 DEV_BIN  := $(DEV_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all test clean bench
+.PHONY: all test test-run clean bench
 all: train_tdpipe $(DEV_BIN)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
@@ -54,18 +63,18 @@ $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 ifneq ($(NVCC),)
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
+train_tdpipe: train_tdpipe.cu $(LIB) $(FLAGS_FILE) $(wildcard llmc/*.h llmc/*.cuh tdpipe/*.h tdpipe/*.cuh)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) -lcublas -lcublasLt -lnccl -lgomp
 else
-train_tdpipe: train_tdpipe.cu $(LIB) $(wildcard llmc/*.h tdpipe/*.h tdpipe/*.cuh)
+train_tdpipe: train_tdpipe.cu $(LIB) $(FLAGS_FILE) $(wildcard llmc/*.h tdpipe/*.h tdpipe/*.cuh)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 endif
 
-$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
+$(BUILD)/tests/%: tests/%.c $(LIB) $(FLAGS_FILE) tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
-$(BUILD)/dev/%: dev/%.c $(LIB)
+$(BUILD)/dev/%: dev/%.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
@@ -75,12 +84,17 @@ ifneq ($(NO_OPENBLAS),1)
   OPENBLAS_FLAGS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DTD_OPENBLAS $$(pkg-config --cflags openblas)")
   OPENBLAS_LIBS  := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
 endif
-$(BUILD)/dev/bench_cpu: dev/bench_cpu.c $(LIB)
+$(BUILD)/dev/bench_cpu: dev/bench_cpu.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $(OPENBLAS_FLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) $(OPENBLAS_LIBS)
 
-# `make test`: every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
-test: train_tdpipe $(TEST_BIN) $(DEV_BIN)
+# `make test`: first installs what the tests need and the machine lacks (scripts/ensure_deps.sh:
+# apt-get as root, else the command to run), then a new make (which probes mpicc again) builds
+# and runs every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
+test:
+	@bash scripts/ensure_deps.sh
+	@$(MAKE) --no-print-directory test-run
+test-run: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- benchmarks: programs that print figures (never part of `make test`)
@@ -106,7 +120,7 @@ CUDA_HDRS := $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 CUDA_LINK := $(LIB) $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
 CUDA_BENCH := $(BUILD)/dev/cuda/matmul $(BUILD)/dev/cuda/attention $(BUILD)/dev/cuda/layernorm
 # GPU checks of tdpipe's own CUDA modules (nccl_check: tdpipe/comm_nccl.cuh on one GPU)
-CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check
+CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check $(BUILD)/dev/cuda/quant_check
 .PHONY: cuda
 ifneq ($(NVCC),)
 cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH) $(CUDA_CHECKS)
@@ -132,7 +146,54 @@ cuda:
 endif
 # ---- CUDA targets: end
 
-clean:
-	rm -rf $(BUILD) train_tdpipe
+# ---- sanitizers: `make sanitize` builds the C unit tests with AddressSanitizer and
+# UndefinedBehaviorSanitizer (any report ends the test: no recovery) into build-asan/, without MPI
+# (Open MPI's own allocations would be reported), and runs them; it ends with "N passed, N failed".
+SAN_BUILD := build-asan
+SAN_OPT   := -O1 -g -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+.PHONY: sanitize sanitize-build
+sanitize:
+	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) OPT="$(SAN_OPT)" NO_MPI=1 NO_CUDA=1 sanitize-build
+	@bash tests/run_all.sh --c-only $(SAN_BUILD)
+sanitize-build: $(TEST_BIN)
 
--include $(LIB_OBJ:.o=.d)
+# ---- fuzzing: a libFuzzer target per file reader (dev/fuzz/fuzz_*.c), built by clang with
+# AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/ (clang, libclang-rt-14-dev).
+# `make fuzz FUZZ_SECONDS=N` runs each target for N seconds, one after the other (dev/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build-fuzz
+FUZZ_TARGETS := model_file shard checkpoint config tokenizer
+FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize-recover=all
+# the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
+# built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
+FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
+FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/expf_vec.c llmc/tanhf_vec.c llmc/profile.c
+FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BIN) $(BUILD)/dev/fuzz/make_seeds
+fuzz: fuzz-build
+	bash dev/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/plain/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/plain/llmc/tanhf_vec.o: CFLAGS += -ffp-contract=off
+
+$(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FUZZ_BUILD)/plain/%.o)
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_file.h $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lm -lz -lyaml -lgomp
+
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/plain/*/*.d)
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD) train_tdpipe
+
+-include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tests/*.d $(BUILD)/dev/*.d $(BUILD)/dev/*/*.d)

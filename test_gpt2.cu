@@ -435,7 +435,7 @@ static void cpu_run(CpuRun* c, const ModelCase* mc, const float* params) {
     c->logits = zeros_h((size_t)BT * Vp);
     matmul_forward(c->logits, c->a.lnf, p.wte, NULL, BT, C, Vp);
     gpt2_backward_input(&mc->cfg, &all, &p, &c->a, &c->g, NULL, 1.0f / BT);
-    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, &gr, c->dwte_head, 1);
+    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, NULL, &gr, c->dwte_head, 1);
 }
 
 static void cpu_run_free(CpuRun* c) {
@@ -608,7 +608,7 @@ static void test_steps(const ModelCase* mc, int steps) {
         memset(dwte_head, 0, (size_t)cfg->padded_vocab_size * C * sizeof(float));
         float lc = gpt2_forward(cfg, &all, &pt, &a, 1);
         gpt2_backward_input(cfg, &all, &pt, &a, &g, NULL, 1.0f / BT);
-        gpt2_backward_weight(cfg, &all, &a, &g, &gt, dwte_head, 1);
+        gpt2_backward_weight(cfg, &all, &a, &g, NULL, &gt, dwte_head, 1);
         for (size_t i = 0; i < sizes[0]; i++) gt.wte[i] += dwte_head[i];
         size_t off = 0;
         for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {

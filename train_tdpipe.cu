@@ -3,12 +3,14 @@
 // steps between consistency points: validation, samples, checkpoints), report. One process
 // (P = D = 1) without mpirun; P x D ranks with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 #include <omp.h>
 #include "llmc/builtin_data.h"
@@ -19,12 +21,18 @@
 #include "llmc/tokenizer.h"
 #include "tdpipe/args.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/outdir.h"
+#include "tdpipe/dp_sync.h"
+#include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
+#include "tdpipe/profile.h"
 #include "tdpipe/pipeline.h"
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
 #include "tdpipe/schedule.h"
+#include "tdpipe/simulator.h"
+#include "tdpipe/staleness.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
@@ -65,6 +73,22 @@ typedef struct {
 
 // every replica reads its own slice of the training data (rank = replica of D); validation is
 // the same for all. Ranks that need no data (middle stages) still learn the tokenizer.
+// the vocabulary a fresh model gets from the data: 256 for bytes (the built-in data too), 50257 for
+// GPT-2's tokens, from the first shard's header (every shard's tokenizer is checked equal later)
+static int data_vocab(const TrainArgs* a) {
+    if (!a->train_pattern[0]) return 256;
+    glob_t g;
+    int V = 50257;
+    if (glob(a->train_pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+        ShardInfo info;
+        char err[512];
+        if (shard_read_header(g.gl_pathv[0], &info, err, sizeof(err)) == 0 && info.tokenizer == SHARD_TOKENIZER_BYTES) V = 256;
+        globfree(&g);
+    }
+    return V; // (an unreadable pattern is refused by data_init with its own message)
+}
+
+// V_limit: every token must be below it (the model's vocabulary, decided before the data is read)
 static void data_init(Data* d, const TrainArgs* a, int V_limit, int needs_data, int replica, int D) {
     char err[1024];
     memset(d, 0, sizeof(*d));
@@ -168,19 +192,27 @@ static double* parse_per_rank(const char* flag, const char* list, int P, double 
     return v;
 }
 
-static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P) {
+// the split's costs: from the FLOP model (measured NULL; forward + backward = 3x the forward FLOPs), or
+// from each stage's timed passes (measured: (P) seconds a micro-batch, profile_layer_costs on the ranks
+// of that stage, averaged over its replicas): a layer's time is the mean over stages, each stage's
+// speed the mean over its own (unless --rank-speed says otherwise). Memory: 16 bytes per parameter
+// (weights, gradient, two AdamW moments) plus the activations of up to P micro-batches.
+static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured) {
     char err[512];
     if (P > cfg->num_layers) fatal_all("--stages %d exceeds the model's %d layers (each stage needs at least one)", P, cfg->num_layers);
-    if (strcmp(a->partition, "auto") != 0) {
-        if (partition_parse(part, a->partition, cfg->num_layers, P, err, sizeof(err))) fatal_all("%s", err);
-    }
-    // cost model: forward + backward = 3x the forward FLOPs; memory = 16 bytes per parameter
-    // (weights, gradient, two AdamW moments) plus the activations of up to P micro-batches
+    int solve = !strcmp(a->partition, "auto") || !strcmp(a->partition, "model");
+    if (!solve && partition_parse(part, a->partition, cfg->num_layers, P, err, sizeof(err))) fatal_all("%s", err);
     double BT = (double)a->B * a->T, C = cfg->channels, T = a->T, Vp = cfg->padded_vocab_size;
+    double mean_layer = 0.0, mean_embed = 0.0, mean_head = 0.0;
+    for (int s = 0; measured && s < P; s++) {
+        mean_layer += measured[s].layer / P;
+        mean_embed += measured[s].embed / P;
+        mean_head += measured[s].head / P;
+    }
     double* layer_time = (double*)malloc_check(cfg->num_layers * sizeof(double));
     double* layer_mem = (double*)malloc_check(cfg->num_layers * sizeof(double));
     for (int l = 0; l < cfg->num_layers; l++) {
-        layer_time[l] = 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
+        layer_time[l] = measured ? mean_layer : 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
         layer_mem[l] = 16.0 * 12.0 * C * C + 4.0 * P * BT * (16.0 * C + cfg->num_heads * T);
     }
     PartitionCost cost;
@@ -188,17 +220,21 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
     cost.L = cfg->num_layers;
     cost.P = P;
     cost.layer_time = layer_time;
-    cost.first_time = 3.0 * BT * C;
-    cost.last_time = 3.0 * 2.0 * BT * C * Vp;
+    cost.first_time = measured ? mean_embed : 3.0 * BT * C;
+    cost.last_time = measured ? mean_head : 3.0 * 2.0 * BT * C * Vp;
     cost.layer_mem = layer_mem;
     cost.first_mem = 16.0 * Vp * C;
     cost.last_mem = 16.0 * Vp * C + 4.0 * 2 * BT * Vp;
     double* speed = parse_per_rank("rank-speed", a->rank_speed, P, 1.0);
+    if (!speed && measured) {
+        speed = (double*)malloc_check(P * sizeof(double));
+        for (int s = 0; s < P; s++) speed[s] = measured[s].layer > 0 ? mean_layer / measured[s].layer : 1.0;
+    }
     double* mem = parse_per_rank("rank-mem", a->rank_mem, P, 1024.0 * 1024.0 * 1024.0);
     cost.speed = speed;
     cost.mem_limit = mem;
-    if (!strcmp(a->partition, "auto")) {
-        if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition auto: %s", err);
+    if (solve) {
+        if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition %s: %s", a->partition, err);
     } else {
         partition_evaluate(part, &cost);
     }
@@ -250,10 +286,13 @@ typedef struct {
     TrainArgs a;
     Comm comm;
     SchedKind kind;
-    int W;                  // --aew; -1: auto (measured after the first step)
+    int W;                  // --aew: W >= 0, -1 auto (measured after the first step), -2 a window per stage
+    int* stage_W;           // (P) --aew's windows per stage (W on every stage unless a list was given)
+    StaleComp comp;         // staleness compensation
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
     Partition part;
+    LayerCosts* profiled;   // (P) each stage's timed passes (--partition auto on CPUs; NULL: the FLOP model)
     GPT2Range* ranges;      // (P) every stage's layers
     const StageDevice* device;
     int use_cuda, synthetic;
@@ -261,7 +300,11 @@ typedef struct {
     Stage stage;
     CommLink mpi_link;      // MPI between host buffers: the link unless a device keeps its messages
     const CommLink* link;
-    StageDpAverage dp;
+    StageDpAverage dp;      // the replicas' blocking fp32 average (--grad-quant none without buckets)
+    int grad_cache_slots;   // --grad-cache N (0: what the schedule needs)
+    DpSyncConfig sync_cfg;  // --grad-quant, --quant-block, --error-feedback, --grad-cache SIZE
+    int use_sync;           // 1: the replicas average through tr->sync (buckets overlapped with backward)
+    DpSync sync;
     const char* msg_where;
     FILE* log;
     Reporter rep;
@@ -270,39 +313,95 @@ typedef struct {
     Executor ex;
     Pipeline pl;
     RunCheckpoint ckpt;
+    OutDir outdir;          // rank 0: -o, locked for this run
+    RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
+    long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
 } Trainer;
 
+// The first SIGINT or SIGTERM asks the run to stop at the next consistency point (it finishes the
+// chunk, or the validation batch, writes a checkpoint and exits 0); a second one ends the process at
+// once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
 static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) _exit(128 + sig);
+    g_stop_signal = sig;
+}
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
-// W for --aew: a number, or auto (-1: measured later)
-static int parse_aew(const char* s, int* W) {
+// --aew: a window for every stage, auto (*W = -1: measured later), or one per stage ("8,8,4,4": *W =
+// -2); stage_W (P) gets each stage's. 0, or -1 after saying what is wrong in err.
+static int parse_aew(const char* s, int P, int* W, int* stage_W, char* err, size_t errlen) {
     if (!strcmp(s, "auto")) {
         *W = -1;
+        for (int i = 0; i < P; i++) stage_W[i] = 0;
         return 0;
     }
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < 0 || v > 100000) return -1;
-    *W = (int)v;
+    const char* it = s;
+    int n = 0;
+    for (;;) {
+        char* end;
+        long v = strtol(it, &end, 10);
+        if (end == it || v < 0 || v > 100000 || (*end != ',' && *end != '\0'))
+            return td_error(err, errlen, "--aew %s: expected a window size >= 0, auto, or one window per stage (8,8,4,4)", s);
+        if (n < P) stage_W[n] = (int)v;
+        n++;
+        if (*end == '\0') break;
+        it = end + 1;
+    }
+    if (n == 1) {
+        *W = stage_W[0];
+        for (int i = 1; i < P; i++) stage_W[i] = *W;
+        return 0;
+    }
+    if (n != P) return td_error(err, errlen, "--aew %s: %d windows for %d stages (--stages): give one per stage, or one for all", s, n, P);
+    *W = -2;
     return 0;
 }
 
+// each stage's window now: the requested (or auto's measured) one, halved by rollbacks and the drift
+// monitor; out (P). Returns the largest.
+static int windows_now(const Trainer* tr, int* out) {
+    const RunState* rs = &tr->state;
+    int mx = 0;
+    for (int i = 0; i < tr->comm.P; i++) {
+        int base = tr->W == -2 ? tr->stage_W[i] : rs->aew_base < 0 ? 0 : (int)rs->aew_base;
+        out[i] = rs->aew_halvings >= 31 ? 0 : base >> rs->aew_halvings;
+        if (out[i] > mx) mx = out[i];
+    }
+    return mx;
+}
+
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
-static void check_grad_cache(const TrainArgs* a, const ScheduleShape* shape) {
+static void check_grad_cache(const Trainer* tr, const ScheduleShape* shape) {
     int need = schedule_shape_grad_slots(shape);
-    if (a->grad_cache > 0 && need > a->grad_cache)
-        fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", a->grad_cache,
+    if (tr->grad_cache_slots > 0 && need > tr->grad_cache_slots)
+        fatal_all("--grad-cache %d: the %s schedule with --aew %d needs %d gradient-cache slots per stage", tr->grad_cache_slots,
                   schedule_kind_name(shape->kind), shape->W, need);
 }
 
-// the model's shape: a fresh dN (its vocabulary settled by the data later) or an llm.c file's
+// --grad-quant, --quant-block, --error-feedback and --grad-cache's size: how replicas average. int8
+// without a bucket size takes 4 MiB buckets (the TD-Pipe article's grad_cache: 4MB): about one layer
+// of GPT-2 124M's 7.1M parameters is 28 MB, so a bucket is a layer there, and a few layers of a small model.
+#define DP_DEFAULT_BUCKET ((size_t)4 << 20)
+static void parse_grad_sync(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    char err[256];
+    size_t bucket = 0;
+    if (args_grad_cache(a->grad_cache, &tr->grad_cache_slots, &bucket, err, sizeof(err))) fatal_all("%s", err);
+    GradQuant q;
+    if (!strcmp(a->grad_quant, "none")) q = GRAD_QUANT_NONE;
+    else if (!strcmp(a->grad_quant, "int8")) q = GRAD_QUANT_INT8;
+    else fatal_all("--grad-quant %s: expected none or int8", a->grad_quant);
+    if (q == GRAD_QUANT_INT8 && !bucket) bucket = DP_DEFAULT_BUCKET;
+    tr->sync_cfg = (DpSyncConfig){q, a->quant_block, a->error_feedback, bucket};
+}
+
+// the model's shape: a fresh dN (its vocabulary from the data's tokenizer) or an llm.c file's
 static void read_model_config(Trainer* tr) {
     char err[1024];
     memset(&tr->cfg, 0, sizeof(tr->cfg));
-    tr->from_file = !fresh_config(tr->a.init, 256, &tr->cfg);
+    tr->from_file = !fresh_config(tr->a.init, data_vocab(&tr->a), &tr->cfg);
     if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
     if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
 }
@@ -314,20 +413,30 @@ static void parse(Trainer* tr, int argc, char** argv) {
     char err[1024];
     args_defaults(a);
     args_parse(a, argc, argv);
+    tr->comm.timeout = a->comm_timeout;
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
-    if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
-    if (parse_aew(a->aew, &tr->W)) fatal_all("--aew %s: expected a window size >= 0 or auto", a->aew);
-    if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
+    tr->stage_W = (int*)malloc_check(P * sizeof(int));
+    if (parse_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
+    if (!a->schedule[0]) strcpy(a->schedule, tr->W != 0 ? "tdpipe" : "1f1b"); // a window asks for TD-Pipe's schedule
+    if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
+    if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
+    parse_grad_sync(tr);
+    if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
+    if (staleness_parse(a->stale_comp, &tr->comp.method)) fatal_all("--stale-comp %s: expected none, predict, dcasgd or lr", a->stale_comp);
+    tr->comp.tau = a->stale_tau;
+    tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
-    partition_make(&tr->part, a, &tr->cfg, P);
-    ScheduleShape shape = {tr->kind, P, a->grad_accum, tr->W > 0 ? tr->W : 0, 0, 2};
+    partition_make(&tr->part, a, &tr->cfg, P, NULL);
+    int W_max = 0;
+    for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
+    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
     Schedule sch;
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
-    check_grad_cache(a, &shape);
+    check_grad_cache(tr, &shape);
     if (a->print_schedule) {
         if (g_rank == 0) {
             printf("partition (%s):\n", a->partition);
@@ -339,6 +448,35 @@ static void parse(Trainer* tr, int argc, char** argv) {
         exit(0);
     }
     schedule_free(&sch);
+}
+
+// phase 2b: the split. --partition auto on CPU ranks times one layer, the embeddings and the head on
+// every rank (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a warm-up)
+// and solves over those seconds; every rank gathers every rank's times, so all solve the same split.
+// Timed passes vary from run to run and so may the split, but no result depends on it (a run is
+// bitwise the same under any partition). GPUs and synthetic compute keep the FLOP model: the timed
+// passes run the CPU backend.
+static void partition_profile(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    int P = tr->comm.P, R = tr->comm.world_size;
+    int cpu = tr->device == &STAGE_CPU || tr->device == &STAGE_CPU_STAGED;
+    if (!strcmp(a->partition, "auto") && P > 1 && cpu) {
+        LayerCosts mine;
+        profile_layer_costs(&tr->cfg, a->B, a->T, 3, &mine);
+        double in[3] = {mine.layer, mine.embed, mine.head};
+        double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
+        comm_allgather_double(&tr->comm, in, 3, all);
+        tr->profiled = (LayerCosts*)calloc_check(P, sizeof(LayerCosts));
+        for (int r = 0; r < R; r++) { // world rank r holds stage r % P (comm_grid); replicas averaged
+            LayerCosts* c = &tr->profiled[r % P];
+            c->layer += all[3 * r] * P / R;
+            c->embed += all[3 * r + 1] * P / R;
+            c->head += all[3 * r + 2] * P / R;
+        }
+        free(all);
+        partition_free(&tr->part);
+        partition_make(&tr->part, a, &tr->cfg, P, tr->profiled);
+    }
     tr->ranges = (GPT2Range*)malloc_check(P * sizeof(GPT2Range));
     for (int i = 0; i < P; i++) tr->ranges[i] = (GPT2Range){tr->part.first[i], tr->part.first[i + 1], i == 0, i == P - 1};
 }
@@ -375,8 +513,7 @@ static void make_stage(Trainer* tr) {
     int s = tr->comm.stage, P = tr->comm.P;
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
-    data_init(&tr->data, a, tr->from_file ? tr->cfg.vocab_size : 65536, needs_data, tr->comm.replica, tr->comm.D);
-    if (!tr->from_file) fresh_config(a->init, tr->data.tokenizer == SHARD_TOKENIZER_BYTES ? 256 : 50257, &tr->cfg);
+    data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
     init.full = full;
@@ -386,6 +523,8 @@ static void make_stage(Trainer* tr) {
     }
     stage_create(&tr->stage, tr->device, &init);
     free(full);
+    if (!tr->synthetic && tr->comp.method != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
+    tr->stage.gns = !tr->synthetic && (a->gns || a->lr_gns); // (a GPU stage reserves the buffers it needs for it)
     tr->ex.data = needs_data ? &tr->data.train : NULL;
 }
 
@@ -417,6 +556,12 @@ static void make_links(Trainer* tr) {
     }
     if (device_link) stage_use_device_msgs(st);
     int host_average = device && D > 1 && tr->dp.average == stage_dp_average_host;
+    // int8, or fp32 in buckets: the sync of tdpipe/dp_sync.h, through host memory (a device stage's
+    // gradient goes down and back up around it)
+    tr->use_sync = D > 1 && !tr->synthetic && (tr->sync_cfg.quant == GRAD_QUANT_INT8 || tr->sync_cfg.bucket_bytes > 0);
+    host_average |= tr->use_sync && device; // (made in open_outputs, after the memory check)
+    if (g_rank == 0 && D == 1 && tr->sync_cfg.quant == GRAD_QUANT_INT8)
+        fprintf(stderr, "note: --grad-quant int8 with one replica per stage: there is nothing to average, so gradients are used as computed (not quantized)\n");
     if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
 }
 
@@ -444,8 +589,19 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
     if (tr->kind == SCHED_TDPIPE) printf(", AEW W = %s", a->aew);
     printf("\n");
+    if (tr->comp.method != STALE_NONE)
+        printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.method), tr->comp.tau,
+               tr->kind == SCHED_TDPIPE ? "" : " (a synchronous schedule has none: nothing to compensate)");
     if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", tr->msg_where);
-    if (c->D > 1) printf("| %-20s | gradients averaged over the %d replicas in %s\n", "data-parallel", c->D, tr->dp.where);
+    if (c->D > 1 && !tr->use_sync) printf("| %-20s | gradients averaged over the %d replicas in %s (fp32, after the step's last backward)\n", "data-parallel", c->D, tr->dp.where);
+    if (tr->use_sync) {
+        const DpSyncConfig* q = &tr->sync_cfg;
+        char how[96];
+        if (q->quant == GRAD_QUANT_INT8) snprintf(how, sizeof how, "int8 blocks of %d, error feedback %s", q->block, q->error_feedback ? "on" : "off");
+        else snprintf(how, sizeof how, "fp32");
+        printf("| %-20s | gradients averaged over the %d replicas: %s, two-shot, %d buckets of >= %.2f MiB in host memory, sent as backward completes them\n",
+               "data-parallel", c->D, how, tr->sync.n_buckets, (double)q->bucket_bytes / 1048576.0);
+    }
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
@@ -457,57 +613,110 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | %d steps, lr %g, betas %g %g, eps %g, warmup %d, final frac %g, wd %g, clip %g\n", "optimisation", a->steps, a->lr,
            a->beta1, a->beta2, a->eps, a->warmup, a->final_lr_frac, a->weight_decay, a->clip);
     printf("+----------------------+--------------------------------------------------------------\n");
-    printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+    if (tr->profiled) {
+        printf("partition (auto, from timed passes: predicted seconds of forward + backward a micro-batch, memory per stage):\n");
+        for (int i = 0; i < tr->comm.P; i++)
+            printf("  stage %d measured: a layer %.3f ms, embeddings %.3f ms, head %.3f ms\n", i, 1e3 * tr->profiled[i].layer,
+                   1e3 * tr->profiled[i].embed, 1e3 * tr->profiled[i].head);
+    } else {
+        printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+    }
     partition_print(stdout, &tr->part);
     fflush(stdout);
 }
 
-// 0, or -1 after saying why
-static int ensure_out_dir(const char* dir) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char* p = path + 1; *p; p++) // mkdir -p
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(path, 0755);
-            *p = '/';
+// what the run will reserve on this host (every rank of it: the host's memory is shared), against what
+// the host, or the container's memory limit, has left: refused with both figures before training
+static void check_memory(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    int slots, stashes, grad_slots, W_max = 0;
+    for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
+    if (tr->W == -1) W_max = a->grad_accum; // auto: at most M (with compensation; M / 2 without)
+    Schedule sch;
+    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = 2};
+    char err[1024];
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+    schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
+    schedule_free(&sch);
+    if (tr->comp.method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    double mine = stage_planned_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);
+    double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
+    comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
+    int bad = 0;
+    if (g_rank == 0) {
+        double host = 0.0; // the ranks on rank 0's host; a multi-host run counts rank 0's share of its host
+        for (int r = 0; r < tr->comm.world_size; r++) host += all[r];
+        if (tr->comm.local_ranks < tr->comm.world_size) host = mine * tr->comm.local_ranks;
+        OutdirMemory m;
+        if (outdir_memory_available(&m, err, sizeof(err)) == 0 && host > (double)m.bytes) {
+            double gib = 1024.0 * 1024.0 * 1024.0;
+            fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
+                            "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
+                    host / gib, tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, slots, stashes, grad_slots,
+                    (double)m.bytes / gib, m.source);
+            bad = 1;
         }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "train_tdpipe: -o %s: cannot create the output directory: %s\n", dir, strerror(errno));
-        return -1;
     }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "train_tdpipe: -o %s: not a directory\n", dir);
-        return -1;
-    }
-    return 0;
+    free(all);
+    if (comm_any(&tr->comm, bad)) exit(1);
+    if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
+        fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
+                tr->comp.method == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)" : "");
 }
 
-// phase 5: the output folder and log (rank 0), a resume (every rank), the start-up table
+// phase 5: the memory check, then the output folder (rank 0: its lock, left-over temporary files, an
+// earlier run's files moved aside or, resuming, log.jsonl cut back to the checkpoint), a resume (every
+// rank), the start-up table
 static void open_outputs(Trainer* tr) {
+    check_memory(tr); // before the output folder is touched: a run that cannot fit changes nothing
+    if (tr->use_sync) dp_sync_init(&tr->sync, &tr->sync_cfg, &tr->comm, &tr->stage); // (a resume fills its residuals)
     TrainArgs* a = &tr->a;
-    char log_path[1200], err[1024];
+    char log_path[OUTDIR_PATH_CAP + 16], err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
-    int bad_out = 0;
-    if (g_rank == 0 && !(bad_out = ensure_out_dir(a->out_dir) != 0) && !a->resume && !(tr->log = fopen(log_path, "w"))) {
-        fprintf(stderr, "train_tdpipe: -o %s: cannot write %s: %s\n", a->out_dir, log_path, strerror(errno));
-        bad_out = 1;
+    int bad = 0, moved = 0;
+    tr->outdir.lock_fd = -1;
+    if (g_rank == 0) {
+        if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
+        else if (a->trace_path[0] && outdir_check_file_writable(a->trace_path, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
+        else {
+            if (outdir_remove_temps(&tr->outdir, NULL, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
+            // a fresh run: the model file was read already (an -e in this folder has been loaded)
+            if (!a->resume && (moved = outdir_archive_earlier(&tr->outdir, note, sizeof(note), err, sizeof(err))) < 0)
+                bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
+            else if (moved > 0) fprintf(stderr, "train_tdpipe: -o %s\n", note);
+            int fd = !bad && !a->resume ? td_create_regular(log_path, "log", err, sizeof(err)) : -2;
+            if (fd == -1 || (fd >= 0 && !(tr->log = fdopen(fd, "w"))))
+                bad = fprintf(stderr, "train_tdpipe: -o %s: cannot write the log: %s\n", a->out_dir, fd == -1 ? err : strerror(errno)) > 0;
+        }
     }
-    if (comm_any(&tr->comm, bad_out)) exit(1); // every rank waits for the output directory's verdict
+    if (comm_any(&tr->comm, bad)) exit(1); // every rank waits for the output folder's verdict
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
+    tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
-        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, err, sizeof(err));
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, tr->use_sync ? &tr->sync : NULL, err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
+        if (tr->start_step >= a->steps)
+            fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
+                      a->steps);
     }
     if (g_rank == 0) {
         print_startup(tr);
         decoder_init(&tr->dec, &tr->data, a);
-        // a resumed run appends, after the checkpoint said it is fine
-        if (a->resume && !(tr->log = fopen(log_path, "a"))) td_fatal("-o %s: cannot write %s: %s", a->out_dir, log_path, strerror(errno));
+        if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
+            int dropped = 0;
+            if (outdir_trim_log(log_path, tr->start_step, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
+            if (dropped) fprintf(stderr, "note: %s: %d record(s) after step %d removed (the run goes on from its checkpoint)\n", log_path, dropped, tr->start_step);
+            struct stat st; // appended to as a regular file only (a FIFO there would hang the write)
+            if ((lstat(log_path, &st) == 0 && !S_ISREG(st.st_mode)) || !(tr->log = fopen(log_path, "a")))
+                td_fatal("-o %s: cannot append to %s: not a regular file, or %s", a->out_dir, log_path, strerror(errno));
+        }
     }
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 // phase 6: the executor, its reporter and trace
@@ -525,8 +734,14 @@ static void make_executor(Trainer* tr) {
     ex->stage = &tr->stage;
     ex->link = tr->link;
     ex->dp = tr->dp;
+    ex->sync = tr->use_sync ? &tr->sync : NULL;
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
+    ex->comp = tr->synthetic || tr->comp.method == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
+    ex->spike_z = a->spike_z;
+    ex->gns = tr->stage.gns;
+    ex->lr_gns = !tr->synthetic && a->lr_gns;
+    ex->inject_nan = a->inject_nan;
     ex->seed = (uint64_t)a->seed;
     ex->trace = &tr->trace;
     ex->on_step = report_step;
@@ -534,39 +749,66 @@ static void make_executor(Trainer* tr) {
     tr->pl = (Pipeline){&tr->comm, &tr->stage, tr->comm.P, tr->ranges, tr->link};
 }
 
-// --aew auto, after the first step ran synchronously: W = ceil(P (1 - beta)) from the beta measured
-// on every stage (the article's formula), the same on every rank
+// --aew auto, after the first step ran synchronously: every stage's measured mean forward and backward
+// time and their coefficient of variation beta go through the simulator (the same schedule code and
+// policy), which picks the smallest W whose simulated utilisation is within one point of the best
+// window's, up to the staleness the compensation handles (none: W <= M / 2, the windows measured to
+// converge like 1F1B; a method: W <= M, one update stale). Printed beside the article's
+// ceil(P (1 - beta)) and both predicted utilisations; every rank computes the same and checks it.
 static int aew_measured(Trainer* tr) {
-    int P = tr->comm.P;
-    double cvs[1] = {executor_stage_cv(&tr->ex)};
-    comm_dp_average_double(&tr->comm, cvs, 1);
-    double* per_stage = (double*)calloc_check(P, sizeof(double));
-    double* sum = (double*)calloc_check(P, sizeof(double));
-    per_stage[tr->comm.stage] = cvs[0];
+    int P = tr->comm.P, M = tr->a.grad_accum, s = tr->comm.stage;
+    const ExecutorStats* st = &tr->ex.stats;
+    double mine[3] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, executor_stage_cv(&tr->ex)};
+    comm_dp_average_double(&tr->comm, mine, 3); // the replicas' mean, in replica order
+    double* per = (double*)calloc_check(3 * P, sizeof(double)); // (3, P) forward s, backward s, beta s
+    double* all = (double*)calloc_check(3 * P, sizeof(double));
+    for (int k = 0; k < 3; k++) per[k * P + s] = mine[k];
     CommRequest r;
     memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, per_stage, sum, P, &r);
+    comm_pipe_sum_start(&tr->comm, per, all, 3 * P, &r); // each entry from its own stage
     comm_wait(&tr->comm, &r);
     double beta = 0.0;
-    for (int i = 0; i < P; i++) beta += sum[i] / P;
-    int W = (int)ceil(P * (1.0 - beta));
-    if (W < 0) W = 0;
-    if (g_rank == 0) printf("aew auto: measured beta %.3f -> W = ceil(%d x (1 - beta)) = %d\n", beta, P, W);
-    free(per_stage);
-    free(sum);
+    for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
+    int W_max = tr->comp.method == STALE_NONE ? M / 2 : M, article = (int)ceil(P * (1.0 - beta));
+    if (article < 0) article = 0;
+    double* util = (double*)calloc_check(W_max + 1, sizeof(double));
+    char err[512];
+    int W = simulator_choose_window(P, M, all, all + P, beta, W_max, 0.01, util, err, sizeof(err));
+    double u_article = simulator_window_utilisation(P, M, all, all + P, beta, article, err, sizeof(err));
+    if (W < 0 || u_article < 0) fatal_all("--aew auto: %s", err);
+    int* chosen = g_rank == 0 ? (int*)malloc_check(tr->comm.world_size * sizeof(int)) : NULL;
+    comm_gather_to_root(&tr->comm, &W, sizeof(W), chosen);
+    if (g_rank == 0) {
+        int same = 1;
+        for (int i = 0; i < tr->comm.world_size; i++) same &= chosen[i] == W;
+        if (!same) td_fatal("--aew auto: the ranks chose different windows (rank 0: %d)", W);
+        printf("aew auto: measured beta %.3f; per stage F/B ms:", beta);
+        for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * all[i], 1e3 * all[P + i]);
+        printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
+        for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
+        printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles); "
+               "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
+               W, 100.0 * util[W], W_max, staleness_name(tr->comp.method), P, beta, article, 100.0 * u_article, tr->comm.world_size);
+    }
+    free(chosen);
+    free(util);
+    free(per);
+    free(all);
     return W;
 }
 
 // at a consistency point (the pipeline empty): validation, samples, a checkpoint
-static void consistency_point(Trainer* tr, int step, int last, int stopping) {
+// (a stop asked for during the validation ends it there and skips the samples; *stopping then says so)
+static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     TrainArgs* a = &tr->a;
     Data* d = &tr->data;
     Stage* st = &tr->stage;
     if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) {
-        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches);
-        if (g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
+        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches, (const volatile int*)&g_stop_signal);
+        if (isnan(val)) *stopping = comm_max(&tr->comm, (int)g_stop_signal);
+        if ((!isnan(val) || !*stopping) && g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
     }
-    if (is_boundary(step, a->sample_every) || (last && a->sample_every > 0)) {
+    if (!*stopping && (is_boundary(step, a->sample_every) || (last && a->sample_every > 0))) {
         int* ids = (int*)calloc_check(a->gen_tokens, sizeof(int));
         int n = a->gen_tokens < a->T ? a->gen_tokens : a->T;
         float temperature[2] = {1.0f, 0.0f};
@@ -577,14 +819,100 @@ static void consistency_point(Trainer* tr, int step, int last, int stopping) {
         }
         free(ids);
     }
-    if (last || stopping || is_boundary(step, a->ckpt_every)) {
+    if (last || *stopping || is_boundary(step, a->ckpt_every)) {
         stage_to_host(st);
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
         if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("%s\n", msg);
-        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train)) exit(1);
+        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state, tr->use_sync ? &tr->sync : NULL)) exit(1);
     }
     fflush(stdout);
+}
+
+// The drift monitor at step t, the last of the chunk just run (tdpipe/drift.h): the step's micro-batches
+// again, through every stage, synchronously (1F1B, no compensation), at the weights U(t) applied to
+// (the stash the executor kept), into the step's gradient slot, which the update leaves there; then
+// per unit the cosine and relative error against the gradient U(t) applied. The data loaders go back
+// to where they were. Returns the lowest cosine, the same on every rank.
+static double drift_measure(Trainer* tr, int t) {
+    TrainArgs* a = &tr->a;
+    Executor* ex = &tr->ex;
+    Stage* st = &tr->stage;
+    char err[1024];
+    int L = tr->cfg.num_layers, k = stage_grad_slot(st, t), P = tr->comm.P;
+    DataLoaderState after, before;
+    if (ex->data) {
+        dataloader_get_state(ex->data, &after);
+        executor_data_before(ex, t, &before);
+        if (dataloader_set_state(ex->data, &before, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    }
+    Executor saved = *ex;
+    ex->comp = NULL, ex->on_step = NULL, ex->trace = NULL, ex->drift_step = -1, ex->gradient_only = 1;
+    stage_use_compensation(st, NULL);
+    ScheduleShape shape = {.kind = a->grad_accum >= P ? SCHED_1F1B : SCHED_GPIPE, .P = P, .M = a->grad_accum, .first_step = t, .n_steps = 1};
+    Schedule sch;
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("drift monitor: %s", err);
+    executor_run(ex, &sch);
+    schedule_free(&sch);
+    ex->comp = saved.comp, ex->on_step = saved.on_step, ex->trace = saved.trace, ex->drift_step = saved.drift_step, ex->gradient_only = 0;
+    stage_use_compensation(st, saved.comp);
+    tr->redone += a->grad_accum;
+    DriftUnit* mine = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2): applied vs exact, then int8 vs fp32 sync
+    DriftUnit* all = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit));
+    drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
+    if (ex->drift_synced) memcpy(mine + L + 2, ex->drift_sync, (L + 2) * sizeof(DriftUnit));
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(&tr->comm, (const double*)mine, (double*)all, 8 * (L + 2), &r); // each unit from the one stage that holds it
+    comm_wait(&tr->comm, &r);
+    double min_cos = 2.0;
+    for (int half = 0; half < 1 + ex->drift_synced; half++) {
+        DriftUnit* units = all + half * (L + 2);
+        int worst = 0;
+        for (int u = 0; u < L + 2; u++)
+            if (drift_cosine(&units[u]) < drift_cosine(&units[worst])) worst = u;
+        if (!half) min_cos = drift_cosine(&units[worst]);
+        if (g_rank == 0) report_drift(&tr->rep, t + 1, units, L + 2, worst, half);
+    }
+    ex->drift_synced = 0;
+    free(mine);
+    free(all);
+    stage_zero_grad(st, k);
+    stage_release_stash(st, t, 0);
+    if (ex->data && dataloader_set_state(ex->data, &after, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    return min_cos;
+}
+
+// The guard refused step t's update (executor.h): nothing of that step or after it in the chunk was
+// applied, so the weights and moments are those before it, on every stage. The stage drops what the
+// chunk left (stashes, gradients; the int8 sync's residuals, which hold the refused step's rounding),
+// the data loaders skip step t's micro-batches, the window halves, and the run goes on from step t. Rollbacks in a row at W = 0 stop it, the last checkpoint intact
+// (none is written on this path). Returns the step to go on from.
+static int rollback(Trainer* tr, int chunk_start, int chunk) {
+    TrainArgs* a = &tr->a;
+    RunState* rs = &tr->state;
+    int* windows = (int*)malloc_check(tr->comm.P * sizeof(int));
+    int t = tr->ex.halted_step, W_was = windows_now(tr, windows);
+    if (t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one
+    tr->redone += (long)(chunk_start + chunk - t) * a->grad_accum;
+    if (W_was == 0) rs->rollbacks_in_row++;
+    if (rs->rollbacks_in_row >= a->max_rollbacks)
+        fatal_all("step %d: %s, %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
+                  t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row, a->max_rollbacks, a->out_dir);
+    stage_discard(&tr->stage);
+    if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);
+    if (tr->ex.data) {
+        char err[256];
+        DataLoaderState before;
+        executor_data_before(&tr->ex, t, &before);
+        if (dataloader_set_state(tr->ex.data, &before, err, sizeof(err))) td_fatal("rollback: %s", err);
+        for (int m = 0; m < a->grad_accum; m++) // the offending step's micro-batches, skipped
+            if (dataloader_next(tr->ex.data, stage_inputs(&tr->stage, 0), stage_targets(&tr->stage, 0))) td_fatal("training data: %s", tr->ex.data->err);
+    }
+    if (W_was > 0) rs->aew_halvings++;
+    if (g_rank == 0) report_rollback(&tr->rep, t + 1, tr->ex.halt_reason, W_was, windows_now(tr, windows), (int)rs->rollbacks_in_row);
+    free(windows);
+    return t;
 }
 
 // phase 7: chunks of steps between consistency points: one step for the synchronous schedules (they
@@ -593,32 +921,58 @@ static void consistency_point(Trainer* tr, int step, int last, int stopping) {
 // signal stopped the run (after its checkpoint), else 0.
 static int train(Trainer* tr) {
     TrainArgs* a = &tr->a;
+    RunState* rs = &tr->state;
     char err[1024];
-    int step = tr->start_step, W_now = tr->W < 0 ? 0 : tr->W;
+    int step = tr->start_step;
+    int* windows = (int*)malloc_check(tr->comm.P * sizeof(int)); // (P) each stage's window now
     while (step < a->steps) {
-        int chunk = tr->kind != SCHED_TDPIPE ? 1 : a->consistency_every - step % a->consistency_every;
-        if (tr->W < 0 && step == tr->start_step) chunk = 1;
+        int measure = rs->aew_base < 0; // --aew auto: this step runs synchronously and measures beta
+        int W_now = windows_now(tr, windows);
+        int chunk = tr->kind != SCHED_TDPIPE || measure ? 1 : a->consistency_every - step % a->consistency_every;
         for (int k = 1; k < chunk; k++)
-            if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every)) {
+            if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every) ||
+                is_boundary(step + k, a->drift_every)) {
                 chunk = k;
                 break;
             }
         if (step + chunk > a->steps) chunk = a->steps - step;
-        ScheduleShape shape = {tr->kind, tr->comm.P, a->grad_accum, W_now, step, chunk};
-        check_grad_cache(a, &shape); // again: --aew auto has chosen its window by now
+        ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_now, .first_step = step, .n_steps = chunk,
+                               .stage_W = windows};
+        check_grad_cache(tr, &shape); // again: --aew auto has chosen its window by now
         Schedule sch;
         if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+        tr->ex.losses = rs->losses;
+        tr->ex.gns_state = rs->gns;
+        int last = step + chunk - 1; // 0-based: its 1-based number ends the chunk
+        tr->ex.drift_step = !tr->synthetic && is_boundary(last + 1, a->drift_every) ? last : -1;
         executor_run(&tr->ex, &sch);
+        rs->losses = tr->ex.losses;
+        rs->gns = tr->ex.gns_state;
         schedule_free(&sch);
+        if (tr->ex.halted_step >= 0) {
+            step = rollback(tr, step, chunk);
+            continue;
+        }
         step += chunk;
-        if (tr->W < 0 && step == tr->start_step + 1) W_now = aew_measured(tr);
-        int stopping = comm_any(&tr->comm, g_stop_signal != 0);
-        if (!tr->synthetic) consistency_point(tr, step, step == a->steps, stopping);
+        rs->rollbacks_in_row = 0;
+        if (measure) rs->aew_base = aew_measured(tr);
+        if (tr->ex.drift_step >= 0) {
+            double cos = drift_measure(tr, tr->ex.drift_step);
+            int W_was = windows_now(tr, windows);
+            if (a->drift_min_cos > 0 && cos < a->drift_min_cos && W_was > 0) {
+                rs->aew_halvings++;
+                if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, windows));
+            }
+        }
+        int stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got
+        if (!tr->synthetic) consistency_point(tr, step, step == a->steps, &stopping);
         if (stopping) {
-            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", (int)g_stop_signal, step);
+            if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", stopping, step);
+            free(windows);
             return !tr->synthetic;
         }
     }
+    free(windows);
     return 0;
 }
 
@@ -627,7 +981,7 @@ static void report_end(Trainer* tr) {
     TrainArgs* a = &tr->a;
     Comm* c = &tr->comm;
     char err[1024];
-    long expect = (long)(a->steps - tr->start_step) * a->grad_accum;
+    long expect = (long)(a->steps - tr->start_step) * a->grad_accum + tr->redone;
     long counts[2] = {tr->ex.stats.forwards, tr->ex.stats.backwards};
     long* all_counts = g_rank == 0 ? (long*)malloc_check(sizeof(counts) * c->world_size) : NULL;
     comm_gather_to_root(c, counts, sizeof(counts), all_counts);
@@ -644,6 +998,28 @@ static void report_end(Trainer* tr) {
     }
     free(all_counts);
     free(all);
+    if (tr->synthetic) return;
+    GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
+    float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+    stage_to_host(&tr->stage);
+    pipeline_gather(&tr->pl, tr->stage.params, full);
+    if (g_rank == 0) {
+        char model_path[1200];
+        snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
+        for (size_t i = 0; i < n_full; i++) // the guard keeps updates finite; a model file's NaN never reaches model.bin either
+            if (!isfinite(full[i])) td_fatal("%s not written: parameter %zu is %g", model_path, i, full[i]);
+        if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
+        printf("model: %s (llm.c fp32 format)\n", model_path);
+    }
+    free(full);
+}
+
+// the Chrome trace of every op of every rank (after model.bin: a trace that cannot be written costs no model)
+static void write_trace(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    Comm* c = &tr->comm;
+    char err[1024];
     if (tr->trace.enabled) {
         size_t* tcounts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
         TraceEvent* events = (TraceEvent*)comm_gatherv_to_root(c, tr->trace.events, tr->trace.n * sizeof(TraceEvent), tcounts);
@@ -656,32 +1032,23 @@ static void report_end(Trainer* tr) {
         free(events);
         free(tcounts);
     }
-    if (tr->synthetic) return;
-    GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
-    float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
-    stage_to_host(&tr->stage);
-    pipeline_gather(&tr->pl, tr->stage.params, full);
-    if (g_rank == 0) {
-        char model_path[1200];
-        snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
-        if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
-        printf("model: %s (llm.c fp32 format)\n", model_path);
-    }
-    free(full);
 }
 
 static void teardown(Trainer* tr) {
     if (tr->link != &tr->mpi_link) cuda_link_free(tr->link);
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
+    if (tr->use_sync) dp_sync_free(&tr->sync);
     stage_destroy(&tr->stage);
     if (tr->log) fclose(tr->log);
     executor_free(&tr->ex);
     trace_free(&tr->trace);
     partition_free(&tr->part);
+    free(tr->profiled);
     free(tr->ranges);
+    free(tr->stage_W);
     data_free(&tr->data);
     if (g_rank == 0 && tr->dec.ready) tokenizer_free(&tr->dec.tok);
+    if (g_rank == 0) outdir_close(&tr->outdir);
     comm_finalize(&tr->comm);
 }
 
@@ -699,6 +1066,7 @@ int main(int argc, char** argv) {
     comm_init(&tr.comm, &argc, &argv);
     parse(&tr, argc, argv);
     choose_device(&tr);
+    partition_profile(&tr);
     make_stage(&tr);
     make_links(&tr);
     open_outputs(&tr);
@@ -708,6 +1076,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     report_end(&tr);
+    write_trace(&tr);
     teardown(&tr);
     return 0;
 }

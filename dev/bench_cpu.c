@@ -140,7 +140,7 @@ static void bench_matmul(int N, int C, int OC, const char* label, double peak, i
 // one training step as the trainer's executor runs it for P = 1, M = 1: forward, backward, the tied
 // embedding's sum, the global norm, AdamW with clipping's scale, the gradient slot zeroed
 static void train_step(Stage* s, int step, int L, const AdamWConfig* opt, double* units) {
-    Op f = {OP_F, step, 0, s->version}, bw = {OP_B, step, 0, s->version};
+    Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s->version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s->version};
     stage_forward(s, &f, 0, 1);
     stage_backward(s, &bw, 0, 1.0f / (s->B * s->T));
     stage_tie_local(s, 0);
@@ -193,6 +193,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     gpt2_init_full(&cfg, full, 42);
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     free(full);
     Rng r;
     rng_init(&r, 7);

@@ -1,5 +1,6 @@
-// Prints simulated makespan, utilisation and bubble of gpipe, 1f1b, zbh1 and tdpipe (several AEW
-// windows) over unit op costs (F = 1, B = 2, ZB's BI = BW = 1, U = 0) at jitter β = 0, 0.1, 0.3.
+// Prints simulated makespan, utilisation and bubble of gpipe, 1f1b, zbh1, interleaved 1F1B (2
+// chunks of half a stage each) and tdpipe (several AEW windows) over unit op costs (F = 1, B = 2,
+// ZB's BI = BW = 1, U = 0) at jitter β = 0, 0.1, 0.3.
 // Usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds averaged when β > 0]
 //                      [-W tdpipe windows, comma-separated (default 0,1,2,4,8,16,24,32)]
 #include "llmc/common.h"
@@ -9,14 +10,15 @@
 
 typedef struct {
     SchedKind kind;
-    int W;
+    int W, chunks;
 } Row;
 
 int main(int argc, char** argv) {
     int P = 8, M = 16, n_steps = 4, seeds = 20;
-    Row rows[3 + 32] = {{SCHED_1F1B, 0}, {SCHED_GPIPE, 0}, {SCHED_ZBH1, 0}};
-    int windows[] = {0, 1, 2, 4, 8, 16, 24, 32}, n_rows = 3;
-    for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) rows[n_rows++] = (Row){SCHED_TDPIPE, windows[k]};
+    enum { FIXED = 4 }; // the synchronous rows before the tdpipe windows
+    Row rows[FIXED + 32] = {{SCHED_1F1B, 0, 1}, {SCHED_GPIPE, 0, 1}, {SCHED_ZBH1, 0, 1}, {SCHED_INTERLEAVED, 0, 2}};
+    int windows[] = {0, 1, 2, 4, 8, 16, 24, 32}, n_rows = FIXED;
+    for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) rows[n_rows++] = (Row){SCHED_TDPIPE, windows[k], 1};
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-P") == 0) P = v;
@@ -24,12 +26,12 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-n") == 0) n_steps = v;
         else if (strcmp(argv[i], "-s") == 0) seeds = v;
         else if (strcmp(argv[i], "-W") == 0) { // the tdpipe rows: a comma-separated list
-            n_rows = 3;
-            for (char* it = argv[i + 1]; *it && n_rows < 3 + 32; it += *it == ',') {
+            n_rows = FIXED;
+            for (char* it = argv[i + 1]; *it && n_rows < FIXED + 32; it += *it == ',') {
                 char* end;
                 long w = strtol(it, &end, 10);
                 if (end == it || w < 0) td_fatal("-W %s: expected windows >= 0 separated by commas", argv[i + 1]);
-                rows[n_rows++] = (Row){SCHED_TDPIPE, (int)w};
+                rows[n_rows++] = (Row){SCHED_TDPIPE, (int)w, 1};
                 it = end;
             }
         } else td_fatal("unknown flag %s (usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds] [-W windows])", argv[i]);
@@ -39,6 +41,9 @@ int main(int argc, char** argv) {
     double* t_b = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_h = (double*)malloc_check(P * sizeof(double)); // (P) BI and BW: half of B each
     for (int s = 0; s < P; s++) t_f[s] = 1.0, t_b[s] = 2.0, t_h[s] = 1.0;
+    double* c_f = (double*)malloc_check(2 * P * sizeof(double)); // (2P) interleaved: each chunk half a stage
+    double* c_b = (double*)malloc_check(2 * P * sizeof(double)); // (2P)
+    for (int q = 0; q < 2 * P; q++) c_f[q] = 0.5, c_b[q] = 1.0;
     double betas[] = {0.0, 0.1, 0.3};
     printf("P=%d M=%d steps=%d; F=1 B=2 (zbh1: BI=BW=1) U=0, latency 0; Gamma jitter, mean of %d seeds when beta > 0\n",
            P, M, n_steps, seeds);
@@ -51,13 +56,15 @@ int main(int argc, char** argv) {
         for (int r = 0; r < n_rows; r++) {
             Schedule sch;
             char err[512];
-            if (schedule_build(&sch, &(ScheduleShape){.kind = rows[r].kind, .P = P, .M = M, .W = rows[r].W, .n_steps = n_steps}, err, sizeof(err))) {
+            ScheduleShape shape = {.kind = rows[r].kind, .P = P, .M = M, .W = rows[r].W, .n_steps = n_steps, .chunks = rows[r].chunks};
+            if (schedule_build(&sch, &shape, err, sizeof(err))) {
                 printf("%-8s %4d  %s\n", schedule_kind_name(rows[r].kind), rows[r].W, err);
                 continue;
             }
             double makespan = 0.0, util = 0.0, steady = 0.0;
             for (int seed = 1; seed <= n_seeds; seed++) {
-                SimCost cost = {t_f, t_b, t_h, t_h, NULL, 0.0, beta, (uint64_t)seed};
+                SimCost cost = {.t_f = t_f, .t_b = t_b, .t_bi = t_h, .t_bw = t_h, .jitter_cv = beta, .seed = (uint64_t)seed};
+                if (rows[r].chunks > 1) cost.t_f = c_f, cost.t_b = c_b, cost.t_bi = cost.t_bw = NULL;
                 SimResult res;
                 if (simulator_run(&res, &sch, &cost, err, sizeof(err))) td_fatal("%s", err);
                 makespan += res.makespan / n_seeds;
@@ -85,5 +92,7 @@ int main(int argc, char** argv) {
     free(t_f);
     free(t_b);
     free(t_h);
+    free(c_f);
+    free(c_b);
     return 0;
 }

@@ -174,9 +174,10 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
     w->step = step;
     w->level = zlib_level;
     w->shuffle = shuffle != 0;
-    int n1 = snprintf(w->dir, PATH_CAP, "%s", dir);
-    int n2 = snprintf(w->tmp_path, PATH_CAP, "%s/.ckpt_%08ld.tdck.tmp", dir, step);
-    if (n1 < 0 || n1 >= PATH_CAP || n2 < 0 || n2 >= PATH_CAP || ckpt_path(w->final_path, PATH_CAP, dir, step) != 0) {
+    int n1 = snprintf(w->dir, PATH_CAP, "%s", dir), n2 = -1;
+    if (ckpt_path(w->final_path, PATH_CAP, dir, step) == 0) // the temp name is ".<final name>.tmp" (ckpt_is_temp_name)
+        n2 = snprintf(w->tmp_path, PATH_CAP, "%s/.%s.tmp", dir, w->final_path + n1 + 1);
+    if (n1 < 0 || n1 >= PATH_CAP || n2 < 0 || n2 >= PATH_CAP) {
         td_error(err, errlen, "%s: directory path too long", dir);
         free(w);
         return NULL;
@@ -193,9 +194,8 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, &w->old_xfsz);
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = td_create_regular(w->tmp_path, "checkpoint file", err, errlen);
     if (w->fd < 0) {
-        td_error(err, errlen, "%s: cannot create checkpoint file: %s", w->tmp_path, strerror(errno));
         writer_free(w);
         return NULL;
     }
@@ -548,22 +548,16 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
     return 0;
 }
 
-static int read_container(const char* path, Ckpt* out, int load, char* err, size_t errlen) {
+// st (may be NULL) receives the identity of the file that was read
+static int read_container(const char* path, Ckpt* out, int load, struct stat* st, char* err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        td_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        td_error(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
+    long long size;
+    int fd = td_open_regular(path, "checkpoint", &size, err, errlen);
+    if (fd < 0) return -1;
+    if (st && fstat(fd, st) != 0) memset(st, 0, sizeof *st);
     PayloadLoc* loc = (PayloadLoc*)calloc_check(CKPT_MAX_SECTIONS, sizeof(PayloadLoc));
-    int rc = read_layout(fd, path, (uint64_t)st.st_size, out, loc, err, errlen);
-    out->file_bytes = (size_t)st.st_size;
+    int rc = read_layout(fd, path, (uint64_t)size, out, loc, err, errlen);
+    out->file_bytes = (size_t)size;
     if (rc == 0 && out->num_sections > 0) {
         unsigned char* inbuf = (unsigned char*)malloc_check(IO_CHUNK);
         unsigned char* blk = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
@@ -585,11 +579,11 @@ static int read_container(const char* path, Ckpt* out, int load, char* err, size
     return rc;
 }
 
-int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen) { return read_container(path, out, 1, err, errlen); }
+int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen) { return read_container(path, out, 1, NULL, err, errlen); }
 
 int ckpt_verify(const char* path, char* err, size_t errlen) {
     Ckpt c;
-    int rc = read_container(path, &c, 0, err, errlen);
+    int rc = read_container(path, &c, 0, NULL, err, errlen);
     ckpt_free(&c);
     return rc;
 }
@@ -624,8 +618,7 @@ static int entry_newer_first(const void* a, const void* b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-// step from exactly "ckpt_<1..18 digits>.tdck", or -1
-static long parse_ckpt_name(const char* name) {
+long ckpt_name_step(const char* name) {
     if (strncmp(name, "ckpt_", 5) != 0) return -1;
     const char* p = name + 5;
     long step = 0;
@@ -635,6 +628,15 @@ static long parse_ckpt_name(const char* name) {
         digits++;
     }
     return (digits > 0 && strcmp(p, ".tdck") == 0) ? step : -1;
+}
+
+int ckpt_is_temp_name(const char* name) {
+    size_t n = strlen(name);
+    char inner[64]; // the final name inside ".<final name>.tmp"
+    if (n < 6 || n - 5 >= sizeof inner || name[0] != '.' || strcmp(name + n - 4, ".tmp") != 0) return 0;
+    memcpy(inner, name + 1, n - 5);
+    inner[n - 5] = 0;
+    return ckpt_name_step(inner) >= 0;
 }
 
 // checkpoints of dir, newest first. 0, 1 when dir does not exist, -1 + err when it cannot be listed
@@ -650,7 +652,7 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
     int cap = 0;
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
-        long step = parse_ckpt_name(e->d_name);
+        long step = ckpt_name_step(e->d_name);
         if (step < 0) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -666,6 +668,15 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
     return 0;
 }
 
+// A checkpoint that resume would accept: it passes ckpt_verify and its header's step is its
+// name's. st receives the identity of the file that was judged.
+static int entry_valid(const CkptEntry* e, struct stat* st) {
+    Ckpt c;
+    int ok = read_container(e->path, &c, 0, st, NULL, 0) == 0 && c.step == e->step;
+    ckpt_free(&c);
+    return ok;
+}
+
 int ckpt_prune(const char* dir, int keep, char* err, size_t errlen) {
     if (keep < 1) {
         td_error(err, errlen, "%s: --keep %d: must keep at least 1 checkpoint", dir, keep);
@@ -678,17 +689,19 @@ int ckpt_prune(const char* dir, int keep, char* err, size_t errlen) {
         if (r == 1) td_error(err, errlen, "%s: cannot prune: directory does not exist", dir);
         return -1;
     }
-    int rc = 0;
-    if (n > keep) {
-        int newest_valid = -1;
-        for (int i = 0; i < n && newest_valid < 0; i++)
-            if (ckpt_verify(es[i].path, NULL, 0) == 0) newest_valid = i;
-        for (int i = keep; i < n; i++) {
-            if (i == newest_valid) continue;
-            if (unlink(es[i].path) != 0 && rc == 0) {
-                td_error(err, errlen, "%s: cannot delete old checkpoint: %s", es[i].path, strerror(errno));
-                rc = -1;
-            }
+    int rc = 0, kept = 0;
+    for (int i = 0; i < n; i++) {
+        struct stat judged, now;
+        if (!entry_valid(&es[i], &judged)) continue; // not a checkpoint of ours: never deleted, never counted
+        if (kept < keep) {
+            kept++;
+            continue;
+        }
+        // only the very file that was verified: not one that replaced it since
+        if (lstat(es[i].path, &now) != 0 || !S_ISREG(now.st_mode) || now.st_dev != judged.st_dev || now.st_ino != judged.st_ino) continue;
+        if (unlink(es[i].path) != 0 && rc == 0) {
+            td_error(err, errlen, "%s: cannot delete old checkpoint: %s", es[i].path, strerror(errno));
+            rc = -1;
         }
     }
     free(es);

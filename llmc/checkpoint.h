@@ -83,9 +83,16 @@ int ckpt_verify(const char* path, char* err, size_t errlen);
 const void* ckpt_section(const Ckpt* c, const char* name, size_t* bytes);
 void ckpt_free(Ckpt* c);
 
-// Keeps the `keep` newest checkpoints of dir (by the step in their names) and deletes older
-// ones, except that the newest one passing ckpt_verify is always kept. 0, or -1 + err.
+// Keeps the `keep` newest valid checkpoints of dir (by the step in their names) and deletes older
+// valid ones. Valid: a regular file that passes ckpt_verify and whose header step is its name's,
+// as resume would take it. Anything else named like a checkpoint (damaged or foreign files,
+// directories, FIFOs) is neither counted nor deleted. 0, or -1 + err.
 int ckpt_prune(const char* dir, int keep, char* err, size_t errlen);
+
+// The step of a checkpoint's file name, exactly "ckpt_<1..18 digits>.tdck"; -1 for any other name
+long ckpt_name_step(const char* name);
+// 1 when name is the writer's temporary name for a checkpoint (".ckpt_<digits>.tdck.tmp"), else 0
+int ckpt_is_temp_name(const char* name);
 
 // Loads the newest checkpoint of dir that passes ckpt_read (and whose header step matches its
 // name), falling back to older ones. note receives one line per skipped file and why.

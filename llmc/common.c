@@ -1,10 +1,13 @@
 // Checked calls and small utilities every module shares (see common.h).
 #include "common.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int g_rank = 0;
 
@@ -83,6 +86,100 @@ int td_error(char* err, size_t errlen, const char* fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+static const char* file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a regular file";
+}
+
+int td_open_regular(const char* path, const char* what, long long* bytes, char* err, size_t errlen) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EISDIR) return td_error(err, errlen, "%s: is a directory, not a %s", path, what);
+        return td_error(err, errlen, "%s: cannot open %s: %s", path, what, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return td_error(err, errlen, "%s: cannot stat %s: %s", path, what, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        if (S_ISDIR(st.st_mode)) return td_error(err, errlen, "%s: is a directory, not a %s", path, what);
+        return td_error(err, errlen, "%s: is %s, not a %s", path, file_kind(st.st_mode), what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return td_error(err, errlen, "%s: cannot read %s: %s", path, what, strerror(e));
+    }
+    if (bytes) *bytes = (long long)st.st_size;
+    return fd;
+}
+
+FILE* td_fopen_regular(const char* path, const char* what, long long* bytes, char* err, size_t errlen) {
+    int fd = td_open_regular(path, what, bytes, err, errlen);
+    if (fd < 0) return NULL;
+    FILE* f = fdopen(fd, "rb");
+    if (!f) {
+        td_error(err, errlen, "%s: cannot read %s: %s", path, what, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+int td_create_regular(const char* path, const char* what, char* err, size_t errlen) {
+    // O_NONBLOCK: a FIFO without a reader fails at once (ENXIO) instead of waiting for one
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 && (errno == ENXIO || errno == EISDIR || errno == ELOOP) && lstat(path, &st) == 0)
+        return td_error(err, errlen, "%s: is %s, not a %s", path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : file_kind(st.st_mode), what);
+    if (fd < 0) return td_error(err, errlen, "%s: cannot create %s: %s", path, what, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return td_error(err, errlen, "%s: is %s, not a %s", path, S_ISDIR(st.st_mode) ? "a directory" : file_kind(st.st_mode), what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (ftruncate(fd, 0) != 0 || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return td_error(err, errlen, "%s: cannot write %s: %s", path, what, strerror(e));
+    }
+    return fd;
+}
+
+unsigned char* td_read_file(const char* path, const char* what, size_t* len, char* err, size_t errlen) {
+    FILE* f = td_fopen_regular(path, what, NULL, err, errlen);
+    if (!f) return NULL;
+    size_t cap = 1 << 20, n = 0, got;
+    unsigned char* buf = (unsigned char*)malloc_check(cap); // (cap,) of which n are read
+    // read to the end rather than trust the size: the file may grow while it is read
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            unsigned char* bigger = (unsigned char*)malloc_check(cap * 2);
+            memcpy(bigger, buf, n);
+            free(buf);
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        td_error(err, errlen, "%s: reading %s failed", path, what);
+        return NULL;
+    }
+    *len = n;
+    return buf;
 }
 
 double now_seconds(void) {

@@ -41,6 +41,23 @@ int td_error(char* err, size_t errlen, const char* fmt, ...)
 #endif
     ;
 
+// Opens path for reading only if it is a regular file: a directory is refused with "<path>: is a
+// directory, not a <what>", a FIFO, socket or device likewise ("<path>: is a FIFO, not a <what>"),
+// and neither open nor the check can block (O_NONBLOCK until fstat has said it is a file).
+// Returns the descriptor (O_CLOEXEC, blocking again) and *bytes (may be NULL) = its size, or -1 + err.
+int td_open_regular(const char* path, const char* what, long long* bytes, char* err, size_t errlen);
+// The same as a stdio stream ("rb"); NULL + err on failure.
+FILE* td_fopen_regular(const char* path, const char* what, long long* bytes, char* err, size_t errlen);
+
+// Creates (or truncates) path for writing, as a regular file only: an existing FIFO, device or
+// directory there is refused ("<path>: is a FIFO, not a <what>") instead of written into or
+// waited on, and a symbolic link is not followed. Returns the descriptor (O_CLOEXEC), or -1 + err.
+int td_create_regular(const char* path, const char* what, char* err, size_t errlen);
+
+// The whole of a regular file (as td_open_regular checks it) in a malloc'd buffer of *len bytes
+// (one spare byte after them); NULL + err on failure.
+unsigned char* td_read_file(const char* path, const char* what, size_t* len, char* err, size_t errlen);
+
 double now_seconds(void); // monotonic clock
 void sleep_seconds(double s); // returns after s seconds (at once for s <= 0)
 

@@ -105,21 +105,57 @@ static float* alloc_arrays(float** ptrs[], const size_t* sizes, int n, size_t* t
     return mem;
 }
 
+// the sizes, in floats, of GPT2Acts' arrays in the order gpt2_acts_alloc points them
+#define N_ACTS 21
+static void acts_sizes(const GPT2Config* cfg, const GPT2Range* r, int B, int T, size_t sizes[N_ACTS]) {
+    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t head = r->has_head ? 1 : 0;
+    size_t s[N_ACTS] = {BT * C, Ls * BT * C, Ls * BT, Ls * BT, Ls * BT * 3 * C, Ls * BT * C, Ls * B * NH * T * T, Ls * BT * C, Ls * BT * C,
+                        Ls * BT * C, Ls * BT, Ls * BT, Ls * BT * 4 * C, Ls * BT * 4 * C, Ls * BT * C, Ls * BT * C,
+                        head * BT * C, head * BT, head * BT, head * BT * Vp, head * BT};
+    memcpy(sizes, s, sizeof(s));
+}
+
+// likewise for GPT2GradActs
+#define N_GRAD_ACTS 12
+static void grad_acts_sizes(const GPT2Config* cfg, const GPT2Range* r, int B, int T, size_t sizes[N_GRAD_ACTS]) {
+    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t head = r->has_head ? 1 : 0;
+    size_t s[N_GRAD_ACTS] = {BT * C, Ls * BT * C, Ls * BT * 3 * C, Ls * BT * C, Ls * BT * C, Ls * BT * C, Ls * BT * 4 * C, Ls * BT * 4 * C,
+                             Ls * BT * C, head * BT * C, head * BT * Vp, (size_t)B * NH * T * T};
+    memcpy(sizes, s, sizeof(s));
+}
+
+static size_t sum_sizes(const size_t* sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    return total;
+}
+
+size_t gpt2_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
+    size_t sizes[N_ACTS];
+    acts_sizes(cfg, r, B, T, sizes);
+    return sum_sizes(sizes, N_ACTS);
+}
+
+size_t gpt2_grad_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
+    size_t sizes[N_GRAD_ACTS];
+    grad_acts_sizes(cfg, r, B, T, sizes);
+    return sum_sizes(sizes, N_GRAD_ACTS);
+}
+
 void gpt2_acts_alloc(GPT2Acts* a, const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
     memset(a, 0, sizeof(*a));
     a->B = B;
     a->T = T;
-    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t head = r->has_head ? 1 : 0;
-    float** ptrs[] = {&a->x_in, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->attproj, &a->residual2,
-                      &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->fcproj, &a->residual3,
-                      &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->probs, &a->losses};
-    size_t sizes[] = {BT * C, Ls * BT * C, Ls * BT, Ls * BT, Ls * BT * 3 * C, Ls * BT * C, Ls * B * NH * T * T, Ls * BT * C, Ls * BT * C,
-                      Ls * BT * C, Ls * BT, Ls * BT, Ls * BT * 4 * C, Ls * BT * 4 * C, Ls * BT * C, Ls * BT * C,
-                      head * BT * C, head * BT, head * BT, head * BT * Vp, head * BT};
-    a->memory = alloc_arrays(ptrs, sizes, (int)(sizeof(sizes) / sizeof(sizes[0])), &a->num_floats);
-    a->inputs = (int*)calloc_check(BT, sizeof(int));
-    a->targets = (int*)calloc_check(BT, sizeof(int));
+    float** ptrs[N_ACTS] = {&a->x_in, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->attproj, &a->residual2,
+                            &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->fcproj, &a->residual3,
+                            &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->probs, &a->losses};
+    size_t sizes[N_ACTS];
+    acts_sizes(cfg, r, B, T, sizes);
+    a->memory = alloc_arrays(ptrs, sizes, N_ACTS, &a->num_floats);
+    a->inputs = (int*)calloc_check((size_t)B * T, sizeof(int));
+    a->targets = (int*)calloc_check((size_t)B * T, sizeof(int));
 }
 
 void gpt2_acts_free(GPT2Acts* a) {
@@ -131,13 +167,11 @@ void gpt2_acts_free(GPT2Acts* a) {
 
 void gpt2_grad_acts_alloc(GPT2GradActs* g, const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
     memset(g, 0, sizeof(*g));
-    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t head = r->has_head ? 1 : 0;
-    float** ptrs[] = {&g->dx_in, &g->dln1, &g->dqkv, &g->datty, &g->dres2, &g->dln2, &g->dfch, &g->dfch_gelu, &g->dres3,
-                      &g->dlnf, &g->dlogits, &g->datt};
-    size_t sizes[] = {BT * C, Ls * BT * C, Ls * BT * 3 * C, Ls * BT * C, Ls * BT * C, Ls * BT * C, Ls * BT * 4 * C, Ls * BT * 4 * C,
-                      Ls * BT * C, head * BT * C, head * BT * Vp, B * NH * T * T};
-    g->memory = alloc_arrays(ptrs, sizes, (int)(sizeof(sizes) / sizeof(sizes[0])), &g->num_floats);
+    float** ptrs[N_GRAD_ACTS] = {&g->dx_in, &g->dln1, &g->dqkv, &g->datty, &g->dres2, &g->dln2, &g->dfch, &g->dfch_gelu, &g->dres3,
+                                 &g->dlnf, &g->dlogits, &g->datt};
+    size_t sizes[N_GRAD_ACTS];
+    grad_acts_sizes(cfg, r, B, T, sizes);
+    g->memory = alloc_arrays(ptrs, sizes, N_GRAD_ACTS, &g->num_floats);
 }
 
 void gpt2_grad_acts_free(GPT2GradActs* g) {
@@ -234,15 +268,25 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
     }
 }
 
-void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g,
+static void unit_done(const GPT2UnitHook* hook, int unit) {
+    if (hook) hook->done(hook->ctx, unit);
+}
+
+void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
                           ParameterTensors* grads, float* dwte_head, int accumulate) {
-    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0;
+    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0, L = cfg->num_layers;
     int BT = B * T, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
+    if (r->has_embed) { // first: it reads only dx_in (and touches no other tensor), so its unit can travel soonest
+        encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C); // a scatter: always adds, whatever accumulate
+        unit_done(hook, 0);
+    }
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
         matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp, accumulate);
         layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C, accumulate);
+        unit_done(hook, L + 2);
+        unit_done(hook, L + 1);
     }
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
@@ -256,6 +300,6 @@ void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2A
                                accumulate);
         layernorm_backward_weight(grads->ln1w + l * c, grads->ln1b + l * c, g->dln1 + l * BTC, residual,
                                   a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C, accumulate);
+        unit_done(hook, 1 + r->l0 + l);
     }
-    if (r->has_embed) encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C); // a scatter: always adds
 }

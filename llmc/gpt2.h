@@ -112,6 +112,9 @@ void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* f
 // the inverse: writes a stage's tensors into their places in a full-model buffer
 void gpt2_unslice_params(const GPT2Config* cfg, const GPT2Range* r, const float* stage, float* full);
 
+// the floats gpt2_acts_alloc / gpt2_grad_acts_alloc take, known before allocating (memory checks)
+size_t gpt2_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T);
+size_t gpt2_grad_acts_floats(const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_acts_alloc(GPT2Acts* a, const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_acts_free(GPT2Acts* a);
 void gpt2_grad_acts_alloc(GPT2GradActs* g, const GPT2Config* cfg, const GPT2Range* r, int B, int T);
@@ -129,12 +132,21 @@ float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a)
 // Fills g (incl. g->dx_in unless first stage). Weights are read, not written.
 void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, const GPT2Acts* a,
                          GPT2GradActs* g, const float* dx_out, float dloss);
+// told by gpt2_backward_weight as each unit's weight gradient is complete (0 the embeddings, 1 + l
+// layer l, L + 1 the final LayerNorm, L + 2 the LM head's share of wte), in the order computed: the
+// embeddings (their gradient needs only dx_in), the head, then the layers from the last: a caller
+// may send a finished unit while the rest is computed
+typedef struct {
+    void (*done)(void* ctx, int unit);
+    void* ctx;
+} GPT2UnitHook;
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to
 // dwte_head (Vp, C) (the tied embedding: summed with the encoder's share once per step), the
-// encoder's share to grads->wte. accumulate 0 (a step's first micro-batch): every tensor written,
-// bitwise as if added to zeros, except the encoder's wte and wpe, a scatter that always adds (they
-// must hold zeros, or the sum so far).
-void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g,
+// encoder's share to grads->wte. hook: NULL, or told of each unit as it is done. accumulate 0 (a
+// step's first micro-batch): every tensor written, bitwise as if added to zeros, except the
+// encoder's wte and wpe, a scatter that always adds (they must hold zeros, or the sum so far; the
+// encoder runs first, but it touches no tensor the others write, so the order changes nothing).
+void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
                           ParameterTensors* grads, float* dwte_head, int accumulate);
 
 #ifdef __cplusplus

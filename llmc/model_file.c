@@ -35,10 +35,10 @@ static int check_header(const char* path, const int* h, long file_bytes, GPT2Con
 }
 
 static int read_header(const char* path, FILE** f, int h[256], long* file_bytes, char* err, size_t errlen) {
-    *f = fopen(path, "rb");
-    if (!*f) return td_error(err, errlen, "%s: cannot open model file: %s", path, strerror(errno));
-    struct stat st;
-    *file_bytes = fstat(fileno(*f), &st) == 0 ? (long)st.st_size : -1;
+    long long bytes;
+    *f = td_fopen_regular(path, "model file", &bytes, err, errlen);
+    if (!*f) return -1;
+    *file_bytes = (long)bytes;
     if (fread(h, sizeof(int), 256, *f) != 256) {
         fclose(*f);
         return td_error(err, errlen, "%s: truncated model file (shorter than its 1024-byte header)", path);
@@ -92,8 +92,12 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
 int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) return td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+    int fd = td_create_regular(tmp, "model file", err, errlen);
+    FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return fd < 0 ? -1 : td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+    }
     int h[256] = {0};
     h[0] = MODEL_FILE_MAGIC;
     h[1] = MODEL_FILE_VERSION_FP32;

@@ -1,5 +1,6 @@
 // Token shards in llm.c's format (see shard.h): atomic writing, validated reading.
 #include "shard.h"
+#include "common.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,13 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, int tokenize
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    FILE* f = fopen(tmp, "wb");
+    int fd = td_create_regular(tmp, "token shard", err, errlen);
+    FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+            close(fd);
+        }
         free(tmp);
         return -1;
     }
@@ -59,18 +64,9 @@ int shard_write(const char* path, const uint16_t* tokens, size_t n, int tokenize
 
 // Opens path and validates its header; on success the stream is positioned at the first token.
 static FILE* shard_open(const char* path, ShardInfo* info, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        fclose(f);
-        return NULL;
-    }
-    long long file_bytes = (long long)st.st_size;
+    long long file_bytes;
+    FILE* f = td_fopen_regular(path, "token shard", &file_bytes, err, errlen);
+    if (!f) return NULL;
     int32_t header[SHARD_HEADER_INTS];
     if (file_bytes < SHARD_HEADER_BYTES || fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f) != SHARD_HEADER_INTS) {
         snprintf(err, errlen, "%s: too short for a shard header (%lld bytes, a header is %d)", path, file_bytes,

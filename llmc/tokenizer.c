@@ -295,36 +295,6 @@ static void pair_insert(Tokenizer* tok, int left, int right, int merged) {
 // ---------------------------------------------------------------------------------------------
 // Loading encoder.json and vocab.bpe
 
-static uint8_t* read_whole_file(const char* path, size_t* len, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        td_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    uint8_t* buf = malloc_check(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            uint8_t* bigger = malloc_check(cap * 2);
-            memcpy(bigger, buf, n);
-            free(buf);
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        td_error(err, errlen, "%s: read failed", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 // GPT-2's bytes_to_unicode: the printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for
 // themselves, the other 68 bytes in order for U+0100, U+0101, ... u2b (324) is its inverse, -1 where none.
 static void gpt2_unicode_to_byte(int16_t u2b[324]) {
@@ -424,7 +394,7 @@ static const char EOT_TEXT[] = "<|endoftext|>";
 // encoder.json: a flat object of token string -> id. Fills blob, offsets, vocab_size, eot.
 static int load_encoder(Tokenizer* tok, const char* path, const int16_t u2b[324], char* err, size_t errlen) {
     size_t n;
-    uint8_t* s = read_whole_file(path, &n, err, errlen);
+    uint8_t* s = td_read_file(path, "tokenizer file", &n, err, errlen);
     if (!s) return -1;
     Bytes keys = {0};    // all keys' bytes, in file order
     Bytes entries = {0}; // per key: (int32 id, uint32 start in keys), packed
@@ -539,7 +509,7 @@ static int build_piece_table(Tokenizer* tok, const char* path, char* err, size_t
 // A token's rank is the line that makes it (tiktoken ranks tokens the same way).
 static int load_merges(Tokenizer* tok, const char* path, const int16_t u2b[324], char* err, size_t errlen) {
     size_t n;
-    uint8_t* s = read_whole_file(path, &n, err, errlen);
+    uint8_t* s = td_read_file(path, "tokenizer file", &n, err, errlen);
     if (!s) return -1;
     tok->rank = malloc_check((size_t)tok->vocab_size * sizeof(int32_t));
     for (int t = 0; t < tok->vocab_size; t++) tok->rank[t] = INT32_MAX;

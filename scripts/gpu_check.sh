@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in one go on a GPU machine (never run yet; its step limits add up to far more than a
 # normal run should take): builds the CUDA targets, runs the GPU tests (bf16 and fp32 builds; the model
-# again on the mma.sync fallback), NCCL's checks with two ranks on one GPU, the kernel benchmarks,
+# again on the mma.sync fallback), NCCL's checks with two ranks on one GPU, the int8 gradient
+# quantization kernels against the CPU (bitwise), the kernel benchmarks,
 # pipelines on the one GPU (host-staged and over NCCL) and a short 124M training, and writes
 # everything to one log; a summary of the verdicts comes last.
 # Usage: scripts/gpu_check.sh [--quick] [log file, default gpu_check.log]. --quick (for a rerun after a
@@ -64,6 +65,7 @@ if run build 300 make -j"$(nproc)" cuda; then
     run test_gpt2cu_fp32 90 ./build/test_gpt2cu_fp32
     run test_gpt2cu_model_mma 60 ./test_gpt2cu --model-only --matmul tdpipe-mma
     run nccl_check 60 ./build/dev/cuda/nccl_check
+    run quant_check 60 ./build/dev/cuda/quant_check
     if command -v mpirun >/dev/null && ldd ./build/dev/cuda/nccl_check | grep -q libmpi; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
         run nccl_check_dp2 90 nccl2 ./build/dev/cuda/nccl_check --stages 1
@@ -125,7 +127,7 @@ fi
 
 {
     echo "=== summary"
-    grep -E "^(test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
+    grep -E "^(test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed|quant_check: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"

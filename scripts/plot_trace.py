@@ -5,6 +5,8 @@ replica), forwards, backwards and updates as bars, forwards on an older weight v
 usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
        scripts/plot_trace.py trace.json --summary [--steps A:B]   (no plot, no matplotlib: per row,
        busy share, stale forwards, and idle time before forwards, backwards and updates)
+       scripts/plot_trace.py trace.json --op-times [--steps A:B]  (no plot: each stage's mean compute
+       time per op kind, key=value lines for build/dev/sim_replay)
 Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
 """
 import argparse
@@ -65,6 +67,46 @@ def summary(ops, steps):
               f"{wait['F']:>9.1f} {wait['B']:>9.1f} {wait['U']:>9.1f}")
 
 
+def op_times(ops, steps):
+    """Replica 0's mean compute time (ms) of each op kind on each stage, as key=value lines
+    (f=, b=, bi=, bw=, u=: one figure per stage, comma-separated). A traced op spans its wait for its
+    input too (a synchronous list receives inside the op), so compute = end - max(start, arrival),
+    arrival being the end of what it waits for: F, the same micro-batch's F on the stage before; B or
+    BI, its own F and the B or BI on the stage after; BW, its BI; U, every stage's last B or BW of
+    its step. The clocks agree: every rank of one host reads the same monotonic clock."""
+    mine = [o for o in ops if o[0] == 0]
+    P = max(o[1] for o in mine) + 1
+    end = {}   # (stage, 'F' | 'B' (input gradient out) | 'W' (weight gradient done), step, mb) -> end
+    grads = {}  # (stage, step) -> last B/BW end
+    for rep, s, kind, step, mb, stale, start, dur in mine:
+        e = start + dur
+        if kind == "F":
+            end[(s, "F", step, mb)] = e
+        if kind in ("B", "BI"):
+            end[(s, "B", step, mb)] = e
+        if kind in ("B", "BW"):
+            end[(s, "W", step, mb)] = e
+            grads[(s, step)] = max(grads.get((s, step), 0.0), e)
+    sums = {}
+    for rep, s, kind, step, mb, stale, start, dur in mine:
+        if steps and not steps[0] <= step < steps[1]:
+            continue
+        if kind == "F":
+            arrival = end.get((s - 1, "F", step, mb), 0.0) if s > 0 else 0.0
+        elif kind in ("B", "BI"):
+            arrival = max(end.get((s, "F", step, mb), 0.0), end.get((s + 1, "B", step, mb), 0.0) if s < P - 1 else 0.0)
+        elif kind == "BW":
+            arrival = end.get((s, "B", step, mb), 0.0)
+        else:
+            arrival = max(grads.get((q, step), 0.0) for q in range(P))
+        t, n = sums.get((s, kind), (0.0, 0))
+        sums[(s, kind)] = (t + max(0.0, start + dur - max(start, arrival)), n + 1)
+    print(f"stages={P}")
+    for kind in ("F", "B", "BI", "BW", "U"):
+        if all((s, kind) in sums for s in range(P)):
+            print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
+
+
 def plot(ops, out):
     try:
         import matplotlib
@@ -103,6 +145,7 @@ def main():
     ap.add_argument("-o", "--out", help="image to write (png, svg, pdf)")
     ap.add_argument("--steps", help="only steps A..B-1, as A:B (counted from 0: the step line's step k is k-1 here)")
     ap.add_argument("--summary", action="store_true", help="print per-row busy share instead of plotting")
+    ap.add_argument("--op-times", action="store_true", help="print each stage's mean compute time per op kind (ms)")
     args = ap.parse_args()
     steps = None
     if args.steps:
@@ -113,7 +156,9 @@ def main():
     ops = read_trace(args.trace)
     if steps and not any(steps[0] <= o[3] < steps[1] for o in ops):
         sys.exit(f"plot_trace: no ops of steps [{steps[0]}, {steps[1]})")
-    if args.summary:
+    if args.op_times:
+        op_times(ops, steps)
+    elif args.summary:
         summary(ops, steps)
     elif args.out:
         plot([o for o in ops if not steps or steps[0] <= o[3] < steps[1]], args.out)

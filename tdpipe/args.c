@@ -57,17 +57,31 @@ static const ArgSpec SPECS[] = {
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
     {"logging", 0, "trace", "logging.trace", A_STR, F(trace_path), 0, 0, "", "write a Chrome trace (Perfetto) of every pipeline op to FILE"},
     {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
-    {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "1f1b", "gpipe | 1f1b | zbh1 | tdpipe"},
+    {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "", "gpipe | 1f1b | zbh1 | tdpipe (default: 1f1b; tdpipe when --aew is given)"},
     {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches, or auto (W = ceil(P (1 - beta)))"},
-    {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_INT, F(grad_cache), 0, 1024, "0", "gradient-cache slots per stage; 0 = as many as the schedule needs"},
-    {"pipeline", 0, "partition", "pipeline.partition", A_STR, F(partition), 0, 0, "auto", "layers per stage: auto (cost model + DP) | uniform | 4,4,3,1"},
+    {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_STR, F(grad_cache), 0, 0, "0", "gradient-cache slots per stage (0 = as many as the schedule needs), or with a unit (4MB) the gradient sync's bucket size"},
+    {"pipeline", 0, "grad-quant", "pipeline.grad_quant", A_STR, F(grad_quant), 0, 0, "none", "how replicas average gradients: none (fp32) | int8 (blocks with an fp32 scale, two-shot, in buckets overlapped with backward)"},
+    {"pipeline", 0, "quant-block", "pipeline.quant_block", A_INT, F(quant_block), 1, 1 << 20, "256", "elements per int8 block (one fp32 absmax scale each)"},
+    {"pipeline", 0, "error-feedback", "pipeline.error_feedback", A_INT, F(error_feedback), 0, 1, "1", "int8: add what the rounding dropped to the next step's gradient (0/1)"},
+    {"pipeline", 0, "partition", "pipeline.partition", A_STR, F(partition), 0, 0, "auto", "layers per stage: auto (DP over timed passes on CPU ranks, else the FLOP model) | model (DP over the FLOP model) | uniform | 4,4,3,1"},
     {"pipeline", 0, "rank-speed", "pipeline.rank_speed", A_STR, F(rank_speed), 0, 0, "", "relative speed of each stage's rank for --partition auto, e.g. 1,1,0.5,1 (default: all 1)"},
     {"pipeline", 0, "rank-mem", "pipeline.rank_mem", A_STR, F(rank_mem), 0, 0, "", "GiB each stage's rank may use for --partition auto, e.g. 8,8,4,8 (default: unlimited)"},
     {"pipeline", 0, "comm", "pipeline.comm", A_STR, F(comm), 0, 0, "auto", "a device stage's messages and data-parallel average: auto (on the device: NCCL between GPUs it can connect) | mpi (through host memory)"},
+    {"pipeline", 0, "comm-timeout", "pipeline.comm_timeout", A_FLOAT, F(comm_timeout), 0, 1e9, "600", "seconds a rank may wait for a message, collective or the pipeline sum before it names what it waits for and every rank exits; 0 = forever"},
     {"pipeline", 0, "consistency-every", "pipeline.consistency_every", A_INT, F(consistency_every), 1, 1e9, "50", "tdpipe: flush, check and allow checkpoints every K steps"},
     {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and exit"},
     {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},
     {"pipeline", 0, "synthetic-compute", "pipeline.synthetic_compute", A_BOOL, F(synthetic), 0, 1, "0", "replace the model by timed waits from a cost model"},
+    {"asynchrony", 0, "stale-comp", "pipeline.stale_comp", A_STR, F(stale_comp), 0, 0, "none", "staleness compensation of tdpipe's stale micro-batches: none | predict (weight prediction) | dcasgd | lr (LR by staleness)"},
+    {"asynchrony", 0, "stale-tau", "pipeline.stale_tau", A_INT, F(stale_tau), 0, 1e6, "0", "compensate micro-batches whose staleness exceeds this"},
+    {"asynchrony", 0, "dc-lambda", "pipeline.dc_lambda", A_FLOAT, F(dc_lambda), 0, 1e12, "1e5", "DC-ASGD's lambda in g + lambda g*g*(w_now - w_used) (the best of 1e2..1e6 on the built-in data: README)"},
+    {"asynchrony", 0, "drift-every", "pipeline.drift_every", A_INT, F(drift_every), 0, 1e9, "0", "every N steps compare the applied gradient with the exact synchronous one, per layer; 0 = off"},
+    {"asynchrony", 0, "drift-min-cos", "pipeline.drift_min_cos", A_FLOAT, F(drift_min_cos), 0, 1, "0", "a drift cosine below this halves the window; 0 = never"},
+    {"asynchrony", 0, "gns", "pipeline.gns", A_INT, F(gns), 0, 1, "0", "estimate the gradient noise scale B_simple every step (0/1)"},
+    {"asynchrony", 0, "lr-gns", "pipeline.lr_gns", A_INT, F(lr_gns), 0, 1, "0", "scale the learning rate by the measured gradient noise (0/1; implies --gns 1)"},
+    {"asynchrony", 0, "spike-z", "pipeline.spike_z", A_FLOAT, F(spike_z), 0, 1e6, "0", "roll back a step whose loss is this many standard deviations above the recent mean; 0 = off"},
+    {"asynchrony", 0, "max-rollbacks", "pipeline.max_rollbacks", A_INT, F(max_rollbacks), 1, 1e6, "3", "rollbacks in a row at W = 0 before the run stops"},
+    {"asynchrony", 0, "inject-nan", NULL, A_INT, F(inject_nan), 0, 1e9, "0", "for tests: a NaN in stage 0's gradient of this step (its first attempt); 0 = none"},
 };
 #undef F
 #define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
@@ -138,6 +152,35 @@ void args_print_help(FILE* f) {
         else fprintf(f, "  %-26s %s (default: %s)\n", names, s->help, s->def[0] ? s->def : "none");
     }
     fprintf(f, "\n  -h, --help                 this text\n");
+}
+
+int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen) {
+    static const struct {
+        const char* unit;
+        double bytes;
+    } UNITS[] = {{"B", 1}, {"KB", 1024}, {"KiB", 1024}, {"MB", 1048576}, {"MiB", 1048576}, {"GB", 1073741824}, {"GiB", 1073741824}};
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    *slots = 0;
+    *bucket_bytes = 0;
+    if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
+        return td_error(err, errlen, "--grad-cache %s: expected a count of gradient-cache slots (0 to 1024) or a bucket size with a unit (4MB)", s);
+    while (*end == ' ') end++;
+    if (!*end) {
+        if (v != floor(v) || v > 1024) return td_error(err, errlen, "--grad-cache %s: a slot count is a whole number from 0 to 1024", s);
+        *slots = (int)v;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(UNITS) / sizeof(UNITS[0]); i++)
+        if (!strcmp(end, UNITS[i].unit)) {
+            double bytes = v * UNITS[i].bytes;
+            if (bytes < 4 || bytes > 1099511627776.0)
+                return td_error(err, errlen, "--grad-cache %s: a bucket holds at least one fp32 value (4 B) and at most 1 TiB", s);
+            *bucket_bytes = (size_t)bytes;
+            return 0;
+        }
+    return td_error(err, errlen, "--grad-cache %s: unknown unit '%s' (B, KB, MB, GB; KiB, MiB, GiB)", s, end);
 }
 
 static const ArgSpec* find_flag(const char* arg) {

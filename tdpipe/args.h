@@ -40,9 +40,12 @@ typedef struct {
     char config_path[1024];   // --config
     // pipeline
     int stages;               // --stages P (the rank count is P x D)
-    char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe
+    char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe ("": 1f1b, or tdpipe when --aew is given)
     char aew[16];             // --aew W|auto  TD-Pipe's asynchronous execution window
-    int grad_cache;           // --grad-cache  gradient-cache slots; 0 = what the schedule needs
+    char grad_cache[32];      // --grad-cache N|SIZE  gradient-cache slots (0 = what the schedule needs), or with a unit (4MB) the sync's bucket size
+    char grad_quant[8];       // --grad-quant none|int8  how gradients travel between replicas
+    int quant_block;          // --quant-block N  elements per int8 block (one fp32 scale each)
+    int error_feedback;       // --error-feedback 0|1  int8: the rounding's residual into the next step
     char partition[256];      // --partition auto|uniform|4,4,3,1
     char rank_speed[256];     // --rank-speed 1,1,0.5,1  relative speed of each stage's rank (partition)
     char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
@@ -54,6 +57,18 @@ typedef struct {
     char device[16];          // --device auto|cpu|cuda
     char matmul[16];          // --matmul tdpipe|tdpipe-mma|cublaslt (CUDA)
     char comm[8];             // --comm auto|mpi: where a device stage's data-parallel average runs
+    float comm_timeout;       // --comm-timeout S: seconds a rank may wait for another before every rank stops (0 = forever)
+    // asynchrony: staleness compensation, drift monitor, gradient noise scale, guard and rollback
+    char stale_comp[16];      // --stale-comp none|predict|dcasgd|lr
+    int stale_tau;            // --stale-tau  compensate micro-batches staler than this
+    float dc_lambda;          // --dc-lambda  DC-ASGD's lambda
+    int drift_every;          // --drift-every N  the drift monitor every N steps (0 = off)
+    float drift_min_cos;      // --drift-min-cos c  below it the window halves (0 = never)
+    int gns;                  // --gns  estimate the gradient noise scale every step
+    int lr_gns;               // --lr-gns  scale the learning rate by the measured noise scale
+    float spike_z;            // --spike-z  a loss this many deviations above the running mean is a spike (0 = off)
+    int max_rollbacks;        // --max-rollbacks  rollbacks in a row at W = 0 before the run stops
+    int inject_nan;           // --inject-nan STEP  (tests) a NaN in stage 0's gradient at STEP's first attempt (0 = none)
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);
@@ -61,6 +76,10 @@ void args_defaults(TrainArgs* a);
 // prints a message naming the flag and exits 1 on a bad flag or value; exits 0 after --help
 void args_parse(TrainArgs* a, int argc, char** argv);
 void args_print_help(FILE* f);
+// --grad-cache: a count (gradient-cache slots: *slots, *bucket_bytes 0) or a size with a unit, B, KB,
+// MB, GB (powers of 1024; KiB, MiB, GiB too): the gradient sync's bucket size (*bucket_bytes, *slots
+// 0). 0, or -1 with a message naming the value.
+int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen);
 // sets one setting by its long name from a string value (used by the YAML config); returns 0, or -1
 // with a message in err naming the key and problem
 int args_set(TrainArgs* a, const char* long_name, const char* value, char* err, size_t errlen);

@@ -21,6 +21,14 @@ static int env_int(const char* name, int fallback) {
     return (s && *s) ? atoi(s) : fallback;
 }
 
+// --comm-timeout: a rank that has waited this long says for what, and exits (the launcher then ends
+// every rank); 0 waits forever
+static void timed_out(const Comm* c, double waited, const char* what) {
+    td_fatal("stage %d (replica %d) waited %.0f s for %s (--comm-timeout %g): a rank may be stopped, hung or gone; every rank stops "
+             "(checkpoints already written are intact)",
+             c->stage, c->replica, waited, what, c->timeout);
+}
+
 #ifdef TD_MPI
 // handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
 _Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
@@ -47,11 +55,27 @@ static void comm_unbox(void** p) {
     *p = NULL;
 }
 
-static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes) {
+static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes, const char* what) {
     memset(r, 0, sizeof *r);
+    snprintf(r->what, sizeof r->what, "%s", what);
     memcpy(&r->handle[0], &req, sizeof req);
     r->handle[1] = expect_bytes;
     r->active = 1;
+}
+
+// MPI_Wait with a deadline: tests, then sleeps 20 us between tests once it has waited a while
+static void wait_mpi(const Comm* c, MPI_Request* req, MPI_Status* st, const char* what) {
+    double t0 = now_seconds();
+    for (long n = 0;; n++) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(req, &done, st));
+        if (done) return;
+        if (n < 1000) continue;
+        double waited = now_seconds() - t0;
+        if (c->timeout > 0 && waited > c->timeout) timed_out(c, waited, what);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static void check_received(const MPI_Status* st, size_t bytes) {
@@ -62,12 +86,18 @@ static void check_received(const MPI_Status* st, size_t bytes) {
 }
 #endif
 
-static void check_peer(const Comm* c, int peer_stage, int tag, size_t bytes, const char* what) {
-    if (peer_stage < 0 || peer_stage >= c->P)
-        td_fatal("%s: stage %d does not exist (P = %d)", what, peer_stage, c->P);
-    if (peer_stage == c->stage)
-        td_fatal("%s: stage %d addressed itself (%s)", what, peer_stage,
-                 c->P == 1 ? "a single stage has no pipeline peers" : "pipeline messages go to other stages");
+// a point-to-point peer: a stage of this replica's pipeline, or a replica of this stage
+typedef struct {
+    const char* kind; // "stage" or "replica"
+    int count, me;    // P and this stage, or D and this replica
+    void* group;      // (MPI_Comm*) the group they are ranked in
+} PeerGroup;
+static PeerGroup pipe_peers(const Comm* c) { return (PeerGroup){"stage", c->P, c->stage, c->pipe_comm}; }
+static PeerGroup dp_peers(const Comm* c) { return (PeerGroup){"replica", c->D, c->replica, c->dp_comm}; }
+
+static void check_peer(PeerGroup g, int peer, int tag, size_t bytes, const char* what) {
+    if (peer < 0 || peer >= g.count) td_fatal("%s: %s %d does not exist (%d of them)", what, g.kind, peer, g.count);
+    if (peer == g.me) td_fatal("%s: %s %d addressed itself (messages go to other %ss)", what, g.kind, peer, g.kind);
 #ifdef TD_MPI
     if (tag < 0 || tag > g_tag_ub) td_fatal("%s: tag %d outside [0, %d]", what, tag, g_tag_ub);
 #else
@@ -167,45 +197,85 @@ void comm_finalize(Comm* c) {
 int comm_any(Comm* c, int flag) {
     int in = flag != 0, out = in;
 #ifdef TD_MPI
-    if (c->mpi) MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any")));
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_of(c->world_comm, "comm_any"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a flag all ranks share)");
+    }
 #else
     (void)c;
 #endif
     return out;
 }
 
+int comm_max(Comm* c, int value) {
+    int out = value;
+#ifdef TD_MPI
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_of(c->world_comm, "comm_max"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's agreement (a value all ranks share)");
+    }
+#else
+    (void)c;
+#endif
+    return out;
+}
+
+void comm_allgather_double(Comm* c, const double* in, int n, double* out) {
+    if (n < 0) td_fatal("comm_allgather_double: n = %d", n);
+#ifdef TD_MPI
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallgather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, comm_of(c->world_comm, "comm_allgather_double"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's figures (an all-gather)");
+        return;
+    }
+#else
+    (void)c;
+#endif
+    memcpy(out, in, (size_t)n * sizeof(double));
+}
+
 // --- the pipeline -------------------------------------------------------------------------------
 
-void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    check_peer(c, peer_stage, tag, bytes, "comm_isend");
+// MPI_Isend / MPI_Irecv to `peer` of group g (recv: the size checked on arrival)
+static void p2p_start(Comm* c, PeerGroup g, int recv, void* buf, size_t bytes, int peer, int tag, CommRequest* r, const char* fn) {
+    check_peer(g, peer, tag, bytes, fn);
 #ifdef TD_MPI
     MPI_Request req;
-    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_isend"), &req));
-    request_store(r, req, -1);
+    MPI_Comm comm = comm_of(g.group, fn);
+    if (recv) MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &req));
+    else MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &req));
+    char what[80];
+    snprintf(what, sizeof what, recv ? "a message of %zu bytes from %s %d (tag %d)" : "a send of %zu bytes to %s %d (tag %d)", bytes, g.kind, peer, tag);
+    request_store(r, req, recv ? (int64_t)bytes : -1, what);
 #else
+    (void)c;
     (void)buf;
     (void)r;
+    (void)recv;
 #endif
 }
 
+void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
+    p2p_start(c, pipe_peers(c), 0, (void*)buf, bytes, peer_stage, tag, r, "comm_isend");
+}
 void comm_irecv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r) {
-    check_peer(c, peer_stage, tag, bytes, "comm_irecv");
-#ifdef TD_MPI
-    MPI_Request req;
-    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_irecv"), &req));
-    request_store(r, req, (int64_t)bytes);
-#else
-    (void)buf;
-    (void)r;
-#endif
+    p2p_start(c, pipe_peers(c), 1, buf, bytes, peer_stage, tag, r, "comm_irecv");
+}
+void comm_dp_isend(Comm* c, const void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r) {
+    p2p_start(c, dp_peers(c), 0, (void*)buf, bytes, peer_replica, tag, r, "comm_dp_isend");
+}
+void comm_dp_irecv(Comm* c, void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r) {
+    p2p_start(c, dp_peers(c), 1, buf, bytes, peer_replica, tag, r, "comm_dp_irecv");
 }
 
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag) {
-    check_peer(c, peer_stage, tag, bytes, "comm_recv");
 #ifdef TD_MPI
-    MPI_Status st;
-    MPI_CHECK(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer_stage, tag, comm_of(c->pipe_comm, "comm_recv"), &st));
-    check_received(&st, bytes);
+    CommRequest r;
+    comm_irecv(c, buf, bytes, peer_stage, tag, &r);
+    comm_wait(c, &r);
 #else
     (void)buf;
 #endif
@@ -230,14 +300,18 @@ static void poll_pause(Comm* c) {
 void comm_wait(Comm* c, CommRequest* r) {
     if (!r->active) return;
     if (r->link) {
-        while (!link_test(r)) poll_pause(c);
+        double t0 = now_seconds();
+        while (!link_test(r)) {
+            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, r->what[0] ? r->what : "a device transfer");
+            poll_pause(c);
+        }
         return;
     }
 #ifdef TD_MPI
     MPI_Request req;
     memcpy(&req, &r->handle[0], sizeof req);
     MPI_Status st;
-    MPI_CHECK(MPI_Wait(&req, &st));
+    wait_mpi(c, &req, &st, r->what);
     if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
 #endif
     r->active = 0;
@@ -262,10 +336,12 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
             links += reqs[i]->link != NULL;
         }
     if (k == 0) td_fatal("comm_wait_any: none of the %d requests is active: nothing to wait for", n);
+    double t0 = now_seconds();
     if (links) // a link's transfers complete where MPI cannot see them: poll everything
         for (;;) {
             for (int j = 0; j < k; j++)
                 if (comm_test(c, reqs[idx[j]])) return idx[j];
+            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, reqs[idx[0]]->what);
             poll_pause(c);
         }
 #ifdef TD_MPI
@@ -273,8 +349,21 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
     for (int j = 0; j < k; j++) memcpy(&req[j], &reqs[idx[j]]->handle[0], sizeof req[j]);
     int j = -1;
     MPI_Status st;
-    MPI_CHECK(MPI_Waitany(k, req, &j, &st));
+    for (long n = 0;; n++) { // MPI_Waitany with --comm-timeout's deadline
+        int done = 0;
+        MPI_CHECK(MPI_Testany(k, req, &j, &done, &st));
+        if (done) break;
+        if (n < 1000) continue;
+        if (c->timeout > 0 && now_seconds() - t0 > c->timeout) {
+            char what[3 * 80 + 16] = "";
+            for (int q = 0; q < k; q++) snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", q ? " or " : "", reqs[idx[q]]->what);
+            timed_out(c, now_seconds() - t0, what);
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
     if (j == MPI_UNDEFINED) td_fatal("comm_wait_any: MPI_Waitany found no active request");
+    for (int q = 0; q < k; q++) memcpy(&reqs[idx[q]]->handle[0], &req[q], sizeof req[q]); // MPI_Testany freed the completed one
     CommRequest* done = reqs[idx[j]];
     if (done->handle[1] >= 0) check_received(&st, (size_t)done->handle[1]);
     done->active = 0;
@@ -336,7 +425,7 @@ void comm_mpi_link(Comm* c, CommLink* out) {
 static void link_post(Comm* c, const CommLink* link, int channel, void* buf, size_t bytes, int peer_stage, CommRequest* r, int send) {
     const char* what = send ? "comm_link_isend" : "comm_link_irecv";
     if (!link) td_fatal("%s: no link given", what);
-    check_peer(c, peer_stage, 0, bytes, what);
+    check_peer(pipe_peers(c), peer_stage, 0, bytes, what);
     if (channel < 0 || channel >= COMM_LINK_CHANNELS) td_fatal("%s: channel %d does not exist", what, channel);
     if (send) link->isend(link->ctx, channel, buf, bytes, peer_stage, r);
     else link->irecv(link->ctx, channel, buf, bytes, peer_stage, r);
@@ -361,7 +450,7 @@ void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequ
         MPI_Request req;
         MPI_CHECK(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_DOUBLE, MPI_SUM,
                                  comm_of(c->pipe_comm, "comm_pipe_sum_start"), &req));
-        request_store(r, req, -1);
+        request_store(r, req, -1, "the pipeline-wide sum of a step's norms and loss (every stage's post)");
         return;
     }
 #else
@@ -401,10 +490,13 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
             g_dp_recv = (float*)malloc_check(need * sizeof(float));
             g_dp_recv_cap = need;
         }
-        MPI_CHECK(MPI_Alltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp));
+        MPI_Request req;
+        MPI_CHECK(MPI_Ialltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-to-all)");
         float* own = buf + off + offs[me]; // (mine) this replica's chunk, averaged in place
         COMM_ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
-        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp));
+        MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-gather)");
     }
     free(sizes);
 #else
@@ -413,12 +505,24 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
 }
 
 // a few values: every replica gathers all D copies and averages them in replica order itself
+double comm_dp_average_bytes(const Comm* c, size_t n) {
+    double total = 0.0;
+    for (size_t off = 0; off < n; off += COMM_DP_PIECE) { // as comm_dp_average cuts its rounds
+        size_t m = n - off < COMM_DP_PIECE ? n - off : COMM_DP_PIECE, mine, o;
+        comm_dp_chunk(m, c->D, c->replica, &mine, &o);
+        total += 2.0 * 4.0 * ((double)(m - mine) + (double)(c->D - 1) * (double)mine); // all-to-all, then all-gather: each sends and receives
+    }
+    return c->D > 1 ? total : 0.0;
+}
+
 void comm_dp_average_double(Comm* c, double* buf, int n) {
     if (n < 0) td_fatal("comm_dp_average_double: n = %d", n);
     if (c->D == 1 || n == 0) return;
 #ifdef TD_MPI
     double* all = (double*)malloc_check((size_t)c->D * (size_t)n * sizeof(double)); // (D, n)
-    MPI_CHECK(MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double")));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm_of(c->dp_comm, "comm_dp_average_double"), &req));
+    wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' average of a few figures (the loss, statistics)");
     COMM_ORDERED_AVERAGE(double, buf, all, n, n, c->D);
     free(all);
 #else
@@ -435,8 +539,9 @@ void comm_gather_to_root(Comm* c, const void* in, size_t bytes, void* out) {
         if ((size_t)c->world_size * bytes > (size_t)INT_MAX && c->world_rank == 0)
             td_fatal("comm_gather_to_root: %d ranks x %zu bytes exceeds the %d-byte limit of this version", c->world_size,
                      bytes, INT_MAX);
-        MPI_CHECK(MPI_Gather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, 0,
-                             comm_of(c->world_comm, "comm_gather_to_root")));
+        MPI_Request req;
+        MPI_CHECK(MPI_Igather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, 0, comm_of(c->world_comm, "comm_gather_to_root"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0");
         return;
     }
 #else
@@ -453,7 +558,9 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
         int root = c->world_rank == 0, W = c->world_size;
         int mine = (int)bytes;
         int* rc = root ? (int*)malloc_check(2 * (size_t)W * sizeof(int)) : NULL; // (2, W): counts, offsets
-        MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, rc, 1, MPI_INT, 0, world));
+        MPI_Request req;
+        MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, rc, 1, MPI_INT, 0, world, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0 (sizes)");
         char* out = NULL;
         if (root) {
             size_t total = 0;
@@ -467,7 +574,8 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
             }
             out = (char*)malloc_check(total);
         }
-        MPI_CHECK(MPI_Gatherv(in, mine, MPI_BYTE, out, rc, root ? rc + W : NULL, MPI_BYTE, 0, world));
+        MPI_CHECK(MPI_Igatherv(in, mine, MPI_BYTE, out, rc, root ? rc + W : NULL, MPI_BYTE, 0, world, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "a gather to world rank 0 (the model, a trace)");
         free(rc);
         return out;
     }
@@ -482,7 +590,11 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
 
 void comm_barrier(Comm* c) {
 #ifdef TD_MPI
-    if (c->mpi) MPI_CHECK(MPI_Barrier(comm_of(c->world_comm, "comm_barrier")));
+    if (c->mpi) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibarrier(comm_of(c->world_comm, "comm_barrier"), &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank (a barrier)");
+    }
 #else
     (void)c;
 #endif

@@ -18,6 +18,7 @@ typedef struct {
     void* pipe_comm;    // (MPI_Comm*) this replica's P stages, ranked by stage
     void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
     void* world_comm;   // (MPI_Comm*) all ranks
+    double timeout;     // --comm-timeout: seconds any wait may take before this rank says what it waits for and exits (0: forever)
 } Comm;
 
 struct CommLink;
@@ -28,6 +29,7 @@ typedef struct {
     int64_t handle[2];
     int active;
     const struct CommLink* link;
+    char what[80]; // what it carries, for --comm-timeout's message (set by comm_isend/irecv; callers may say more)
 } CommRequest;
 
 // A transport for pipeline messages that stay in a device backend's memory (NCCL between GPUs:
@@ -58,6 +60,11 @@ void comm_finalize(Comm* c);
 
 // every rank's flag OR-ed (a collective over all ranks): lets all ranks agree to stop together
 int comm_any(Comm* c, int flag);
+// the largest of every rank's value (a collective over all ranks)
+int comm_max(Comm* c, int value);
+// every rank's n doubles, to every rank: out (world_size, n), in world-rank order (all ranks then hold
+// the same figures, so choices made from them agree)
+void comm_allgather_double(Comm* c, const double* in, int n, double* out);
 
 // --- the pipeline (peers named by stage index within this replica) ---------------------------
 void comm_isend(Comm* c, const void* buf, size_t bytes, int peer_stage, int tag, CommRequest* r);
@@ -83,9 +90,15 @@ void comm_link_irecv(Comm* c, const CommLink* link, int channel, void* buf, size
 void comm_pipe_sum_start(Comm* c, const double* in, double* out, int n, CommRequest* r);
 
 // --- the data-parallel group -------------------------------------------------------------------
+// point-to-point messages between this stage's replicas (peers named by replica index); they match
+// by tag and, for one tag, in the order they were posted
+void comm_dp_isend(Comm* c, const void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r);
+void comm_dp_irecv(Comm* c, void* buf, size_t bytes, int peer_replica, int tag, CommRequest* r);
 // buf (n) <- (buf_0 + buf_1 + ... + buf_{D-1}) / D over this stage's replicas, summed in replica
 // order so every replica gets bitwise the same result (reduce-scatter, then all-gather)
 void comm_dp_average(Comm* c, float* buf, size_t n);
+// the bytes this replica sends plus receives in comm_dp_average of n floats (and NCCL's equivalent)
+double comm_dp_average_bytes(const Comm* c, size_t n);
 // the same for a few doubles (losses, statistics)
 void comm_dp_average_double(Comm* c, double* buf, int n);
 

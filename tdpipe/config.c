@@ -1,61 +1,86 @@
-// The YAML config file (--config), parsed with libyaml: a mapping of sections (pipeline, model,
-// optimizer, data, checkpoint, logging) of scalar keys, each applied through args_set.
+// The YAML config file (--config), parsed with libyaml: one document, a mapping of sections
+// (pipeline, model, optimizer, data, checkpoint, logging) of scalar keys, each applied through
+// args_set. A repeated section or key and a second document are refused with their line.
 #include <stdio.h>
 #include <string.h>
 #include <yaml.h>
 #include "config.h"
+#include "llmc/common.h"
+
+static size_t line_of(const yaml_node_t* n) { return n->start_mark.line + 1; }
+
+// a scalar with a NUL inside would be read as its prefix: a different key or value than written
+static int scalar_has_nul(const yaml_node_t* n) { return strlen((const char*)n->data.scalar.value) != n->data.scalar.length; }
+
+// the earlier pair of m whose key equals pair p's key (both scalars), or NULL
+static const yaml_node_t* earlier_same_key(yaml_document_t* doc, const yaml_node_t* m, const yaml_node_pair_t* p) {
+    const yaml_node_t* k = yaml_document_get_node(doc, p->key);
+    for (const yaml_node_pair_t* q = m->data.mapping.pairs.start; q < p; q++) {
+        const yaml_node_t* o = yaml_document_get_node(doc, q->key);
+        if (o->type == YAML_SCALAR_NODE && o->data.scalar.length == k->data.scalar.length &&
+            memcmp(o->data.scalar.value, k->data.scalar.value, k->data.scalar.length) == 0)
+            return o;
+    }
+    return NULL;
+}
+
+static int apply_document(TrainArgs* a, const char* path, yaml_document_t* doc, char* err, size_t errlen) {
+    yaml_node_t* root = yaml_document_get_root_node(doc);
+    if (!root) return 0; // an empty file sets nothing
+    if (root->type != YAML_MAPPING_NODE)
+        return td_error(err, errlen, "%s:%zu: the top level must be a mapping of sections", path, line_of(root));
+    for (yaml_node_pair_t* sp = root->data.mapping.pairs.start; sp < root->data.mapping.pairs.top; sp++) {
+        yaml_node_t* sk = yaml_document_get_node(doc, sp->key);
+        yaml_node_t* sv = yaml_document_get_node(doc, sp->value);
+        if (sk->type != YAML_SCALAR_NODE || sv->type != YAML_MAPPING_NODE || scalar_has_nul(sk))
+            return td_error(err, errlen, "%s:%zu: each top-level key must name a section holding a mapping", path, line_of(sk));
+        const char* section = (const char*)sk->data.scalar.value;
+        const yaml_node_t* first = earlier_same_key(doc, root, sp);
+        if (first)
+            return td_error(err, errlen, "%s:%zu: section '%s' appears twice (first at line %zu)", path, line_of(sk), section, line_of(first));
+        for (yaml_node_pair_t* kp = sv->data.mapping.pairs.start; kp < sv->data.mapping.pairs.top; kp++) {
+            yaml_node_t* k = yaml_document_get_node(doc, kp->key);
+            yaml_node_t* v = yaml_document_get_node(doc, kp->value);
+            if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE)
+                return td_error(err, errlen, "%s:%zu: '%s' must map keys to plain values", path, line_of(k), section);
+            if (scalar_has_nul(k) || scalar_has_nul(v))
+                return td_error(err, errlen, "%s:%zu: '%s': a key or value holds a NUL character", path, line_of(k), section);
+            char key[256], msg[512];
+            snprintf(key, sizeof(key), "%s.%s", section, (const char*)k->data.scalar.value);
+            if ((first = earlier_same_key(doc, sv, kp)) != NULL)
+                return td_error(err, errlen, "%s:%zu: key '%s' appears twice (first at line %zu)", path, line_of(k), key, line_of(first));
+            if (args_set(a, key, (const char*)v->data.scalar.value, msg, sizeof(msg)))
+                return td_error(err, errlen, "%s:%zu: %s", path, line_of(k), msg);
+        }
+    }
+    return 0;
+}
 
 int config_load_yaml(TrainArgs* a, const char* path, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open config file", path);
-        return -1;
-    }
+    FILE* f = td_fopen_regular(path, "YAML config", NULL, err, errlen);
+    if (!f) return -1;
     yaml_parser_t parser;
-    yaml_document_t doc;
+    yaml_document_t doc, next;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_file(&parser, f);
     int rc = -1;
     if (!yaml_parser_load(&parser, &doc)) {
-        snprintf(err, errlen, "%s:%zu: YAML error: %s", path, parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
-        yaml_parser_delete(&parser);
-        fclose(f);
-        return -1;
+        td_error(err, errlen, "%s:%zu: YAML error: %s", path, parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
+        goto parser_done;
     }
-    yaml_node_t* root = yaml_document_get_root_node(&doc);
-    if (!root) { // an empty file sets nothing
-        rc = 0;
-        goto done;
+    // a second document would otherwise be ignored without a word; the end of the stream loads
+    // as a document without a root node
+    if (!yaml_parser_load(&parser, &next)) {
+        td_error(err, errlen, "%s:%zu: YAML error: %s", path, parser.problem_mark.line + 1, parser.problem ? parser.problem : "?");
+        goto doc_done;
     }
-    if (root->type != YAML_MAPPING_NODE) {
-        snprintf(err, errlen, "%s:%zu: the top level must be a mapping of sections", path, root->start_mark.line + 1);
-        goto done;
-    }
-    for (yaml_node_pair_t* sp = root->data.mapping.pairs.start; sp < root->data.mapping.pairs.top; sp++) {
-        yaml_node_t* sk = yaml_document_get_node(&doc, sp->key);
-        yaml_node_t* sv = yaml_document_get_node(&doc, sp->value);
-        if (sk->type != YAML_SCALAR_NODE || sv->type != YAML_MAPPING_NODE) {
-            snprintf(err, errlen, "%s:%zu: each top-level key must name a section holding a mapping", path, sk->start_mark.line + 1);
-            goto done;
-        }
-        for (yaml_node_pair_t* kp = sv->data.mapping.pairs.start; kp < sv->data.mapping.pairs.top; kp++) {
-            yaml_node_t* k = yaml_document_get_node(&doc, kp->key);
-            yaml_node_t* v = yaml_document_get_node(&doc, kp->value);
-            if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
-                snprintf(err, errlen, "%s:%zu: '%s' must map keys to plain values", path, k->start_mark.line + 1, (char*)sk->data.scalar.value);
-                goto done;
-            }
-            char key[256], msg[512];
-            snprintf(key, sizeof(key), "%s.%s", (char*)sk->data.scalar.value, (char*)k->data.scalar.value);
-            if (args_set(a, key, (char*)v->data.scalar.value, msg, sizeof(msg))) {
-                snprintf(err, errlen, "%s:%zu: %s", path, k->start_mark.line + 1, msg);
-                goto done;
-            }
-        }
-    }
-    rc = 0;
-done:
+    int second = yaml_document_get_root_node(&next) != NULL;
+    if (second) td_error(err, errlen, "%s:%zu: a second YAML document (after '---'): a config file holds one", path, next.start_mark.line + 1);
+    yaml_document_delete(&next);
+    if (!second) rc = apply_document(a, path, &doc, err, errlen);
+doc_done:
     yaml_document_delete(&doc);
+parser_done:
     yaml_parser_delete(&parser);
     fclose(f);
     return rc;

@@ -4,9 +4,10 @@
 //
 // How a step's gradient becomes an update without a blocking call that spans the pipeline:
 //   post(t), after the stage's last backward of step t: average gradient slot k over the D replicas
-//     (blocking, but only among this stage's replicas, which all post in step order), exchange the
-//     tied embedding's shares, and start a nonblocking sum over the pipeline of [loss, per-unit
-//     sums of squares];
+//     (only among this stage's replicas, which all post in step order: blocking fp32, or the bucketed
+//     sync of tdpipe/dp_sync.h, whose buckets left during that backward as it completed their units,
+//     so post waits only for what backward did not hide), exchange the tied embedding's shares, and
+//     start a nonblocking sum over the pipeline of [loss, per-unit sums of squares];
 //   U(t): wait for that sum (it needs every stage's post(t), which every schedule puts before any
 //     U(t)), clip, apply AdamW, zero the slot for a later step.
 // A stage blocked in U(t) waits only for other stages' backwards of step t, never for their U(t):
@@ -30,21 +31,30 @@
 #include <math.h>
 #include <string.h>
 #include "llmc/common.h"
+#include "tdpipe/gns.h"
 #include "tdpipe/simulator.h"
+#include "tdpipe/staleness.h"
 
 enum { TAG_STATS = 4 }; // step statistics to world rank 0 (pipeline messages travel the link by channel)
 
-// a stage's share of one step: compute seconds, seconds since its previous update, max staleness
+// a stage's share of one step: compute seconds, seconds since its previous update, max staleness,
+// and its replicas' average (tdpipe/dp_sync.h: DpSyncStats)
 typedef struct {
     double busy, span, staleness;
+    double dp_bytes, dp_wait, dp_span, dp_entropy;
 } StepStats;
 
 // what the pipeline sums at post(t): each element has one contributor (the loss the last stage, each
 // unit the stage that holds it), so the sum is exact whatever order MPI adds in
 typedef struct {
     double loss;     // the step's mean loss (last stage)
-    double units[];  // (L + 2) per-unit sums of squares of the gradient (stage.h: stage_grad_unit_sumsq)
+    double units[];  // (L + 2) per-unit sums of squares of the gradient (stage.h: stage_grad_unit_sumsq),
+                     // then the gradient noise scale's (L + 3) small-batch and (L + 3) large-batch terms
 } PipeSums;
+// doubles in a PipeSums for L layers
+static int pipe_sums_n(int L) { return 1 + (L + 2) + 2 * (L + 3); }
+static double* gns_small(PipeSums* p, int L) { return p->units + (L + 2); }
+static double* gns_big(PipeSums* p, int L) { return p->units + (L + 2) + (L + 3); }
 
 typedef struct {
     int grad_ops_left;    // backwards (B or BW) of the step still to run on this stage
@@ -56,6 +66,8 @@ typedef struct {
     CommRequest pipe_req;
     CommRequest tied_send, tied_recv;
     float loss, norm, lr;
+    int refused, skipped; // the guard refused this step's update / a step after that in the chunk
+    double b_simple;      // the gradient noise scale's estimate after this step (NaN: none)
     StepStats stats;
     StepStats* peer;      // world rank 0: (P) every stage's
     CommRequest* peer_req;// world rank 0: (P) their receives
@@ -64,7 +76,7 @@ typedef struct {
 
 // an activation slot: one micro-batch in flight on this stage, from its forward to its backward
 typedef struct {
-    int version;          // the weights its forward used
+    int version, ahead;   // the weights its forward used: a version, extrapolated ahead (weight prediction) or not
     int needs_weights;    // until its input-gradient backward has run
     CommRequest out_send; // its output, on its way downstream
     CommRequest dx_send;  // the gradient of its input, on its way upstream
@@ -88,10 +100,14 @@ typedef struct {
     Incoming act, grad;
     StepState* steps;     // (n_steps)
     int next_f;           // micro-batches forwarded (the next forward's g)
+    int next_post;        // the next step to post (steps post in order)
     int next_report;
     double busy, last_u;  // compute seconds since this stage's last update; when that ended
+    int halted;           // the guard refused an update: the rest of the chunk computes nothing
+    DataLoaderState* data_at; // (n_steps) the loader's position before each step's first micro-batch (ranks with data)
     double* rep_bubble;   // world rank 0: (P) the report's per-stage figures
     int* rep_stale;       // world rank 0: (P)
+    double* rep_dp;       // world rank 0: (3, P) the replicas' average per stage: bytes, wait, span
     int cap_slots, cap_steps, cap_mb, cap_P; // what the buffers above hold (they outlive a run)
 } Run;
 
@@ -142,6 +158,8 @@ static void expect_input(Run* r, int g) {
     int slot = slot_for(r, g);
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_NEIGHBOURS, stage_input_buf(r->st, slot), stage_msg_bytes(r->st, slot), r->s - 1,
                     &r->act.req);
+    Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
+    snprintf(r->act.req.what, sizeof(r->act.req.what), "the input of step %d micro-batch %d from stage %d", f.step + 1, f.mb, r->s - 1);
     r->act.g = g;
 }
 
@@ -151,19 +169,27 @@ static void expect_grad(Run* r, int g) {
     int slot = r->slot_of[g];
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_NEIGHBOURS, stage_grad_buf(r->st, gacts_of(r, slot)), stage_msg_bytes(r->st, slot),
                     r->s + 1, &r->grad.req);
+    Op b = schedule_mb_op(r->sch, r->s, OP_B, g);
+    snprintf(r->grad.req.what, sizeof(r->grad.req.what), "the output gradient of step %d micro-batch %d from stage %d", b.step + 1, b.mb, r->s + 1);
     r->grad.g = g;
 }
 
 // ---- weight versions ---------------------------------------------------------------------------------
 
-// 1 while weight version v is still needed: an in-flight micro-batch used it and has not run its
-// input-gradient backward, or a forward still to come in this schedule will use it
-static int version_needed(const Run* r, int v) {
+// how many updates ahead of its version op's micro-batch extrapolates its weights (weight prediction)
+static int ahead_of(const Run* r, const Op* op) { return r->ex->comp ? staleness_ahead(r->ex->comp, op) : 0; }
+
+// 1 while the weights (v, ahead) are still needed: an in-flight micro-batch used them and has not run
+// its input-gradient backward, or a forward still to come in this schedule will use them
+static int weights_needed(const Run* r, int v, int ahead) {
     int nM = r->sch->n_steps * r->sch->M;
-    if (r->next_f < nM && schedule_mb_op(r->sch, OP_F, r->next_f).version <= v && v <= schedule_mb_op(r->sch, OP_F, nM - 1).version)
-        return 1;
+    for (int g = r->next_f; g < nM; g++) { // forwards run in order: their versions never decrease
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
+        if (f.version > v) break;
+        if (f.version == v && ahead_of(r, &f) == ahead) return 1;
+    }
     for (int i = 0; i < r->n_slots; i++)
-        if (r->slots[i].needs_weights && r->slots[i].version == v) return 1;
+        if (r->slots[i].needs_weights && r->slots[i].version == v && r->slots[i].ahead == ahead) return 1;
     return 0;
 }
 
@@ -171,12 +197,32 @@ static int version_needed(const Run* r, int v) {
 static void weights_done(Run* r, int slot) {
     Slot* x = &r->slots[slot];
     x->needs_weights = 0;
-    if (x->version != r->st->version && !version_needed(r, x->version)) stage_release_stash(r->st, x->version);
+    if ((x->version != r->st->version || x->ahead) && !weights_needed(r, x->version, x->ahead)) stage_release_stash(r->st, x->version, x->ahead);
+}
+
+// weight prediction: the current version extrapolated for every forward still to come that will run
+// on it, made as soon as the version is current (at the chunk's start, after each update); each
+// holds as many scheduled learning rates as it runs ahead
+static void predict_weights(Run* r) {
+    Stage* st = r->st;
+    const OptimConfig* o = &r->ex->optim;
+    if (!r->ex->comp || r->ex->comp->method != STALE_PREDICT || st->version == 0) return;
+    int nM = r->sch->n_steps * r->sch->M;
+    for (int g = r->next_f; g < nM; g++) {
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
+        if (f.version > st->version) break;
+        int ahead = ahead_of(r, &f);
+        if (f.version < st->version || !ahead || stage_has_weights(st, f.version, ahead)) continue;
+        float lr_sum = 0.0f;
+        for (int j = f.version; j < f.version + ahead; j++) lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+        stage_predict(st, ahead, &o->adamw, lr_sum);
+    }
 }
 
 // ---- the ops ---------------------------------------------------------------------------------------
 
-static void post_step(Run* r, int t);
+static void post_ready(Run* r);
+static int step_compensated(const Run* r, StaleMethod m, int t);
 
 // F: the micro-batch's tokens (first and last stage) and its input (later stages) in; the stage's
 // layers with the weights of op->version (a stash when the window let an update happen since);
@@ -186,6 +232,7 @@ static void op_forward(Run* r, const Op* op) {
     int g = mb_of(r, op);
     if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
     int slot = slot_for(r, g);
+    if (r->ex->data && op->mb == 0) dataloader_get_state(r->ex->data, &r->data_at[op->step - r->sch->first_step]);
     if (r->ex->data && dataloader_next(r->ex->data, stage_inputs(st, slot), stage_targets(st, slot)))
         td_fatal("training data: %s", r->ex->data->err);
     if (!r->first) {
@@ -193,10 +240,11 @@ static void op_forward(Run* r, const Op* op) {
         comm_wait(r->ex->comm, &r->act.req);
     }
     r->slots[slot].version = op->version;
+    r->slots[slot].ahead = ahead_of(r, op);
     r->slots[slot].needs_weights = 1;
     r->next_f++;
     double t0 = now_seconds();
-    float loss = stage_forward(st, op, slot, r->last);
+    float loss = r->halted ? 0.0f : stage_forward(st, op, slot, r->last);
     computed(r, op, t0);
     StepState* ss = step_of(r, op->step);
     if (r->last) ss->loss_sum += loss;
@@ -211,7 +259,19 @@ static void grad_done(Run* r, const Op* op, int slot) {
     r->ex->stats.backwards++;
     r->slot_of[mb_of(r, op)] = -1;
     r->free_slots[r->n_free++] = slot;
-    if (--step_of(r, op->step)->grad_ops_left == 0) post_step(r, op->step);
+    step_of(r, op->step)->grad_ops_left--;
+    post_ready(r);
+}
+
+// 1 when op completes its step's gradient here and the replicas' average may start inside it, bucket
+// by bucket as backward completes units: not where the gradient is a device's (its host copy is made
+// after the step), not on --inject-nan's step (post writes the fault first), not under DC-ASGD (post corrects the whole gradient first),
+// the drift monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass
+static int sync_overlaps(const Run* r, const Op* op) {
+    const Executor* ex = r->ex;
+    return ex->sync && r->D > 1 && !ex->gradient_only && op->kind != OP_BI && stage_grads_readable_during_backward(r->st) &&
+           step_of((Run*)r, op->step)->grad_ops_left == 1 &&
+           op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
 }
 
 // B or BI: the gradient of the output in (off the last stage); the input-gradient half of backward
@@ -229,11 +289,16 @@ static void op_backward(Run* r, const Op* op) {
     }
     double t0 = now_seconds();
     if (op->kind != OP_BW) {
-        stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
-        weights_done(r, slot);
+        if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
         if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
     }
-    if (op->kind != OP_BI) stage_backward_weight(st, op, slot, ga);
+    if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
+        GPT2UnitHook hook = {dp_sync_unit_done, r->ex->sync};
+        int overlap = sync_overlaps(r, op);
+        if (overlap) dp_sync_begin(r->ex->sync, stage_grad_slot(st, op->step), op->step);
+        stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
+    }
+    if (op->kind != OP_BW) weights_done(r, slot);
     computed(r, op, t0);
     if (op->kind != OP_BI) grad_done(r, op, slot);
 }
@@ -247,6 +312,7 @@ static void tied_start(Run* r, int t) {
     size_t bytes = st->sizes[0] * sizeof(float);
     comm_link_isend(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_share(st, k), bytes, other, &ss->tied_send);
     comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_other(st, k), bytes, other, &ss->tied_recv);
+    snprintf(ss->tied_recv.what, sizeof(ss->tied_recv.what), "the tied embedding's gradient share of step %d from stage %d", t + 1, other);
 }
 
 // both shares here: wte's gradient = first share + last share (one process: its two shares)
@@ -263,23 +329,147 @@ static void tied_finish(Run* r, int t) {
     stage_tied_sum(st, k);
 }
 
+// 1 when some micro-batch of step t is compensated by method m
+static int step_compensated(const Run* r, StaleMethod m, int t) {
+    if (!r->ex->comp) return 0;
+    for (int i = 0; i < r->sch->M; i++) {
+        Op f = schedule_mb_op(r->sch, r->s, OP_F, (t - r->sch->first_step) * r->sch->M + i);
+        if (staleness_applies(r->ex->comp, m, &f)) return 1;
+    }
+    return 0;
+}
+
+// with an int8 sync on the drift monitor's step: the local gradient's fp32 average, to compare with
+// what the int8 sync makes of it (executor.h: drift_sync)
+static void drift_fp32_average(Run* r) {
+    Executor* ex = r->ex;
+    DpSync* ds = ex->sync;
+    size_t n = r->st->num_params, vc = ds->head ? r->st->sizes[0] : 0;
+    if (!ex->drift_fp32) ex->drift_fp32 = (float*)malloc_check((n + vc) * sizeof(float));
+    memcpy(ex->drift_fp32, ds->grads, n * sizeof(float));
+    if (vc) memcpy(ex->drift_fp32 + n, ds->head, vc * sizeof(float));
+    comm_dp_average(ex->comm, ex->drift_fp32, n + vc);
+}
+static void drift_sync_compare(Run* r) {
+    Executor* ex = r->ex;
+    DpSync* ds = ex->sync;
+    int L = r->st->cfg.num_layers;
+    if (!ex->drift_sync) ex->drift_sync = (DriftUnit*)malloc_check((L + 2) * sizeof(DriftUnit));
+    drift_compare(r->st, ds->grads, ex->drift_fp32, ex->drift_sync);
+    if (ds->head) drift_compare_add(ds->head, ex->drift_fp32 + r->st->num_params, r->st->sizes[0], &ex->drift_sync[0]);
+    ex->drift_synced = 1;
+}
+
+// the replicas' average of slot k at post(t): the sync (begun inside the last backward, or now) or
+// the blocking fp32 average; the bytes and the waiting into the step's figures
+static void replicas_average(Run* r, int t, int k) {
+    Executor* ex = r->ex;
+    StepStats* s = &step_of(r, t)->stats;
+    if (!ex->sync || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
+        double t0 = now_seconds();
+        ex->dp.average(ex->dp.ctx, r->st, k);
+        s->dp_wait = s->dp_span = now_seconds() - t0;
+        s->dp_bytes = comm_dp_average_bytes(ex->comm, r->st->num_params) + (r->last ? comm_dp_average_bytes(ex->comm, r->st->sizes[0]) : 0.0);
+        s->dp_entropy = NAN;
+        return;
+    }
+    DpSync* ds = ex->sync;
+    if (!ds->active) dp_sync_begin(ds, k, t);
+    int drift = t == ex->drift_step && ds->cfg.quant == GRAD_QUANT_INT8;
+    if (drift) drift_fp32_average(r);
+    DpSyncStats d = dp_sync_finish(ds);
+    if (drift) drift_sync_compare(r);
+    if (d.nonfinite && !r->halted)
+        fprintf(stderr, "stage %d replica %d: %zu gradient values of step %d are not finite: their int8 blocks are not quantized (NaN), so the "
+                        "average is NaN there and the guard refuses the step\n",
+                r->s, ex->comm->replica, d.nonfinite, t + 1);
+    *s = (StepStats){.dp_bytes = d.bytes, .dp_wait = d.wait, .dp_span = d.span, .dp_entropy = d.entropy};
+}
+
 // post(t): the stage's gradient of step t is complete
 static void post_step(Run* r, int t) {
     Executor* ex = r->ex;
     Stage* st = r->st;
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t), L = st->cfg.num_layers;
-    if (r->D > 1) ex->dp.average(ex->dp.ctx, st, k);
+    if (step_compensated(r, STALE_DCASGD, t) && !r->halted) stage_dc_correct(st, k); // the weights now current are those U(t) applies to
+    if (ex->inject_nan == t + 1 && r->first) { // (tests; STEP is 1-based, as the step lines are) a NaN in stage 0's gradient,
+        stage_host_grads(st, k, NULL)[0] = NAN; // seen by every rank through the average and the norm's sum
+        stage_host_grads_done(st, k);
+        ex->inject_nan = 0;
+    }
+    if (r->D > 1) replicas_average(r, t, k);
+    double* small = gns_small(ss->mine, L); // summed over the step's backwards already
+    if (ex->gns) { // the large-batch term on the replicas' average, the small-batch term averaged over them
+        stage_gns_units(st, k, gns_big(ss->mine, L));
+        if (r->D > 1) comm_dp_average_double(ex->comm, small, L + 3);
+    }
     tied_start(r, t);
     if (r->first) tied_finish(r, t); // the norm needs wte's summed gradient
-    memset(ss->mine, 0, sizeof(PipeSums) + (L + 2) * sizeof(double));
+    ss->mine->loss = 0.0;
+    memset(ss->mine->units, 0, (L + 2) * sizeof(double));
     stage_grad_unit_sumsq(st, k, ss->mine->units);
     if (r->last) { // the step's loss, averaged over the replicas here: U(t) has no collective among replicas
         ss->mine->loss = ss->loss_sum / r->sch->M;
         if (r->D > 1) comm_dp_average_double(ex->comm, &ss->mine->loss, 1);
     }
-    comm_pipe_sum_start(ex->comm, (const double*)ss->mine, (double*)ss->sums, L + 3, &ss->pipe_req);
+    comm_pipe_sum_start(ex->comm, (const double*)ss->mine, (double*)ss->sums, pipe_sums_n(L), &ss->pipe_req);
     ss->posted = 1;
+}
+
+// Posts every step that is ready, in step order (the replicas' collectives and the pipeline sums
+// match by order): its backwards have all run, and under DC-ASGD the weights U(t) will apply to are
+// current (U(t - 1) has run here; with a whole step stale its backwards may finish before that).
+static void post_ready(Run* r) {
+    while (r->next_post < r->sch->n_steps) {
+        int t = r->sch->first_step + r->next_post;
+        if (step_of(r, t)->grad_ops_left > 0) return;
+        if (step_compensated(r, STALE_DCASGD, t) && r->st->version < t && !r->halted) return;
+        post_step(r, t);
+        r->next_post++;
+    }
+}
+
+// the gradient noise scale after step t (tdpipe/gns.h) from its per-unit sums (folded in unit order:
+// the same figures on every rank): small batch B T tokens (one micro-batch), large batch D M B T (the
+// step); returns --lr-gns's learning-rate factor (1 without it)
+static double gns_step(Run* r, StepState* ss) {
+    int L = r->st->cfg.num_layers, M = r->sch->M;
+    double b_small = (double)r->st->B * r->st->T, b_big = b_small * M * r->D, small = 0.0, big = 0.0, factor = 1.0;
+    if (b_big <= b_small) return 1.0; // one micro-batch per step over all replicas: nothing to compare
+    for (int u = 0; u < L + 3; u++) {
+        small += gns_small(ss->sums, L)[u];
+        big += gns_big(ss->sums, L)[u];
+    }
+    small *= M; // each micro-batch's gradient carries 1 / M of the step's mean: its own mean's |g|^2 is M^2 times
+    ss->b_simple = gns_update(&r->ex->gns_state, small, big, b_small, b_big, &factor);
+    return r->ex->lr_gns ? factor : 1.0;
+}
+
+// the guard's verdict on a step's loss and norm (executor.h), with its reason in halt_reason
+static int guard_refuses(Executor* ex, float loss, float norm) {
+    if (!isfinite(loss) || !isfinite(norm)) {
+        snprintf(ex->halt_reason, sizeof(ex->halt_reason), "%s is not finite (loss %g, norm %g)", isfinite(loss) ? "the gradient norm" : "the loss",
+                 loss, norm);
+        return 1;
+    }
+    const LossWindow* w = &ex->losses;
+    if (ex->spike_z <= 0 || w->n < GUARD_MIN) return 0;
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < w->n; i++) mean += w->loss[i] / w->n;
+    for (int i = 0; i < w->n; i++) var += (w->loss[i] - mean) * (w->loss[i] - mean) / w->n;
+    double z = var > 0 ? (loss - mean) / sqrt(var) : 0.0;
+    if (z <= ex->spike_z) return 0;
+    snprintf(ex->halt_reason, sizeof(ex->halt_reason), "a loss spike: %.4f is %.1f standard deviations above the last %d steps' mean %.4f", loss, z,
+             w->n, mean);
+    return 1;
+}
+
+static void guard_remember(Executor* ex, float loss) {
+    LossWindow* w = &ex->losses;
+    w->loss[w->next] = loss;
+    w->next = (w->next + 1) % GUARD_WINDOW;
+    if (w->n < GUARD_WINDOW) w->n++;
 }
 
 // U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
@@ -296,16 +486,40 @@ static void op_update(Run* r, const Op* op) {
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
     ss->lr = lr_schedule(t, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+    if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, r->s, t);
+    ss->b_simple = NAN;
     if (r->last && !r->first) tied_finish(r, t);
-    if (version_needed(r, st->version)) stage_stash_current(st); // weight stashing
-    float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
-    stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
-    stage_zero_grad(st, k);
+    if (!ex->gradient_only) { // (the drift monitor's exact pass keeps the gradient in slot k)
+        ss->refused = !r->halted && guard_refuses(ex, ss->loss, ss->norm);
+        ss->skipped = r->halted;
+        if (ss->refused) { // nothing of this step or later in the chunk is applied
+            r->halted = 1;
+            ex->halted_step = t;
+        }
+    }
+    if (!r->halted && !ex->gradient_only) {
+        if (ex->gns) ss->lr *= (float)gns_step(r, ss); // (after the guard: a refused step's figures are not folded in)
+        if (t == ex->drift_step) { // the drift monitor's copies: what is applied, and (a stash) the weights it applies to
+            if (!ex->drift_applied) ex->drift_applied = (float*)malloc_check(st->num_params * sizeof(float));
+            memcpy(ex->drift_applied, stage_host_grads(st, k, NULL), st->num_params * sizeof(float));
+            stage_stash_current(st);
+        } else if (weights_needed(r, st->version, 0)) {
+            stage_stash_current(st); // weight stashing
+        }
+        float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
+        stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
+        stage_zero_grad(st, k);
+        guard_remember(ex, ss->loss);
+        predict_weights(r);
+    }
     double now = now_seconds();
-    ss->stats = (StepStats){r->busy, now - r->last_u, ss->max_stale};
+    ss->stats.busy = r->busy; // (its dp_ figures came at post)
+    ss->stats.span = now - r->last_u;
+    ss->stats.staleness = ss->max_stale;
     r->busy = 0.0;
     r->last_u = now;
     ss->updated = 1;
+    post_ready(r); // a step whose post waited for this update
     if (!r->report && ex->comm->replica == 0) comm_isend(ex->comm, &ss->stats, sizeof(ss->stats), 0, TAG_STATS, &ss->stats_send);
 }
 
@@ -322,8 +536,8 @@ static void report_ready(Run* r, int wait_all) {
             else if (!comm_test(ex->comm, &ss->peer_req[s])) return;
         }
         ss->peer[0] = ss->stats;
-        StepReport rep = {r->sch->first_step + r->next_report + 1, ss->loss, ss->norm, ss->lr, ss->stats.span, r->P, r->rep_bubble,
-                          r->rep_stale, 0.0, 0};
+        StepReport rep = {.step = r->sch->first_step + r->next_report + 1, .loss = ss->loss, .norm = ss->norm, .lr = ss->lr,
+                          .seconds = ss->stats.span, .P = r->P, .bubble = r->rep_bubble, .staleness = r->rep_stale};
         double busy = 0.0, total = 0.0;
         for (int s = 0; s < r->P; s++) {
             const StepStats* p = &ss->peer[s];
@@ -334,6 +548,19 @@ static void report_ready(Run* r, int wait_all) {
             total += p->span;
         }
         rep.bubble_all = total > 0 ? 1.0 - busy / total : 0.0;
+        for (int s = 0; s < r->P; s++) {
+            r->rep_dp[s] = ss->peer[s].dp_bytes;
+            r->rep_dp[r->P + s] = ss->peer[s].dp_wait;
+            r->rep_dp[2 * r->P + s] = ss->peer[s].dp_span;
+        }
+        rep.D = r->D;
+        rep.dp_bytes = r->rep_dp;
+        rep.dp_wait = r->rep_dp + r->P;
+        rep.dp_span = r->rep_dp + 2 * r->P;
+        rep.dp_entropy = ss->peer[0].dp_entropy;
+        rep.refused = ss->refused;
+        rep.b_simple = ss->b_simple;
+        rep.skipped = ss->skipped;
         if (ex->on_step) ex->on_step(ex->ctx, &rep);
         r->next_report++;
     }
@@ -410,7 +637,8 @@ static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     if (P > r->cap_P) {
         r->rep_bubble = (double*)realloc(r->rep_bubble, P * sizeof(double));
         r->rep_stale = (int*)realloc(r->rep_stale, P * sizeof(int));
-        if (!r->rep_bubble || !r->rep_stale) td_fatal("out of memory for %d stages' reports", P);
+        r->rep_dp = (double*)realloc(r->rep_dp, 3 * P * sizeof(double));
+        if (!r->rep_bubble || !r->rep_stale || !r->rep_dp) td_fatal("out of memory for %d stages' reports", P);
         for (int t = 0; t < r->cap_steps; t++) { // the per-step arrays sized by P grow with it
             r->steps[t].peer = (StepStats*)realloc(r->steps[t].peer, P * sizeof(StepStats));
             r->steps[t].peer_req = (CommRequest*)realloc(r->steps[t].peer_req, P * sizeof(CommRequest));
@@ -420,12 +648,13 @@ static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     }
     if (n_steps > r->cap_steps) {
         r->steps = (StepState*)realloc(r->steps, n_steps * sizeof(StepState));
-        if (!r->steps) td_fatal("out of memory for %d steps", n_steps);
+        r->data_at = (DataLoaderState*)realloc(r->data_at, n_steps * sizeof(DataLoaderState));
+        if (!r->steps || !r->data_at) td_fatal("out of memory for %d steps", n_steps);
         for (int t = r->cap_steps; t < n_steps; t++) {
             StepState* ss = &r->steps[t];
             memset(ss, 0, sizeof(*ss));
-            ss->mine = (PipeSums*)calloc_check(1, sizeof(PipeSums) + (L + 2) * sizeof(double));
-            ss->sums = (PipeSums*)calloc_check(1, sizeof(PipeSums) + (L + 2) * sizeof(double));
+            ss->mine = (PipeSums*)calloc_check(pipe_sums_n(L), sizeof(double));
+            ss->sums = (PipeSums*)calloc_check(pipe_sums_n(L), sizeof(double));
             ss->peer = (StepStats*)calloc_check(r->cap_P, sizeof(StepStats));
             ss->peer_req = (CommRequest*)calloc_check(r->cap_P, sizeof(CommRequest));
         }
@@ -450,6 +679,10 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->split = sch->kind == SCHED_ZBH1;
     int stashes, grad_slots, n_mb = sch->n_steps * sch->M;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
+    // weight prediction holds each stale version's extrapolations instead of (and, while the
+    // versions of two steps overlap, beside) its plain copy: at most one per (version, ahead) in flight
+    if (ex->comp && ex->comp->method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    if (ex->drift_step >= sch->first_step && ex->drift_step < sch->first_step + sch->n_steps) stashes++; // the drift monitor's copy
     stage_reserve(r->st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     run_reserve(r, r->n_slots, sch->n_steps, n_mb);
     // every request of the previous run completed before it returned: only the books reset
@@ -462,18 +695,25 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->n_free = r->n_slots;
     r->act.g = r->grad.g = -1;
     r->next_f = 0;
+    r->next_post = 0;
     r->next_report = 0;
     r->busy = 0.0;
+    r->halted = 0;
+    ex->halted_step = -1;
+    ex->halt_reason[0] = '\0';
     for (int t = 0; t < sch->n_steps; t++) {
         StepState* ss = &r->steps[t];
         ss->grad_ops_left = sch->M;
-        ss->posted = ss->updated = 0;
+        ss->posted = ss->updated = ss->refused = ss->skipped = 0;
+        memset(ss->mine, 0, pipe_sums_n(r->st->cfg.num_layers) * sizeof(double));
         ss->loss_sum = 0.0;
+        ss->stats = (StepStats){.dp_entropy = NAN};
         ss->max_stale = 0;
         if (r->report)
             for (int s = 1; s < r->P; s++) comm_irecv(c, &ss->peer[s], sizeof(StepStats), s, TAG_STATS, &ss->peer_req[s]);
     }
     r->last_u = now_seconds();
+    predict_weights(r);
     return r;
 }
 
@@ -502,19 +742,33 @@ void executor_free(Executor* ex) {
         free(r->steps[t].peer_req);
     }
     free(r->steps);
+    free(r->data_at);
     free(r->slots);
     free(r->free_slots);
     free(r->slot_of);
     free(r->rep_bubble);
     free(r->rep_stale);
+    free(r->rep_dp);
     free(r);
     ex->run = NULL;
+    free(ex->drift_applied);
+    free(ex->drift_fp32);
+    free(ex->drift_sync);
+    ex->drift_applied = ex->drift_fp32 = NULL;
+    ex->drift_sync = NULL;
 }
 
 static double cv(const OpTimes* t) {
     if (t->n < 2 || t->sum <= 0) return 0.0;
     double mean = t->sum / t->n, var = t->sum2 / t->n - mean * mean;
     return var > 0 ? sqrt(var) / mean : 0.0;
+}
+
+void executor_data_before(const Executor* ex, int step, DataLoaderState* state) {
+    const Run* r = (const Run*)ex->run;
+    if (!ex->data || !r || step < r->sch->first_step || step >= r->sch->first_step + r->sch->n_steps)
+        td_fatal("executor_data_before: step %d is not in the last run, or this stage reads no data", step);
+    *state = r->data_at[step - r->sch->first_step];
 }
 
 double executor_stage_cv(const Executor* ex) { return 0.5 * (cv(&ex->stats.f) + cv(&ex->stats.b)); }

@@ -27,6 +27,7 @@ void partition_free(Partition* part) {
     free(part->first);
     free(part->time);
     free(part->mem);
+    free(part->group);
     memset(part, 0, sizeof(*part));
 }
 
@@ -128,6 +129,15 @@ int partition_solve(Partition* part, const PartitionCost* c, char* err, size_t e
         if (c->mem_limit && !(c->mem_limit[s] >= 0))
             return td_error(err, errlen, "rank %d has memory limit %g: limits must be >= 0 bytes (0 = unlimited)", s, c->mem_limit[s]);
     }
+    // a stage's time must be finite: a speed near 0 makes even one layer take forever (an overflow),
+    // and nothing fits for a reason that is not memory
+    for (int s = 0; s < c->P; s++) {
+        double least = INFINITY;
+        for (int l = 0; l < c->L; l++) least = fmin(least, partition_stage_time(c, s, l, l + 1));
+        if (!isfinite(least))
+            return td_error(err, errlen, "rank %d has speed %g: its stage time would overflow (infinite); speeds are relative to "
+                                         "the other ranks, e.g. 0.5 for a rank half as fast", s, c->speed ? c->speed[s] : 1.0);
+    }
     partition_alloc(part, c->L, c->P);
     if (isinf(solve_dp(part, c, 0))) {
         // report the split closest to fitting (smallest worst need/limit ratio) and its worst stage
@@ -150,6 +160,93 @@ int partition_solve(Partition* part, const PartitionCost* c, char* err, size_t e
                     c->L, c->P, counts, worst, need, worst, have);
     }
     partition_evaluate(part, c);
+    return 0;
+}
+
+// The grouping with the least sum over boundaries among those whose every boundary costs at most
+// `limit`: best[(k * (cap + 1) + u) * (G + 1) + g] for stages 0..k placed, stage k the u-th of its
+// node, g nodes used; from: the u of stage k-1 (u > 1: the same node). Fills group and returns the
+// sum, INFINITY when no grouping stays within limit. Ties: the earliest cut, then the fewest nodes.
+static double place_within(const PlacementCost* c, int G, double limit, int* group) {
+    int P = c->P, cap = c->per_group;
+    size_t n = (size_t)P * (cap + 1) * (G + 1);
+    double* best = (double*)malloc_check(n * sizeof(double)); // (P, cap+1, G+1)
+    int* from = (int*)calloc_check(n, sizeof(int));           // (P, cap+1, G+1)
+    for (size_t i = 0; i < n; i++) best[i] = INFINITY;
+#define AT(k, u, g) (((size_t)(k) * (cap + 1) + (u)) * (G + 1) + (g))
+    best[AT(0, 1, 1)] = 0.0;
+    for (int k = 1; k < P; k++)
+        for (int u = 1; u <= cap; u++)
+            for (int g = 1; g <= G; g++) {
+                double here = INFINITY;
+                int pick = 0;
+                if (u > 1 && c->near[k - 1] <= limit) { // stage k joins stage k-1's node
+                    here = best[AT(k - 1, u - 1, g)] + c->near[k - 1];
+                    pick = u - 1;
+                } else if (u == 1 && g > 1 && c->far[k - 1] <= limit) // stage k opens node g
+                    for (int v = 1; v <= cap; v++) {
+                        double cand = best[AT(k - 1, v, g - 1)] + c->far[k - 1];
+                        if (cand < here) here = cand, pick = v;
+                    }
+                best[AT(k, u, g)] = here;
+                from[AT(k, u, g)] = pick;
+            }
+    int bu = 0, bg = 0;
+    double opt = INFINITY;
+    for (int g = 1; g <= G; g++)
+        for (int u = 1; u <= cap; u++)
+            if (best[AT(P - 1, u, g)] < opt) opt = best[AT(P - 1, u, g)], bu = u, bg = g;
+    for (int k = P - 1; k >= 0 && !isinf(opt); k--) {
+        group[k] = bg - 1;
+        int v = from[AT(k, bu, bg)];
+        if (bu == 1) bg--;
+        bu = v;
+    }
+#undef AT
+    free(best);
+    free(from);
+    return opt;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+int partition_place(int* group, const PlacementCost* c, double* worst, char* err, size_t errlen) {
+    int P = c->P, cap = c->per_group, G = c->groups > 0 ? c->groups : P;
+    if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
+    if (cap < 1) return td_error(err, errlen, "a node must hold at least one stage (got %d)", cap);
+    if ((long)G * cap < P) return td_error(err, errlen, "%d stages do not fit on %d nodes of %d stages each", P, G, cap);
+    for (int b = 0; b + 1 < P; b++)
+        if (!(c->near[b] >= 0) || !(c->far[b] >= 0))
+            return td_error(err, errlen, "boundary %d has link costs %g (inside a node) and %g (across): they must be >= 0", b,
+                            c->near[b], c->far[b]);
+    // the least costliest-boundary first: the smallest of the boundaries' costs that admits a
+    // grouping (max is decided by one boundary, so the sum cannot trade against it), then its least sum
+    int nc = 0;
+    double* cand = (double*)malloc_check((size_t)(2 * P + 1) * sizeof(double)); // (2P - 1) candidate worst costs
+    cand[nc++] = 0.0;
+    for (int b = 0; b + 1 < P; b++) cand[nc++] = c->near[b], cand[nc++] = c->far[b];
+    qsort(cand, nc, sizeof(double), cmp_double);
+    int rc = -1;
+    for (int i = 0; i < nc && rc; i++)
+        if (!isinf(place_within(c, G, cand[i], group))) {
+            if (worst) *worst = cand[i];
+            rc = 0;
+        }
+    free(cand);
+    return rc ? td_error(err, errlen, "no placement of %d stages on nodes of %d", P, cap) : 0;
+}
+
+int partition_solve_placed(Partition* part, const PartitionCost* cost, const PlacementCost* links, char* err, size_t errlen) {
+    if (links->P != cost->P) return td_error(err, errlen, "the placement has %d stages, the partition %d", links->P, cost->P);
+    if (partition_solve(part, cost, err, errlen)) return -1;
+    part->group = (int*)malloc_check((size_t)cost->P * sizeof(int));
+    if (partition_place(part->group, links, &part->link_time, err, errlen)) {
+        partition_free(part);
+        return -1;
+    }
     return 0;
 }
 

@@ -1,6 +1,7 @@
 // Contiguous split of L transformer layers over P pipeline stages: a dynamic program minimising
-// the slowest stage under per-rank memory limits, uniform and explicit (--partition) splits, and
-// a table printer. Stage 0 also holds the embeddings, stage P-1 the final LayerNorm, LM head, loss.
+// the slowest stage under per-rank memory limits, uniform and explicit (--partition) splits, the
+// placement of consecutive stages onto nodes from per-boundary link costs, and a table printer.
+// Stage 0 also holds the embeddings, stage P-1 the final LayerNorm, LM head, loss.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
@@ -28,12 +29,36 @@ typedef struct {
     double* time; // (P) predicted time of each stage (set by partition_evaluate / partition_solve)
     double* mem;  // (P) predicted bytes of each stage
     int has_cost; // whether time and mem were computed from a cost model
+    int* group;   // (P) node group of each stage (partition_solve_placed), NULL otherwise
+    double link_time; // partition_solve_placed: the costliest boundary's time under that placement
 } Partition;
+
+// Links between consecutive stages: boundary b (stage b to b+1) costs near[b] when both stages share
+// a node and far[b] when it crosses nodes (any one unit of time, per micro-batch; the link's load, e.g.
+// its messages' time). A node holds at most per_group stages; at most `groups` nodes (0: no limit).
+typedef struct {
+    int P;
+    int per_group;
+    int groups;
+    const double* near; // (P-1)
+    const double* far;  // (P-1)
+} PlacementCost;
 
 // The split minimising the slowest stage subject to every stage's memory <= its rank's limit
 // (ties: the earliest boundaries). Returns 0, or -1 with a message: bad inputs, or no split fits
 // ("... stage 2 needs 3.10 GiB, rank 2 has 2.00 GiB", from the split closest to fitting).
 int partition_solve(Partition* part, const PartitionCost* cost, char* err, size_t errlen);
+// Which consecutive stages share a node: group (P) non-decreasing from 0, each group at most per_group
+// stages, at most `groups` groups. Messages run on their own stream beside compute (as the executor's
+// and the simulator's do), so a boundary is a pipeline stage of its own: the grouping minimises the
+// costliest boundary, then the sum over boundaries, then cuts as early as possible. *worst = that cost.
+// Returns 0, or -1 with a message (bad inputs, or too few nodes for P stages).
+int partition_place(int* group, const PlacementCost* links, double* worst, char* err, size_t errlen);
+// The split of partition_solve (slowest stage under memory limits) and the placement of
+// partition_place: with messages on their own stream the pipeline's period is the larger of the
+// slowest stage and the costliest boundary, and the two do not interact, so each is optimal alone
+// and together. layer_time may be measured (seconds per layer) or from a cost model.
+int partition_solve_placed(Partition* part, const PartitionCost* cost, const PlacementCost* links, char* err, size_t errlen);
 // L / P layers each; the L % P extra layers go to the middle stages (nearest the centre first),
 // then to stage 0, then to stage P-1, since the end stages carry the embeddings and the LM head.
 int partition_uniform(Partition* part, int L, int P, char* err, size_t errlen);

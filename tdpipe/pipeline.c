@@ -1,6 +1,7 @@
 // Whole-pipeline services at consistency points: evaluation, sampling, gathering the model,
 // consistency checks (see pipeline.h).
 #include "pipeline.h"
+#include <math.h>
 #include <string.h>
 #include "llmc/checkpoint.h"
 #include "llmc/common.h"
@@ -27,7 +28,7 @@ static float forward_through(Pipeline* pl, int slot, int targets_valid) {
         comm_link_irecv(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_input_buf(st, slot), bytes, s - 1, &r);
         comm_wait(pl->comm, &r);
     }
-    Op now = {OP_F, st->version, slot, st->version}; // the current weights
+    Op now = {.kind = OP_F, .step = st->version, .mb = slot, .version = st->version}; // the current weights
     float loss = stage_forward(st, &now, slot, targets_valid);
     if (s < pl->P - 1) {
         comm_link_isend(pl->comm, pl->link, COMM_LINK_NEIGHBOURS, stage_output_buf(st, slot), bytes, s + 1, &r);
@@ -36,12 +37,13 @@ static float forward_through(Pipeline* pl, int slot, int targets_valid) {
     return loss;
 }
 
-float pipeline_eval(Pipeline* pl, DataLoader* val, int batches) {
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile int* stop) {
     Stage* st = pl->stage;
     int s = pl->comm->stage, last = s == pl->P - 1;
     if (val) dataloader_reset(val);
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
+        if (stop && comm_any(pl->comm, *stop != 0)) return NAN; // a stop asked for: within one batch, on every rank together
         if (val && dataloader_next(val, stage_inputs(st, 0), stage_targets(st, 0))) td_fatal("validation data: %s", val->err);
         total += forward_through(pl, 0, last);
     }
@@ -84,20 +86,33 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
     free(probs);
 }
 
-void pipeline_gather(Pipeline* pl, const float* mine, float* full) {
+void pipeline_gather(Pipeline* pl, const float* mine, float* full) { pipeline_gather_replica(pl, 0, mine, NULL, full, NULL); }
+
+void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head) {
     Stage* st = pl->stage;
-    size_t bytes = pl->comm->replica == 0 ? st->num_params * sizeof(float) : 0;
-    size_t* counts = (size_t*)calloc_check(pl->comm->world_size, sizeof(size_t));
-    float* all = (float*)comm_gatherv_to_root(pl->comm, mine, bytes, counts);
-    if (pl->comm->world_rank == 0) {
-        const float* it = all;
-        for (int s = 0; s < pl->P; s++) { // replica 0's stages are world ranks 0 .. P-1
+    Comm* c = pl->comm;
+    size_t n = st->num_params, vc = head && st->range.has_head ? st->sizes[0] : 0;
+    float* buf = NULL; // (n + vc) what this rank sends
+    if (c->replica == replica) {
+        buf = (float*)malloc_check((n + vc + 1) * sizeof(float));
+        memcpy(buf, mine, n * sizeof(float));
+        if (vc) memcpy(buf + n, head, vc * sizeof(float));
+    }
+    size_t* counts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
+    float* all = (float*)comm_gatherv_to_root(c, buf, buf ? (n + vc) * sizeof(float) : 0, counts);
+    if (c->world_rank == 0) {
+        const float* it = all; // only the replica's stages sent, world ranks replica * P + s, in stage order
+        size_t vc_all = (size_t)st->cfg.padded_vocab_size * st->cfg.channels;
+        for (int s = 0; s < pl->P; s++) {
+            size_t got = counts[replica * pl->P + s] / sizeof(float);
             gpt2_unslice_params(&st->cfg, &pl->ranges[s], it, full);
-            it += counts[s] / sizeof(float);
+            if (s == pl->P - 1 && full_head) memcpy(full_head, it + got - vc_all, vc_all * sizeof(float)); // the head's share after its params
+            it += got;
         }
     }
     free(all);
     free(counts);
+    free(buf);
 }
 
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen) {

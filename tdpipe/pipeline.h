@@ -20,7 +20,9 @@ typedef struct {
 
 // mean loss over `batches` micro-batches of `val` (read on the first and last stage), forward only
 // through every stage; the result on world rank 0 (other ranks: 0)
-float pipeline_eval(Pipeline* pl, DataLoader* val, int batches);
+// stop (may be NULL): checked by every rank together before each batch; once it is set anywhere the
+// validation ends there (it returns NAN: not a figure)
+float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile int* stop);
 // generates up to n tokens from `first` through the stages (replica 0 only), one row in each stage's
 // sample slot (STAGE_SAMPLE_SLOT, on whatever device); the tokens land in out (n) on world rank 0.
 // temperature 0 = greedy.
@@ -28,6 +30,9 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
 // the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's `mine`
 // (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0
 void pipeline_gather(Pipeline* pl, const float* mine, float* full);
+// the same from replica `replica`'s stages; with head (the last stage's (Vp, C) beside mine) not NULL,
+// that too, into full_head (world rank 0)
+void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);

@@ -1,5 +1,6 @@
 // Step lines, validation lines, log.jsonl records and the end-of-run table (see report.h).
 #include "report.h"
+#include <math.h>
 #include <string.h>
 
 static void format_seconds(double s, char* buf, size_t cap) {
@@ -9,8 +10,15 @@ static void format_seconds(double s, char* buf, size_t cap) {
     else snprintf(buf, cap, "%lds", t);
 }
 
+// a number for log.jsonl: JSON has no NaN or Infinity, so those are null
+static void json_num(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, "\"%s\": %.9g", key, v);
+    else fprintf(f, "\"%s\": null", key);
+}
+
 void report_step(void* reporter, const StepReport* r) {
     Reporter* rep = (Reporter*)reporter;
+    if (r->refused || r->skipped) return; // the trainer reports the rollback instead
     double tok_s = rep->tokens_per_step / r->seconds;
     if (r->step > 1) {
         rep->seconds_sum += r->seconds;
@@ -22,15 +30,31 @@ void report_step(void* reporter, const StepReport* r) {
            r->seconds * 1e3, tok_s);
     if (rep->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * rep->flops_per_step / r->seconds / rep->peak_flops);
     if (rep->P > 1) printf(" | bubble %.1f%% | stale %d", 100.0 * r->bubble_all, r->staleness_max);
+    if (isfinite(r->b_simple)) printf(" | B_noise %.0f", r->b_simple);
     printf(" | eta %s\n", eta);
     if (rep->log) {
-        fprintf(rep->log, "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, \"bubble\": %.4f, "
-                          "\"staleness\": %d, \"bubble_per_stage\": [",
-                r->step, r->loss, r->norm, r->lr, r->seconds * 1e3, tok_s, r->bubble_all, r->staleness_max);
+        fprintf(rep->log, "{\"step\": %d, ", r->step);
+        json_num(rep->log, "loss", r->loss);
+        fprintf(rep->log, ", ");
+        json_num(rep->log, "grad_norm", r->norm);
+        fprintf(rep->log, ", \"lr\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f, \"bubble\": %.4f, \"staleness\": %d, \"bubble_per_stage\": [", r->lr,
+                r->seconds * 1e3, tok_s, r->bubble_all, r->staleness_max);
         for (int s = 0; s < r->P; s++) fprintf(rep->log, "%s%.4f", s ? ", " : "", r->bubble[s]);
         fprintf(rep->log, "], \"staleness_per_stage\": [");
         for (int s = 0; s < r->P; s++) fprintf(rep->log, "%s%d", s ? ", " : "", r->staleness[s]);
-        fprintf(rep->log, "]}\n");
+        fprintf(rep->log, "]");
+        if (isfinite(r->b_simple)) fprintf(rep->log, ", \"gns_b_simple\": %.9g", r->b_simple);
+        if (r->D > 1) { // per stage: bytes sent + received by its replica 0, seconds exposed, seconds in flight
+            const char* keys[3] = {"dp_bytes", "dp_wait_ms", "dp_span_ms"};
+            const double* vals[3] = {r->dp_bytes, r->dp_wait, r->dp_span};
+            for (int i = 0; i < 3; i++) {
+                fprintf(rep->log, ", \"%s\": [", keys[i]);
+                for (int s = 0; s < r->P; s++) fprintf(rep->log, i ? "%s%.3f" : "%s%.0f", s ? ", " : "", i ? 1e3 * vals[i][s] : vals[i][s]);
+                fprintf(rep->log, "]");
+            }
+            if (isfinite(r->dp_entropy)) fprintf(rep->log, ", \"dp_entropy_bits\": %.4f", r->dp_entropy);
+        }
+        fprintf(rep->log, "}\n");
         fflush(rep->log);
     }
     fflush(stdout);
@@ -40,9 +64,55 @@ void report_val(Reporter* rep, int step, float val, double floor) {
     if (floor >= 0) printf("val loss %.6f | gap to floor %.6f nats\n", val, val - floor);
     else printf("val loss %.6f\n", val);
     if (!rep->log) return;
-    fprintf(rep->log, "{\"step\": %d, \"val_loss\": %.9g", step, val);
-    if (floor >= 0) fprintf(rep->log, ", \"val_gap\": %.9g", val - floor);
+    fprintf(rep->log, "{\"step\": %d, ", step);
+    json_num(rep->log, "val_loss", val);
+    if (floor >= 0) {
+        fprintf(rep->log, ", ");
+        json_num(rep->log, "val_gap", val - floor);
+    }
     fprintf(rep->log, "}\n");
+    fflush(rep->log);
+}
+
+// a unit's name: the embeddings, a layer, the head
+static void unit_name(int u, int n, char* buf, size_t cap) {
+    if (u == 0) snprintf(buf, cap, "embeddings");
+    else if (u == n - 1) snprintf(buf, cap, "head");
+    else snprintf(buf, cap, "layer %d", u - 1);
+}
+
+void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync) {
+    const char* key = int8_sync ? "drift_int8" : "drift";
+    char name[32];
+    unit_name(worst, n, name, sizeof(name));
+    double mean = 0.0;
+    for (int u = 0; u < n; u++) mean += drift_cosine(&units[u]) / n;
+    printf("%s at step %d | cosine to %s: lowest %.6f (%s), mean %.6f | relative error there %.4g\n", int8_sync ? "int8 sync" : "drift", step,
+           int8_sync ? "the fp32 average of the same local gradients" : "the exact synchronous gradient", drift_cosine(&units[worst]), name, mean,
+           drift_rel_err(&units[worst]));
+    fflush(stdout);
+    if (!rep->log) return;
+    fprintf(rep->log, "{\"step\": %d, \"%s_min_cos\": %.9g, \"%s_mean_cos\": %.9g, \"%s_cos\": [", step, key, drift_cosine(&units[worst]), key, mean,
+            key);
+    for (int u = 0; u < n; u++) fprintf(rep->log, "%s%.9g", u ? ", " : "", drift_cosine(&units[u]));
+    fprintf(rep->log, "], \"%s_rel_err\": [", key);
+    for (int u = 0; u < n; u++) {
+        double e = drift_rel_err(&units[u]);
+        if (isfinite(e)) fprintf(rep->log, "%s%.9g", u ? ", " : "", e);
+        else fprintf(rep->log, "%snull", u ? ", " : "");
+    }
+    fprintf(rep->log, "]}\n");
+    fflush(rep->log);
+}
+
+void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row) {
+    printf("step %5d/%d | not applied: %s | rolled back: the step's micro-batches skipped, AEW W %d -> %d%s\n", step, rep->total_steps, reason,
+           W_from, W_to, in_row ? " (at W = 0)" : "");
+    fflush(stdout);
+    if (!rep->log) return;
+    fprintf(rep->log, "{\"step\": %d, \"rollback\": \"", step);
+    for (const char* c = reason; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, rep->log);
+    fprintf(rep->log, "\", \"aew_from\": %d, \"aew_to\": %d, \"rollbacks_in_row_at_w0\": %d}\n", W_from, W_to, in_row);
     fflush(rep->log);
 }
 

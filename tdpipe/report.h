@@ -2,6 +2,7 @@
 // validation, and at the end a table of every stage's measured op times and pipeline memory.
 #pragma once
 #include <stdio.h>
+#include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
 #ifdef __cplusplus
@@ -23,6 +24,13 @@ typedef struct {
 void report_step(void* reporter, const StepReport* r);
 // a validation: the line and the record; floor: the data's entropy floor, or < 0 when unknown
 void report_val(Reporter* rep, int step, float val, double floor);
+// the drift monitor at step: the line (the lowest cosine and its unit) and a record of every unit's
+// cosine and relative error; units (n = L + 2) as stage_grad_unit_sumsq's. int8_sync: the int8 sync
+// against the fp32 average of the same local gradients (keys drift_int8_*), else the applied gradient
+// against the exact synchronous one (keys drift_*)
+void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync);
+// the guard refused step's update: the line, and a record {"step", "rollback": reason, "aew_from", "aew_to"}
+void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row);
 
 // one stage's figures for the end table: measured mean op times, and what its pipeline state took
 typedef struct {

@@ -1,5 +1,6 @@
 // A run's checkpoint sections, saved from and resumed into a pipeline (see run_checkpoint.h).
 #include "run_checkpoint.h"
+#include <math.h>
 #include <string.h>
 #include "llmc/checkpoint.h"
 #include "llmc/common.h"
@@ -20,7 +21,87 @@ static void config_fields(const RunCheckpoint* rc, const GPT2Config* cfg, int32_
     memcpy(out, v, sizeof(v));
 }
 
-int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train) {
+// the "tdpipe" section as fixed-width numbers: 8 int64, then doubles
+typedef struct {
+    int64_t aew_requested, aew_base, aew_halvings, rollbacks_in_row, losses_n, losses_next, gns_n, gns_b_n;
+    double gns_s_ema, gns_g2_ema, gns_b_sum;
+    double losses[GUARD_WINDOW];
+} StateSection;
+
+// the section `name` of exactly `bytes`, or NULL after saying what is wrong
+static const void* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
+    size_t got;
+    const void* p = ckpt_section(c, name, &got);
+    if (!p) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
+    else if (got != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, got, bytes);
+    else return p;
+    return NULL;
+}
+
+// The int8 sync's error-feedback residuals: "grad_ef" = int64 {D, block, n_full, Vp*C}, then for each
+// replica d "grad_ef_replica_<d>" and "grad_ef_owner_<d>" (n_full + Vp*C floats each: the model's
+// layout, then the LM head's share of wte). Owners are a function of the block (dp_sync.h), not of
+// the stage layout, so a resume at another P (same D) continues them exactly.
+enum { EF_SHAPE = 4 };
+static void ef_section_name(char* out, size_t cap, int owner, int d) { snprintf(out, cap, "grad_ef_%s_%d", owner ? "owner" : "replica", d); }
+static int has_ef(const DpSync* ef) { return ef && ef->ef_replica; }
+
+static int save_ef(Pipeline* pl, const DpSync* ef, CkptWriter* w, int failed, char* err, size_t errlen) {
+    Stage* s = pl->stage;
+    int root = pl->comm->world_rank == 0, D = pl->comm->D;
+    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
+    int64_t shape[EF_SHAPE] = {D, ef->cfg.block, (int64_t)n_full, (int64_t)vc};
+    if (root && !failed) failed = ckpt_writer_add(w, "grad_ef", shape, sizeof(shape), 8, err, errlen);
+    float* full = root ? (float*)malloc_check((n_full + vc) * sizeof(float)) : NULL;
+    for (int d = 0; d < D; d++)
+        for (int o = 0; o < 2; o++) {
+            const float* mine = o ? ef->ef_owner : ef->ef_replica;
+            pipeline_gather_replica(pl, d, mine, mine + s->num_params, full, full ? full + n_full : NULL); // collective
+            char name[64];
+            ef_section_name(name, sizeof name, o, d);
+            if (root && !failed) failed = ckpt_writer_add(w, name, full, (n_full + vc) * sizeof(float), 4, err, errlen);
+        }
+    free(full);
+    return failed;
+}
+
+// this replica's residuals from the checkpoint, or zero with a note when it holds none for this D and block
+static int resume_ef(const Ckpt* c, const char* path, Stage* s, DpSync* ef, char* err, size_t errlen) {
+    size_t got;
+    const int64_t* shape = (const int64_t*)ckpt_section(c, "grad_ef", &got);
+    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
+    size_t n = s->num_params + (s->range.has_head ? s->sizes[0] : 0);
+    const char* why = NULL;
+    char buf[160];
+    if (!shape || got != sizeof(int64_t) * EF_SHAPE) why = "it holds none (an fp32 run's, or one without error feedback)";
+    else if (shape[0] != ef->D || shape[1] != ef->cfg.block) {
+        snprintf(buf, sizeof buf, "they are for D = %lld replicas and blocks of %lld, this run has D = %d and blocks of %d", (long long)shape[0],
+                 (long long)shape[1], ef->D, ef->cfg.block);
+        why = buf;
+    }
+    if (why) {
+        memset(ef->ef_replica, 0, n * sizeof(float));
+        memset(ef->ef_owner, 0, n * sizeof(float));
+        if (g_rank == 0)
+            fprintf(stderr, "note: %s: the int8 sync's error-feedback residuals start at zero: %s (what they carried, at most half an int8 step "
+                            "per element, is dropped once)\n", path, why);
+        return 0;
+    }
+    for (int o = 0; o < 2; o++) {
+        char name[64];
+        ef_section_name(name, sizeof name, o, ef->me);
+        const float* full = (const float*)section_exact(c, path, name, (n_full + vc) * sizeof(float), err, errlen);
+        if (!full) return -1;
+        float* mine = o ? ef->ef_owner : ef->ef_replica;
+        gpt2_slice_params(&s->cfg, &s->range, full, mine);
+        if (s->range.has_head) memcpy(mine + s->num_params, full + n_full, vc * sizeof(float));
+    }
+    return 0;
+}
+
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state, const DpSync* ef) {
     char err[1024] = "", path[1200] = "";
     Stage* s = pl->stage;
     int root = pl->comm->world_rank == 0;
@@ -43,13 +124,24 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
                  ckpt_writer_add(w, "step", &step64, sizeof(step64), 8, err, sizeof(err)) ||
                  ckpt_writer_add(w, "rng", &seed, sizeof(seed), 8, err, sizeof(err)) ||
                  ckpt_writer_add(w, "dataloader", &dls, sizeof(dls), 8, err, sizeof(err));
+        const GnsState* g = &state->gns;
+        StateSection ts = {state->aew_requested, state->aew_base, state->aew_halvings, state->rollbacks_in_row, state->losses.n, state->losses.next, g->n, g->b_n,
+                           g->s_ema, g->g2_ema, g->b_sum, {0}};
+        memcpy(ts.losses, state->losses.loss, sizeof(ts.losses));
+        failed = failed || ckpt_writer_add(w, "tdpipe", &ts, sizeof(ts), 8, err, sizeof(err));
     }
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
     for (int i = 0; i < 3; i++) {
         pipeline_gather(pl, mine[i], full); // collective: every rank takes part even after a failure
+        if (root && !failed) { // a non-finite value never reaches a checkpoint: the last good one stays the newest
+            size_t bad = 0;
+            while (bad < n_full && isfinite(full[bad])) bad++;
+            if (bad < n_full) failed = td_error(err, sizeof(err), "%s[%zu] is %g: the state is not finite", names[i], bad, full[bad]) != 0;
+        }
         if (root && !failed) failed = ckpt_writer_add(w, names[i], full, n_full * sizeof(float), 4, err, sizeof(err));
     }
+    if (has_ef(ef)) failed = save_ef(pl, ef, w, failed, err, sizeof(err));
     if (root) {
         if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
         else if (w) ckpt_writer_abort(w);
@@ -63,17 +155,8 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     return comm_any(pl->comm, failed) ? -1 : 0;
 }
 
-// the section `name` of exactly `bytes`, or NULL after saying what is wrong
-static const void* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
-    size_t got;
-    const void* p = ckpt_section(c, name, &got);
-    if (!p) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
-    else if (got != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, got, bytes);
-    else return p;
-    return NULL;
-}
 
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, char* err, size_t errlen) {
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* err, size_t errlen) {
     Ckpt c;
     char path[1200], note[4096];
     int rc_find = ckpt_find_latest(rc->dir, &c, path, sizeof(path), note, sizeof(note));
@@ -112,6 +195,31 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
             ok = full != NULL;
         }
         if (!ok) break;
+        size_t got = 0;
+        const StateSection* ts = (const StateSection*)ckpt_section(&c, "tdpipe", &got);
+        if (ts && got != sizeof(StateSection)) {
+            td_error(err, errlen, "%s: section 'tdpipe' holds %zu bytes, this version reads %zu", path, got, sizeof(StateSection));
+            break;
+        }
+        if (ts && ts->aew_requested == state->aew_requested) { // the same window asked for: go on where the run stood
+            state->aew_base = ts->aew_base;
+            state->aew_halvings = ts->aew_halvings;
+            state->rollbacks_in_row = ts->rollbacks_in_row;
+        }
+        if (ts && (ts->losses_n < 0 || ts->losses_n > GUARD_WINDOW || ts->losses_next < 0 || ts->losses_next >= GUARD_WINDOW)) {
+            td_error(err, errlen, "%s: section 'tdpipe' has a guard window of %lld losses (at most %d)", path, (long long)ts->losses_n, GUARD_WINDOW);
+            break;
+        }
+        if (ts) {
+            state->gns = (GnsState){ts->gns_s_ema, ts->gns_g2_ema, (long)ts->gns_n, ts->gns_b_sum, (long)ts->gns_b_n};
+            state->losses.n = (int)ts->losses_n;
+            state->losses.next = (int)ts->losses_next;
+            memcpy(state->losses.loss, ts->losses, sizeof(ts->losses));
+        }
+        if (has_ef(ef) && resume_ef(&c, path, s, ef, err, errlen)) break;
+        if (!has_ef(ef) && ckpt_section(&c, "grad_ef", &got) && g_rank == 0)
+            fprintf(stderr, "note: %s holds an int8 sync's error-feedback residuals; this run does not use them (no --grad-quant int8 with "
+                            "--error-feedback 1 over replicas)\n", path);
         step = (int)*step64;
         s->version = step;
         stage_from_host(s);

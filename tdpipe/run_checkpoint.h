@@ -3,6 +3,8 @@
 // independently of P and D), written by world rank 0 from every stage, read back by every rank.
 #pragma once
 #include "llmc/dataloader.h"
+#include "tdpipe/dp_sync.h"
+#include "tdpipe/executor.h"
 #include "tdpipe/pipeline.h"
 #ifdef __cplusplus
 extern "C" {
@@ -16,14 +18,31 @@ typedef struct {
     int mb_per_step;   // micro-batches per step over all replicas (M x D)
 } RunCheckpoint;
 
+// TD-Pipe's state that a resume continues from (the "tdpipe" section; a checkpoint without it resumes
+// with the flags' window, no rollbacks and an empty guard window)
+typedef struct {
+    int64_t aew_requested;    // --aew as given: W >= 0, -1 auto, -2 a window per stage
+    int64_t aew_base;         // the window before halvings: W, or auto's measured W (-1 until measured)
+    int64_t aew_halvings;     // rollbacks and the drift monitor halve every stage's window: W >> halvings
+    int64_t rollbacks_in_row; // at W = 0, without an applied step between
+    LossWindow losses;        // the guard's window of applied steps' losses
+    GnsState gns;             // the gradient noise scale's running estimate
+} RunState;
+
 // Collective. World rank 0 writes dir/ckpt_<step>.tdck (temporary file, fsync, rename) and prunes to
 // `keep`; train: the data loader whose position is saved (the first stage's). Returns 0 on every
 // rank, or -1 on every rank after rank 0 said why (the earlier checkpoints are untouched).
-int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train);
+// ef: the int8 sync whose error-feedback residuals go in too ("grad_ef" and one section per replica and
+// kind; NULL or a sync without them: none).
+int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state, const DpSync* ef);
 // Every rank reads the newest valid checkpoint of dir and takes its stage's slice (weights, moments,
-// version); train (or NULL): the data loader that continues from the saved position. Returns the
-// step, or -1 with a message naming the file and the problem (a config this run does not match).
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, char* err, size_t errlen);
+// version); train (or NULL): the data loader that continues from the saved position; state: TD-Pipe's
+// (kept as it is when the checkpoint has none, or when its window was asked for as another --aew).
+// Returns the step, or -1 with a message naming the file and the problem (a config this run does not
+// match).
+// ef (or NULL): the int8 sync whose residuals continue from the checkpoint's when it holds them for the
+// same D and block size; otherwise they start at zero and a note on stderr says why.
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -18,10 +18,11 @@ static void append(char* buf, size_t buflen, const char* fmt, ...) {
     va_end(ap);
 }
 
-static const char* const kind_names[] = {"gpipe", "1f1b", "zbh1", "tdpipe"};
+static const char* const kind_names[] = {"gpipe", "1f1b", "zbh1", "tdpipe", "interleaved"};
+#define N_KINDS ((int)(sizeof(kind_names) / sizeof(kind_names[0])))
 
 int schedule_parse_kind(const char* name, SchedKind* kind) {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < N_KINDS; k++)
         if (name && strcmp(name, kind_names[k]) == 0) {
             *kind = (SchedKind)k;
             return 0;
@@ -30,17 +31,26 @@ int schedule_parse_kind(const char* name, SchedKind* kind) {
 }
 
 const char* schedule_kind_name(SchedKind kind) {
-    return (kind >= SCHED_GPIPE && kind <= SCHED_TDPIPE) ? kind_names[kind] : "unknown";
+    return (kind >= SCHED_GPIPE && kind < N_KINDS) ? kind_names[kind] : "unknown";
 }
 
-// appends an op of step t (counted from the schedule's start) on weight version v (likewise)
-static void push(Schedule* sch, int s, OpKind kind, int t, int mb, int v) {
-    Op op = {kind, sch->first_step + t, mb, sch->first_step + v};
+int schedule_trainer_supports(SchedKind kind, char* err, size_t errlen) {
+    if (kind == SCHED_INTERLEAVED)
+        return td_error(err, errlen, "--schedule interleaved: the trainer cannot run it: it gives each rank several "
+                                     "non-adjacent layer ranges (model chunks), and a rank here holds one contiguous "
+                                     "range; build/dev/sim_cluster simulates it");
+    return 0;
+}
+
+// appends an op of model chunk c, step t (counted from the schedule's start) on weight version v (likewise)
+static void push_chunk(Schedule* sch, int s, OpKind kind, int t, int mb, int v, int c) {
+    Op op = {kind, sch->first_step + t, mb, sch->first_step + v, c};
     sch->ops[s][sch->n_ops[s]++] = op;
 }
+static void push(Schedule* sch, int s, OpKind kind, int t, int mb, int v) { push_chunk(sch, s, kind, t, mb, v, 0); }
 
-// capacity of one stage's list: F, B or BI+BW per micro-batch, one U per step
-static int stage_capacity(int M, int n_steps) { return n_steps * (3 * M + 1); }
+// capacity of one stage's list: F, B or BI+BW per micro-batch and chunk, one U per step
+static int stage_capacity(int M, int chunks, int n_steps) { return n_steps * (3 * M * chunks + 1); }
 
 static void build_gpipe(Schedule* sch) {
     for (int s = 0; s < sch->P; s++)
@@ -89,15 +99,43 @@ static void build_zbh1(Schedule* sch) {
         }
 }
 
+// Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): the k-th forward
+// of a stage (k over M * v per step) runs chunk (k mod P v) / P on micro-batch (k / P v) P + k mod P;
+// the k-th backward the same micro-batch order with the chunks reversed. Warmup 2 (P - s - 1) +
+// (v - 1) P forwards (every one when M = P), then one forward and one backward in turn, then the
+// remaining backwards.
+static void interleaved_op(int k, int P, int v, int forward, int* mb, int* c) {
+    int in_group = k % (P * v);
+    *c = forward ? in_group / P : v - 1 - in_group / P;
+    *mb = k / (P * v) * P + k % P;
+}
+
+static void build_interleaved(Schedule* sch) {
+    int P = sch->P, M = sch->M, v = schedule_chunks(sch), total = M * v;
+    for (int s = 0; s < P; s++)
+        for (int t = 0; t < sch->n_steps; t++) {
+            int warmup = M == P ? total : 2 * (P - s - 1) + (v - 1) * P;
+            if (warmup > total) warmup = total;
+            int mb, c;
+            for (int k = 0; k < warmup; k++) interleaved_op(k, P, v, 1, &mb, &c), push_chunk(sch, s, OP_F, t, mb, t, c);
+            for (int k = 0; k < total - warmup; k++) {
+                interleaved_op(k + warmup, P, v, 1, &mb, &c), push_chunk(sch, s, OP_F, t, mb, t, c);
+                interleaved_op(k, P, v, 0, &mb, &c), push_chunk(sch, s, OP_B, t, mb, t, c);
+            }
+            for (int k = total - warmup; k < total; k++) interleaved_op(k, P, v, 0, &mb, &c), push_chunk(sch, s, OP_B, t, mb, t, c);
+            push(sch, s, OP_U, t, -1, t + 1);
+        }
+}
+
 // ---- tdpipe: the event-driven policy as a discrete-event run -------------------------------
 int schedule_forward_version(SchedKind kind, int g, int M, int W) {
     if (kind != SCHED_TDPIPE) return g / M;
     return g < W ? 0 : (g - W) / M;
 }
 
-Op schedule_mb_op(const Schedule* sch, OpKind kind, int g) {
-    int v = schedule_forward_version(sch->kind, g, sch->M, sch->W);
-    return (Op){kind, sch->first_step + g / sch->M, g % sch->M, sch->first_step + v};
+Op schedule_mb_op(const Schedule* sch, int s, OpKind kind, int g) {
+    int v = schedule_forward_version(sch->kind, g, sch->M, sch->stage_W[s]);
+    return (Op){kind, sch->first_step + g / sch->M, g % sch->M, sch->first_step + v, 0};
 }
 
 int schedule_forward_allowed(int P, int s, int M, int W, int nf, int nb, int v) {
@@ -108,11 +146,11 @@ void schedule_tdpipe_next(const Schedule* sch, int s, const TdpipeCursor* c, Tdp
     int nM = sch->n_steps * sch->M;
     memset(next, 0, sizeof(*next));
     next->has_u = c->v < sch->n_steps;
-    if (next->has_u) next->u = (Op){OP_U, sch->first_step + c->v, -1, sch->first_step + c->v + 1};
+    if (next->has_u) next->u = (Op){OP_U, sch->first_step + c->v, -1, sch->first_step + c->v + 1, 0};
     next->has_b = c->nb < c->nf;
-    if (next->has_b) next->b = schedule_mb_op(sch, OP_B, c->nb);
-    next->has_f = c->nf < nM && schedule_forward_allowed(sch->P, s, sch->M, sch->W, c->nf, c->nb, c->v);
-    if (next->has_f) next->f = schedule_mb_op(sch, OP_F, c->nf);
+    if (next->has_b) next->b = schedule_mb_op(sch, s, OP_B, c->nb);
+    next->has_f = c->nf < nM && schedule_forward_allowed(sch->P, s, sch->M, sch->stage_W[s], c->nf, c->nb, c->v);
+    if (next->has_f) next->f = schedule_mb_op(sch, s, OP_F, c->nf);
 }
 
 int schedule_tdpipe_pick(const TdpipeCursor* c, const TdpipeNext* next, TdpipeReady ready, void* ctx, Op* op) {
@@ -161,20 +199,26 @@ static int des_ready(void* ctx, const Op* op) {
 
 int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, double* const* start,
                         double* const* end, char* err, size_t errlen) {
+    return schedule_run_tdpipe_comm(sch, dur, ctx, latency, NULL, start, end, err, errlen);
+}
+
+int schedule_run_tdpipe_comm(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, const ScheduleComm* comm,
+                             double* const* start, double* const* end, char* err, size_t errlen) {
     int P = sch->P, per_stage = sch->n_steps * (2 * sch->M + 1);
     Des d;
-    schedule_progress_init(&d.prog, sch);
+    schedule_progress_init_comm(&d.prog, sch, comm);
     d.cur = (TdpipeCursor*)calloc_check(P, sizeof(TdpipeCursor));
     for (int s = 0; s < P; s++) d.cur[s].last = OP_F;
     int* running = (int*)calloc_check(P, sizeof(int));     // (P) 1 while the stage computes run_op
     Op* run_op = (Op*)calloc_check(P, sizeof(Op));          // (P)
+    double* busy_from = (double*)calloc_check(P, sizeof(double));  // (P) start of run_op
     double* busy_until = (double*)calloc_check(P, sizeof(double)); // (P)
     for (int s = 0; s < P; s++) sch->n_ops[s] = 0;
     int rc = 0;
     for (double T = 0.0;;) {
         for (int s = 0; s < P; s++)
             if (running[s] && busy_until[s] <= T) {
-                schedule_progress_done(&d.prog, s, &run_op[s], busy_until[s]);
+                schedule_progress_done_span(&d.prog, s, &run_op[s], busy_from[s], busy_until[s]);
                 running[s] = 0;
             }
         double next = INFINITY;
@@ -196,6 +240,7 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
                 } else {
                     running[s] = 1;
                     run_op[s] = op;
+                    busy_from[s] = T;
                     busy_until[s] = T + t;
                 }
             }
@@ -214,6 +259,7 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
     }
     free(running);
     free(run_op);
+    free(busy_from);
     free(busy_until);
     free(d.cur);
     schedule_progress_free(&d.prog);
@@ -229,11 +275,18 @@ static double nominal_time(void* ctx, int s, const Op* op) {
 int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t errlen) {
     memset(sch, 0, sizeof(*sch));
     SchedKind kind = shape->kind;
-    int P = shape->P, M = shape->M, W = shape->W, n_steps = shape->n_steps;
+    int P = shape->P, M = shape->M, W = shape->W, n_steps = shape->n_steps, chunks = shape->chunks > 1 ? shape->chunks : 1;
     const char* name = schedule_kind_name(kind);
-    if (kind < SCHED_GPIPE || kind > SCHED_TDPIPE) return td_error(err, errlen, "unknown schedule kind %d", (int)kind);
+    if (kind < SCHED_GPIPE || kind >= N_KINDS) return td_error(err, errlen, "unknown schedule kind %d", (int)kind);
     if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
     if (M < 1) return td_error(err, errlen, "--micro-batches must be at least 1 (got %d)", M);
+    if (shape->stage_W) { // the largest window is the schedule's W; each must be >= 0
+        W = 0;
+        for (int i = 0; i < P; i++) {
+            if (shape->stage_W[i] < 0) return td_error(err, errlen, "--aew: stage %d's window must be at least 0 (got %d)", i, shape->stage_W[i]);
+            if (shape->stage_W[i] > W) W = shape->stage_W[i];
+        }
+    }
     if (W < 0) return td_error(err, errlen, "--aew must be at least 0 (got %d)", W);
     if (W > 0 && kind != SCHED_TDPIPE)
         return td_error(err, errlen, "--aew %d needs the tdpipe schedule: %s is synchronous (use --aew 0)", W, name);
@@ -241,19 +294,33 @@ int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t 
         return td_error(err, errlen, "--micro-batches %d is less than --stages %d: the %s schedule needs at least one micro-batch per stage", M, P, name);
     if (n_steps < 1) return td_error(err, errlen, "a schedule needs at least one step (got %d)", n_steps);
     if (shape->first_step < 0) return td_error(err, errlen, "a schedule starts at step 0 or later (got %d)", shape->first_step);
+    if (shape->chunks < 0) return td_error(err, errlen, "--chunks must be at least 1 (got %d)", shape->chunks);
+    if (chunks > 1 && kind != SCHED_INTERLEAVED)
+        return td_error(err, errlen, "--chunks %d needs the interleaved schedule: %s runs one model chunk per stage", chunks, name);
+    if (kind == SCHED_INTERLEAVED) {
+        if (chunks < 2)
+            return td_error(err, errlen, "the interleaved schedule needs --chunks of at least 2 (with one chunk per stage it is 1f1b)");
+        if (P < 2) return td_error(err, errlen, "the interleaved schedule needs --stages of at least 2 (got %d)", P);
+        if (M % P != 0)
+            return td_error(err, errlen, "--micro-batches %d is not a multiple of --stages %d, which the interleaved schedule needs", M, P);
+    }
     sch->kind = kind;
+    sch->chunks = chunks;
     sch->first_step = shape->first_step;
     sch->P = P;
     sch->M = M;
     sch->W = W;
+    sch->stage_W = (int*)malloc_check(P * sizeof(int));
+    for (int i = 0; i < P; i++) sch->stage_W[i] = shape->stage_W ? shape->stage_W[i] : W;
     sch->n_steps = n_steps;
     sch->n_ops = (int*)calloc_check(P, sizeof(int));
     sch->ops = (Op**)calloc_check(P, sizeof(Op*));
-    for (int s = 0; s < P; s++) sch->ops[s] = (Op*)malloc_check((size_t)stage_capacity(M, n_steps) * sizeof(Op));
+    for (int s = 0; s < P; s++) sch->ops[s] = (Op*)malloc_check((size_t)stage_capacity(M, chunks, n_steps) * sizeof(Op));
     int rc = 0;
     if (kind == SCHED_GPIPE) build_gpipe(sch);
     else if (kind == SCHED_1F1B) build_1f1b(sch);
     else if (kind == SCHED_ZBH1) build_zbh1(sch);
+    else if (kind == SCHED_INTERLEAVED) build_interleaved(sch);
     else rc = schedule_run_tdpipe(sch, nominal_time, NULL, 0.0, NULL, NULL, err, errlen);
     if (rc) schedule_free(sch);
     return rc;
@@ -264,12 +331,22 @@ void schedule_free(Schedule* sch) {
         for (int s = 0; s < sch->P; s++) free(sch->ops[s]);
     free(sch->ops);
     free(sch->n_ops);
+    free(sch->stage_W);
     sch->ops = NULL;
     sch->n_ops = NULL;
+    sch->stage_W = NULL;
 }
 
 // ---- printing and statistics -----------------------------------------------------------------
 void schedule_op_name(const Op* op, char* buf, size_t buflen) {
+    if (op->chunk > 0 && buflen > 0) { // the name without the chunk, then its suffix
+        Op plain = *op;
+        plain.chunk = 0;
+        schedule_op_name(&plain, buf, buflen);
+        size_t n = strlen(buf);
+        snprintf(buf + n, buflen - n, "c%d", op->chunk);
+        return;
+    }
     switch (op->kind) {
     case OP_F:
         if (op->version != op->step) snprintf(buf, buflen, "F%d.%d@%d", op->step, op->mb, op->version);
@@ -284,8 +361,13 @@ void schedule_op_name(const Op* op, char* buf, size_t buflen) {
 }
 
 void schedule_print(const Schedule* sch, FILE* f) {
-    fprintf(f, "schedule %s: stages %d, micro-batches %d, aew %d, steps %d\n", schedule_kind_name(sch->kind), sch->P,
-            sch->M, sch->W, sch->n_steps);
+    int uniform = 1;
+    for (int i = 0; i < sch->P; i++) uniform &= sch->stage_W[i] == sch->W;
+    fprintf(f, "schedule %s: stages %d, micro-batches %d, aew ", schedule_kind_name(sch->kind), sch->P, sch->M);
+    for (int i = 0; i < (uniform ? 1 : sch->P); i++) fprintf(f, "%s%d", i ? "," : "", sch->stage_W[i]);
+    fprintf(f, ", steps %d", sch->n_steps);
+    if (schedule_chunks(sch) > 1) fprintf(f, ", chunks %d", schedule_chunks(sch));
+    fprintf(f, "\n");
     char name[48];
     for (int s = 0; s < sch->P; s++) {
         fprintf(f, "stage %d:", s);
@@ -296,7 +378,8 @@ void schedule_print(const Schedule* sch, FILE* f) {
         fprintf(f, "\n");
     }
     fprintf(f, "legend: Ft.m forward of step t micro-batch m (Ft.m@v: on weight version v < t); Bt.m backward; "
-               "BIt.m/BWt.m input-/weight-gradient backward; Ut update of step t\n");
+               "BIt.m/BWt.m input-/weight-gradient backward; Ut update of step t%s\n",
+            schedule_chunks(sch) > 1 ? "; a suffix cK: model chunk K (virtual stage K * stages + stage)" : "");
 }
 
 int schedule_op_staleness(const Op* op) { return op->kind == OP_U ? 0 : op->step - op->version; }
@@ -339,7 +422,7 @@ void schedule_stage_stats(const Schedule* sch, int s, int* max_inflight, int* ma
 }
 
 void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes, int* grad_slots) {
-    int P = sch->P, M = sch->M, W = sch->W, nM = sch->n_steps * M;
+    int P = sch->P, M = sch->M, W = sch->stage_W[s], nM = sch->n_steps * M;
     if (schedule_event_driven(sch)) {
         // in flight: the window. Held versions: U(v-1) needs every backward of step v-1, so the oldest
         // micro-batch in flight is >= v*M and uses a version >= v - ceil(W/M). Open gradient steps:
@@ -347,7 +430,7 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
         int in = (P - s) + W;
         if (slots) *slots = in < nM ? in : nM;
         if (stashes) *stashes = (W + M - 1) / M;
-        if (grad_slots) *grad_slots = schedule_shape_grad_slots(&(ScheduleShape){sch->kind, P, M, W, sch->first_step, sch->n_steps});
+        if (grad_slots) *grad_slots = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
         return;
     }
     int in, versions;
@@ -358,7 +441,10 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
 }
 
 int schedule_shape_grad_slots(const ScheduleShape* shape) {
-    if (shape->kind == SCHED_TDPIPE && shape->W > 0) return 2 + (shape->W - 1) / shape->M;
+    int W = shape->W;
+    if (shape->stage_W)
+        for (int i = 0; i < shape->P; i++) W = shape->stage_W[i] > W ? shape->stage_W[i] : W;
+    if (shape->kind == SCHED_TDPIPE && W > 0) return 2 + (W - 1) / shape->M;
     return 1;
 }
 
@@ -378,22 +464,37 @@ int schedule_stage_grad_slots(const Schedule* sch, int s) {
 }
 
 // ---- dependency tracking ---------------------------------------------------------------------
-void schedule_progress_init(ScheduleProgress* p, const Schedule* sch) {
-    int P = sch->P, M = sch->M, n_steps = sch->n_steps;
-    size_t n = (size_t)P * n_steps * M;
+static double* filled(size_t n, double x) {
+    double* a = (double*)malloc_check(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) a[i] = x;
+    return a;
+}
+
+void schedule_progress_init_comm(ScheduleProgress* p, const Schedule* sch, const ScheduleComm* comm) {
+    int P = sch->P, M = sch->M, n_steps = sch->n_steps, chunks = schedule_chunks(sch);
+    size_t n = (size_t)P * chunks * n_steps * M;
+    memset(p, 0, sizeof(*p));
     p->P = P;
     p->M = M;
+    p->chunks = chunks;
     p->first_step = sch->first_step;
     p->n_steps = n_steps;
-    p->f_end = (double*)malloc_check(n * sizeof(double));
-    p->b_end = (double*)malloc_check(n * sizeof(double));
-    p->w_end = (double*)malloc_check(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) p->f_end[i] = p->b_end[i] = p->w_end[i] = -1.0;
+    p->f_end = filled(n, -1.0);
+    p->b_end = filled(n, -1.0);
+    p->w_end = filled(n, -1.0);
     p->grads_left = (int*)malloc_check((size_t)n_steps * P * sizeof(int));
     p->grads_end = (double*)calloc_check((size_t)n_steps * P, sizeof(double));
-    for (size_t i = 0; i < (size_t)n_steps * P; i++) p->grads_left[i] = M;
+    for (size_t i = 0; i < (size_t)n_steps * P; i++) p->grads_left[i] = M * chunks;
     p->updates = (int*)calloc_check(P, sizeof(int));
+    p->comm = comm;
+    if (comm && (comm->msg_f || comm->msg_b)) {
+        p->f_arrive = filled(n, -1.0);
+        p->b_arrive = filled(n, -1.0);
+        p->link_free = (double*)calloc_check((size_t)P * P, sizeof(double));
+    }
 }
+
+void schedule_progress_init(ScheduleProgress* p, const Schedule* sch) { schedule_progress_init_comm(p, sch, NULL); }
 
 void schedule_progress_free(ScheduleProgress* p) {
     free(p->f_end);
@@ -402,6 +503,9 @@ void schedule_progress_free(ScheduleProgress* p) {
     free(p->grads_left);
     free(p->grads_end);
     free(p->updates);
+    free(p->f_arrive);
+    free(p->b_arrive);
+    free(p->link_free);
     memset(p, 0, sizeof(*p));
 }
 
@@ -417,52 +521,73 @@ static int not_ready(char* why, size_t whylen, const char* fmt, ...) {
 
 static double later(double a, double b) { return a > b ? a : b; }
 
+// "stage 2", or "stage 2 chunk 1" for virtual stage q of an interleaved schedule
+static const char* vstage_name(const ScheduleProgress* p, int q, char* buf, size_t buflen) {
+    if (p->chunks > 1) snprintf(buf, buflen, "stage %d chunk %d", q % p->P, q / p->P);
+    else snprintf(buf, buflen, "stage %d", q);
+    return buf;
+}
+
+// when the output of op `here` (virtual stage q) reaches its neighbour: through the comm model's
+// arrival times, else end + latency
+static double arrival(const double* arrive, const double* end_, size_t here, double latency) {
+    return arrive ? arrive[here] : end_[here] + latency;
+}
+
 int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
                             char* why, size_t whylen) {
     int P = p->P, M = p->M, t = op->step - p->first_step, m = op->mb, v_now = p->first_step + p->updates[s];
+    int Q = P * p->chunks, q = op->chunk * P + s;
+    char vn[48];
     if (s < 0 || s >= P) return not_ready(why, whylen, "stage %d is out of range [0,%d)", s, P);
+    if (op->chunk < 0 || op->chunk >= p->chunks)
+        return not_ready(why, whylen, "chunk %d is out of range [0,%d)", op->chunk, p->chunks);
     if (t < 0 || t >= p->n_steps)
         return not_ready(why, whylen, "step %d is out of range [%d,%d)", op->step, p->first_step, p->first_step + p->n_steps);
     if (op->kind != OP_U && (m < 0 || m >= M))
         return not_ready(why, whylen, "micro-batch %d is out of range [0,%d)", m, M);
-    size_t nM = (size_t)p->n_steps * M, g = (size_t)t * M + m, here = (size_t)s * nM + g;
+    size_t nM = (size_t)p->n_steps * M, g = (size_t)t * M + m, here = (size_t)q * nM + g;
+    const double* f_arrive = p->comm && p->comm->msg_f ? p->f_arrive : NULL;
+    const double* b_arrive = p->comm && p->comm->msg_b ? p->b_arrive : NULL;
     double tr = 0.0;
     switch (op->kind) {
     case OP_F:
-        if (p->f_end[here] >= 0) return not_ready(why, whylen, "F%d.%d already ran on stage %d", op->step, m, s);
+        if (p->f_end[here] >= 0) return not_ready(why, whylen, "F%d.%d already ran on %s", op->step, m, vstage_name(p, q, vn, sizeof(vn)));
         if (v_now < op->version)
             return not_ready(why, whylen, "waits for U%d on stage %d (its weights are at version %d, the forward uses %d)",
                              v_now, s, v_now, op->version);
-        if (s > 0) {
-            if (p->f_end[here - nM] < 0) return not_ready(why, whylen, "waits for F%d.%d on stage %d", op->step, m, s - 1);
-            tr = p->f_end[here - nM] + latency;
+        if (q > 0) {
+            if (p->f_end[here - nM] < 0)
+                return not_ready(why, whylen, "waits for F%d.%d on %s", op->step, m, vstage_name(p, q - 1, vn, sizeof(vn)));
+            tr = arrival(f_arrive, p->f_end, here - nM, latency);
         }
         break;
     case OP_B:
     case OP_BI: {
         const char* k = op->kind == OP_B ? "B" : "BI";
-        if (p->b_end[here] >= 0) return not_ready(why, whylen, "%s%d.%d already ran on stage %d", k, op->step, m, s);
-        if (p->f_end[here] < 0) return not_ready(why, whylen, "waits for its own F%d.%d on stage %d", op->step, m, s);
+        if (p->b_end[here] >= 0) return not_ready(why, whylen, "%s%d.%d already ran on %s", k, op->step, m, vstage_name(p, q, vn, sizeof(vn)));
+        if (p->f_end[here] < 0) return not_ready(why, whylen, "waits for its own F%d.%d on %s", op->step, m, vstage_name(p, q, vn, sizeof(vn)));
         tr = p->f_end[here];
-        if (s < P - 1) {
-            if (p->b_end[here + nM] < 0) return not_ready(why, whylen, "waits for %s%d.%d on stage %d", k, op->step, m, s + 1);
-            tr = later(tr, p->b_end[here + nM] + latency);
+        if (q < Q - 1) {
+            if (p->b_end[here + nM] < 0)
+                return not_ready(why, whylen, "waits for %s%d.%d on %s", k, op->step, m, vstage_name(p, q + 1, vn, sizeof(vn)));
+            tr = later(tr, arrival(b_arrive, p->b_end, here + nM, latency));
         }
         break;
     }
     case OP_BW:
-        if (p->w_end[here] >= 0) return not_ready(why, whylen, "BW%d.%d already ran on stage %d", op->step, m, s);
-        if (p->b_end[here] < 0) return not_ready(why, whylen, "waits for BI%d.%d on stage %d", op->step, m, s);
+        if (p->w_end[here] >= 0) return not_ready(why, whylen, "BW%d.%d already ran on %s", op->step, m, vstage_name(p, q, vn, sizeof(vn)));
+        if (p->b_end[here] < 0) return not_ready(why, whylen, "waits for BI%d.%d on %s", op->step, m, vstage_name(p, q, vn, sizeof(vn)));
         tr = p->b_end[here];
         break;
     case OP_U:
         if (p->updates[s] > t) return not_ready(why, whylen, "U%d already ran on stage %d", op->step, s);
         if (p->updates[s] < t) return not_ready(why, whylen, "waits for U%d on stage %d", v_now, s);
-        for (int q = 0; q < P; q++) {
-            int left = p->grads_left[(size_t)t * P + q];
+        for (int r = 0; r < P; r++) {
+            int left = p->grads_left[(size_t)t * P + r];
             if (left > 0)
-                return not_ready(why, whylen, "waits for the gradients of step %d on stage %d (%d backward ops missing)", op->step, q, left);
-            tr = later(tr, p->grads_end[(size_t)t * P + q] + (q != s ? latency : 0.0));
+                return not_ready(why, whylen, "waits for the gradients of step %d on stage %d (%d backward ops missing)", op->step, r, left);
+            tr = later(tr, p->grads_end[(size_t)t * P + r] + (r != s ? latency : 0.0));
         }
         break;
     default: return not_ready(why, whylen, "unknown op kind %d", (int)op->kind);
@@ -471,30 +596,51 @@ int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, doub
     return 1;
 }
 
-void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end) {
+// a message of `dur` leaves stage `from` for stage `to` at t_end, once their link is free; returns its arrival
+static double send(ScheduleProgress* p, int from, int to, double t_end, double dur) {
+    double* link = &p->link_free[(size_t)from * p->P + to];
+    double arrive = later(t_end, *link) + dur;
+    *link = arrive;
+    return arrive;
+}
+
+void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
+    int P = p->P, Q = P * p->chunks, q = op->chunk * P + s;
     size_t t = (size_t)(op->step - p->first_step);
-    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)s * nM + t * p->M + op->mb;
-    size_t tq = t * p->P + s;
-    switch (op->kind) {
-    case OP_F: p->f_end[here] = t_end; break;
-    case OP_BI: p->b_end[here] = t_end; break;
-    case OP_B:
-        p->b_end[here] = t_end;
-        /* fall through */
-    case OP_BW:
-        p->w_end[here] = t_end;
-        p->grads_left[tq]--;
-        p->grads_end[tq] = later(p->grads_end[tq], t_end);
-        break;
-    case OP_U: p->updates[s]++; break;
+    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)q * nM + t * p->M + op->mb;
+    size_t tq = t * P + s;
+    const ScheduleComm* c = p->comm;
+    if (op->kind == OP_F) {
+        p->f_end[here] = t_end;
+        if (c && c->msg_f && q < Q - 1) p->f_arrive[here] = send(p, s, (q + 1) % P, t_end, c->msg_f[q]);
     }
+    if (op->kind == OP_B || op->kind == OP_BI) {
+        p->b_end[here] = t_end;
+        if (c && c->msg_b && q > 0) p->b_arrive[here] = send(p, s, (q - 1) % P, t_end, c->msg_b[q - 1]);
+    }
+    if (op->kind == OP_B || op->kind == OP_BW) {
+        p->w_end[here] = t_end;
+        p->grads_end[tq] = later(p->grads_end[tq], t_end);
+        if (--p->grads_left[tq] == 0 && c && c->dp) // the step's gradient is complete here: its average
+            p->grads_end[tq] = c->dp_overlap ? later(t_end, t_start + c->dp[s]) : t_end + c->dp[s];
+    }
+    if (op->kind == OP_U) p->updates[s]++;
+}
+
+void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end) {
+    schedule_progress_done_span(p, s, op, t_end, t_end);
 }
 
 int schedule_replay(const Schedule* sch, const double* const* dur, double latency, double* const* start,
                     double* const* end, char* err, size_t errlen) {
+    return schedule_replay_comm(sch, dur, latency, NULL, start, end, err, errlen);
+}
+
+int schedule_replay_comm(const Schedule* sch, const double* const* dur, double latency, const ScheduleComm* comm,
+                         double* const* start, double* const* end, char* err, size_t errlen) {
     int P = sch->P;
     ScheduleProgress prog;
-    schedule_progress_init(&prog, sch);
+    schedule_progress_init_comm(&prog, sch, comm);
     int* next = (int*)calloc_check(P, sizeof(int));      // (P) index of each stage's next op
     double* free_at = (double*)calloc_check(P, sizeof(double)); // (P) end of each stage's last op
     for (int moved = 1; moved;) {
@@ -508,7 +654,7 @@ int schedule_replay(const Schedule* sch, const double* const* dur, double latenc
                 if (start) start[s][next[s]] = t0;
                 if (end) end[s][next[s]] = t1;
                 free_at[s] = t1;
-                schedule_progress_done(&prog, s, op, t1);
+                schedule_progress_done_span(&prog, s, op, t0, t1);
             }
     }
     int rc = 0;
@@ -527,11 +673,12 @@ int schedule_replay(const Schedule* sch, const double* const* dur, double latenc
 }
 
 // ---- validation ------------------------------------------------------------------------------
+// fver (chunks, nM) and cnt (4, chunks, nM): work arrays, indexed by chunk * nM + g
 static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char* err, size_t errlen) {
-    int M = sch->M, nM = sch->n_steps * M;
-    int ceil_wm = (sch->W + M - 1) / M;
+    int chunks = schedule_chunks(sch), M = sch->M, nM = sch->n_steps * M * chunks; // per (chunk, micro-batch)
+    int W = sch->stage_W[s], ceil_wm = (W + sch->M - 1) / sch->M;
     const char* name = schedule_kind_name(sch->kind);
-    memset(cnt, 0, (size_t)4 * nM * sizeof(int)); // (4, nM) counts of F, B, BI, BW
+    memset(cnt, 0, (size_t)4 * nM * sizeof(int)); // (4, chunks * n_steps * M) counts of F, B, BI, BW
     int updates = 0;
     char on[48];
     for (int i = 0; i < sch->n_ops[s]; i++) {
@@ -548,9 +695,11 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
             continue;
         }
         if (op->mb < 0 || op->mb >= M) return td_error(err, errlen, "stage %d op %d (%s): micro-batch out of range [0,%d)", s, i, on, M);
-        int g = t * M + op->mb;
+        if (op->chunk < 0 || op->chunk >= chunks)
+            return td_error(err, errlen, "stage %d op %d (%s): chunk out of range [0,%d)", s, i, on, chunks);
+        int g = t * M + op->mb, gc = op->chunk * sch->n_steps * M + g;
         if (op->kind == OP_F) {
-            int want = t0 + schedule_forward_version(sch->kind, g, M, sch->W);
+            int want = t0 + schedule_forward_version(sch->kind, g, M, W);
             if (op->version != want)
                 return td_error(err, errlen, "stage %d op %d (%s): version %d, but %s's forward of micro-batch %d uses version %d", s, i,
                                 on, op->version, name, g, want);
@@ -559,23 +708,25 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
             int st = op->step - op->version;
             if (st < 0 || st > ceil_wm)
                 return td_error(err, errlen, "stage %d op %d (%s): staleness %d outside [0, ceil(W/M) = %d]", s, i, on, st, ceil_wm);
-            fver[g] = op->version;
+            fver[gc] = op->version;
         } else {
-            if (cnt[g] == 0) return td_error(err, errlen, "stage %d op %d (%s) comes before its forward", s, i, on);
-            if (op->version != fver[g])
-                return td_error(err, errlen, "stage %d op %d (%s): version %d, its forward used %d", s, i, on, op->version, fver[g]);
-            if (op->kind == OP_BW && cnt[(size_t)2 * nM + g] == 0)
+            if (cnt[gc] == 0) return td_error(err, errlen, "stage %d op %d (%s) comes before its forward", s, i, on);
+            if (op->version != fver[gc])
+                return td_error(err, errlen, "stage %d op %d (%s): version %d, its forward used %d", s, i, on, op->version, fver[gc]);
+            if (op->kind == OP_BW && cnt[(size_t)2 * nM + gc] == 0)
                 return td_error(err, errlen, "stage %d op %d (%s) comes before its BI", s, i, on);
         }
-        cnt[(size_t)op->kind * nM + g]++;
+        cnt[(size_t)op->kind * nM + gc]++;
     }
-    for (int g = 0; g < nM; g++) {
-        int f = cnt[g], b = cnt[nM + g], bi = cnt[2 * nM + g], bw = cnt[3 * nM + g];
-        int t = g / M, m = g % M;
-        if (f != 1) return td_error(err, errlen, "stage %d has %d forwards of step %d micro-batch %d (want 1)", s, f, t, m);
+    for (int gc = 0; gc < nM; gc++) {
+        int f = cnt[gc], b = cnt[nM + gc], bi = cnt[2 * nM + gc], bw = cnt[3 * nM + gc];
+        int g = gc % (sch->n_steps * M), t = g / M, m = g % M, c = gc / (sch->n_steps * M);
+        char chunk[24] = "";
+        if (chunks > 1) snprintf(chunk, sizeof(chunk), " chunk %d", c);
+        if (f != 1) return td_error(err, errlen, "stage %d%s has %d forwards of step %d micro-batch %d (want 1)", s, chunk, f, t, m);
         if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1)))
-            return td_error(err, errlen, "stage %d has %d B, %d BI, %d BW of step %d micro-batch %d (want one B, or one BI and one BW)",
-                        s, b, bi, bw, t, m);
+            return td_error(err, errlen, "stage %d%s has %d B, %d BI, %d BW of step %d micro-batch %d (want one B, or one BI and one BW)",
+                        s, chunk, b, bi, bw, t, m);
     }
     if (updates != sch->n_steps) return td_error(err, errlen, "stage %d has %d updates for %d steps", s, updates, sch->n_steps);
     return 0;
@@ -584,9 +735,9 @@ static int validate_stage(const Schedule* sch, int s, int* fver, int* cnt, char*
 int schedule_validate(const Schedule* sch, char* err, size_t errlen) {
     if (sch->P < 1 || sch->M < 1 || sch->n_steps < 1 || !sch->ops || !sch->n_ops)
         return td_error(err, errlen, "empty schedule (stages %d, micro-batches %d, steps %d)", sch->P, sch->M, sch->n_steps);
-    int nM = sch->n_steps * sch->M;
-    int* fver = (int*)calloc_check(nM, sizeof(int));         // (nM) version of each forward
-    int* cnt = (int*)calloc_check((size_t)4 * nM, sizeof(int)); // (4, nM)
+    int nM = sch->n_steps * sch->M * schedule_chunks(sch);
+    int* fver = (int*)calloc_check(nM, sizeof(int));         // (chunks, n_steps * M) version of each forward
+    int* cnt = (int*)calloc_check((size_t)4 * nM, sizeof(int)); // (4, chunks, n_steps * M)
     int rc = 0;
     for (int s = 0; s < sch->P && rc == 0; s++) rc = validate_stage(sch, s, fver, cnt, err, errlen);
     free(fver);

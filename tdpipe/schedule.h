@@ -17,11 +17,13 @@ typedef enum { OP_F, OP_B, OP_BI, OP_BW, OP_U } OpKind;
 // (-1 for OP_U). version (absolute too): for F/B/BI/BW the weight version the micro-batch's forward
 // uses (schedule_forward_version; the backward uses the same, stashed, version); for OP_U the version
 // it produces (= step + 1).
+// chunk: the model chunk of an interleaved schedule (virtual stage chunk * P + s); 0 for every other
 typedef struct {
     OpKind kind;
     int step;
     int mb;
     int version;
+    int chunk;
 } Op;
 
 // Per step unless noted, stage s (0 = embeddings, P-1 = loss):
@@ -35,7 +37,14 @@ typedef struct {
 //       list printed here is the order it takes with F = 1, B = 2, U = 0, no latency.
 //       Versions depend on g alone, so a run is bitwise the same at every P, P = 1 included: one
 //       process with W > 0 computes exactly the stale updates a pipeline does.
-typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE } SchedKind;
+// interleaved: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, section 2.2.2): each stage
+//       holds `chunks` model chunks v, virtual stage c * P + s holding the c-th of P * v contiguous
+//       layer ranges; forwards go over micro-batches in groups of P, chunk by chunk, warmup
+//       2 (P - s - 1) + (v - 1) P forwards (all of them when M = P), then F/B alternating, backwards
+//       taking the chunks in reverse. The bubble shrinks to (P - 1) / (v M) of the ideal. The
+//       trainer's executor runs one contiguous layer range per rank, so only the simulator runs it
+//       (schedule_trainer_supports).
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE, SCHED_INTERLEAVED } SchedKind;
 
 // what a schedule is built for: steps first_step .. first_step + n_steps - 1 of a run whose weights
 // are at version first_step when it begins (a consistency point: the pipeline is empty)
@@ -45,25 +54,38 @@ typedef struct {
     int W;          // TD-Pipe's asynchronous window (tdpipe only)
     int first_step; // absolute step of the first step
     int n_steps;
+    int chunks;     // model chunks per stage (interleaved only); 0 means 1
+    const int* stage_W; // (P) tdpipe: a window per stage (large for variable stages, small for stable
+                        // ones); NULL: W on every stage
 } ScheduleShape;
 
 typedef struct {
     SchedKind kind;
-    int P, M, W, first_step, n_steps; // as in ScheduleShape
+    int P, M, W, first_step, n_steps; // as in ScheduleShape; W the largest stage's window
+    int* stage_W;         // (P) each stage's window
     int* n_ops;           // (P) ops in each stage's list
     Op** ops;             // (P)[n_ops[s]] stage s's ops in execution order
+    int chunks;           // as in ScheduleShape (0 means 1)
 } Schedule;
 
 // Builds the lists. Refuses (returns -1 with a message naming the flag) P < 1, M < 1, W < 0,
-// W > 0 for a synchronous schedule, M < P for 1f1b/zbh1/tdpipe, n_steps < 1, first_step < 0. Returns 0.
+// W > 0 for a synchronous schedule, M < P for 1f1b/zbh1/tdpipe, n_steps < 1, first_step < 0,
+// chunks > 1 for any schedule but interleaved, and for interleaved chunks < 2, P < 2 or M not a
+// multiple of P (Megatron-LM's conditions). Returns 0.
 int schedule_build(Schedule* sch, const ScheduleShape* shape, char* err, size_t errlen);
 void schedule_free(Schedule* sch);
-// "gpipe", "1f1b", "zbh1", "tdpipe" -> kind; returns 0, or -1 for an unknown name
+// "gpipe", "1f1b", "zbh1", "tdpipe", "interleaved" -> kind; returns 0, or -1 for an unknown name
 int schedule_parse_kind(const char* name, SchedKind* kind);
 const char* schedule_kind_name(SchedKind kind);
+// model chunks per stage: 1 unless interleaved; virtual stages are P * chunks
+static inline int schedule_chunks(const Schedule* sch) { return sch->chunks > 1 ? sch->chunks : 1; }
+// 0 when the trainer's executor can run kind; -1 with the reason otherwise (interleaved: a rank
+// would hold several non-adjacent layer ranges, and the executor holds one contiguous range per rank)
+int schedule_trainer_supports(SchedKind kind, char* err, size_t errlen);
 // one header line, one line per stage ("stage 0: F0.0 F0.1 B0.0 ... U0") and a legend line
 void schedule_print(const Schedule* sch, FILE* f);
-// writes an op's short name ("F1.3", "F1.3@0" when it runs on an older version, "BW0.2", "U0")
+// writes an op's short name ("F1.3", "F1.3@0" when it runs on an older version, "BW0.2", "U0";
+// "F1.3c2" for model chunk 2 of an interleaved schedule)
 void schedule_op_name(const Op* op, char* buf, size_t buflen);
 
 // The weight version (counted from the schedule's start) the forward of micro-batch g = t*M + m of
@@ -73,8 +95,8 @@ void schedule_op_name(const Op* op, char* buf, size_t buflen);
 // t - version is at most ceil(W / M).
 int schedule_forward_version(SchedKind kind, int g, int M, int W);
 // the op that forwards (kind OP_F) or backwards (OP_B, OP_BI, OP_BW) micro-batch g of the schedule
-// (0 <= g < n_steps * M), with its absolute step and weight version
-Op schedule_mb_op(const Schedule* sch, OpKind kind, int g);
+// (0 <= g < n_steps * M) on stage s, with its absolute step and that stage's weight version
+Op schedule_mb_op(const Schedule* sch, int s, OpKind kind, int g);
 // tdpipe's window: stage s (of P), with nf micro-batches forwarded, nb backwarded and v updates
 // applied (all counted from the schedule's start), may forward micro-batch nf when nf - nb < (P - s) + W
 // (in flight) and its version exists: schedule_forward_version(nf) <= v
@@ -134,43 +156,71 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
 int schedule_validate(const Schedule* sch, char* err, size_t errlen);
 
 // ---- dependency tracking -------------------------------------------------------------------
-// F(t,m)@s needs F(t,m)@s-1 and the stage at weight version >= op.version (an older one is a
-// stash); B/BI(t,m)@s needs its own F and B/BI(t,m)@s+1 (at the last stage only its own F); BW
+// On virtual stage q = op.chunk * P + s (q = s but for interleaved), of Q = P * chunks:
+// F(t,m)@q needs F(t,m)@q-1 and the stage at weight version >= op.version (an older one is a
+// stash); B/BI(t,m)@q needs its own F and B/BI(t,m)@q+1 (at the last virtual stage only its own F); BW
 // needs its own BI; U(t)@s needs U(t-1)@s and every B/BW of step t on every stage (global norm, tied embedding exchange).
 // Steps are absolute, as in the schedule's ops; the arrays below count from first_step.
+//
+// A dependency across stages costs `latency`, or, with a ScheduleComm, its message's time on the
+// link it travels: a message leaves when its op ends and its link is free (each directed pair of
+// stages is one link, carrying its messages in the order they were sent), so communication overlaps
+// compute, and the op that needs it waits for its arrival. The data-parallel average of a step's
+// gradient (comm->dp) runs beside the stage's last backward of the step (dp_overlap = 1: it ends
+// no earlier than that backward's start + dp) or after it (0), and U waits for it.
 typedef struct {
-    int P, M, first_step, n_steps;
-    double* f_end;     // (P, n_steps*M) end time of F, < 0 while not done
-    double* b_end;     // (P, n_steps*M) end of B or BI (input gradient sent upstream), < 0 while not
-    double* w_end;     // (P, n_steps*M) end of B or BW (weight gradient accumulated), < 0 while not
-    int* grads_left;   // (n_steps) B/BW ops of the step not done yet, over all stages
-    double* grads_end; // (n_steps, P) latest B/BW end of the step on each stage
+    const double* msg_f; // (P*chunks - 1) time the activation from virtual stage q to q+1 holds its link; NULL: latency
+    const double* msg_b; // (P*chunks - 1) time the input gradient from q+1 to q holds its link; NULL: latency
+    const double* dp;    // (P) each stage's data-parallel gradient average per step; NULL: none
+    int dp_overlap;      // 1: the average streams beside the step's last backward; 0: it starts after it
+} ScheduleComm;
+
+typedef struct {
+    int P, M, first_step, n_steps, chunks;
+    double* f_end;     // (P*chunks, n_steps*M) end time of F, < 0 while not done
+    double* b_end;     // (P*chunks, n_steps*M) end of B or BI (input gradient sent upstream), < 0 while not
+    double* w_end;     // (P*chunks, n_steps*M) end of B or BW (weight gradient accumulated), < 0 while not
+    int* grads_left;   // (n_steps, P) B/BW ops of the step not done yet on each stage
+    double* grads_end; // (n_steps, P) latest B/BW end of the step on each stage (with comm->dp: its average's end)
     int* updates;      // (P) U ops done on each stage (its weight version is first_step + updates)
+    const ScheduleComm* comm; // NULL: every dependency across stages costs the latency passed to ready
+    double* f_arrive;  // (P*chunks, n_steps*M) with comm->msg_f: when F's activation reaches q+1
+    double* b_arrive;  // (P*chunks, n_steps*M) with comm->msg_b: when B/BI's gradient reaches q-1
+    double* link_free; // (P, P) when the link from stage a to stage b is next free
 } ScheduleProgress;
 
-// tracks sch's ops (its shape: P, M, first_step, n_steps)
+// tracks sch's ops (its shape: P, M, chunks, first_step, n_steps); comm may be NULL, else it must
+// outlive p
 void schedule_progress_init(ScheduleProgress* p, const Schedule* sch);
+void schedule_progress_init_comm(ScheduleProgress* p, const Schedule* sch, const ScheduleComm* comm);
 void schedule_progress_free(ScheduleProgress* p);
 // 1 when op (on stage s) may start: *t_ready = when its last dependency finished, plus latency
-// for a dependency on another stage. 0 when not: why says what it waits for (or that it is
-// already done / out of range, which can never become ready).
+// for a dependency on another stage (or its message's arrival). 0 when not: why says what it waits
+// for (or that it is already done / out of range, which can never become ready).
 int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, double latency, double* t_ready,
                             char* why, size_t whylen);
 void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end);
+// the same, for an op that ran from t_start (the overlapped data-parallel average needs it)
+void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end);
 
 // tdpipe's event-driven policy as a discrete-event run with op times dur(ctx, s, op) and latency
-// on every dependency across stages: fills the schedule's lists in the order the ops ran (sch must
-// come from schedule_build of the same shape) and, when not NULL, start / end (P)[n_ops[s]].
+// on every dependency across stages (or comm's message times; comm may be NULL): fills the
+// schedule's lists in the order the ops ran (sch must come from schedule_build of the same shape)
+// and, when not NULL, start / end (P)[n_ops[s]].
 typedef double (*ScheduleOpTime)(void* ctx, int s, const Op* op);
 int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, double* const* start,
                         double* const* end, char* err, size_t errlen);
+int schedule_run_tdpipe_comm(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, const ScheduleComm* comm,
+                             double* const* start, double* const* end, char* err, size_t errlen);
 
 // Runs the lists in order, each op starting when its stage is free and its dependencies are done
 // (the earliest such time). dur (P)[n_ops[s]]: durations, or NULL for all 1. start, end
 // (P)[n_ops[s]]: outputs, or NULL. Returns 0, or -1 naming each stuck stage, its op and what it
-// waits for.
+// waits for. The _comm form takes message times (comm may be NULL).
 int schedule_replay(const Schedule* sch, const double* const* dur, double latency, double* const* start,
                     double* const* end, char* err, size_t errlen);
+int schedule_replay_comm(const Schedule* sch, const double* const* dur, double latency, const ScheduleComm* comm,
+                         double* const* start, double* const* end, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

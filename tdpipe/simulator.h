@@ -1,6 +1,6 @@
-// Runs a Schedule over a cost model (per-stage op times, point-to-point latency, seeded
-// multiplicative jitter) without any model or threads: every op's start and end, makespan,
-// per-stage busy time and bubble, utilisation.
+// Runs a Schedule over a cost model (per-stage op times, point-to-point latency or message times on
+// links that overlap compute, a data-parallel average, seeded multiplicative jitter) without any
+// model or threads: every op's start and end, makespan, per-stage busy time and bubble, utilisation.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -10,15 +10,23 @@
 extern "C" {
 #endif
 
+// Op times per virtual stage q = chunk * P + s: P of them, P * chunks for an interleaved schedule.
+// The fields after seed are optional: left zero, a run is what it was without them.
 typedef struct {
-    const double* t_f;  // (P) forward time of each stage
-    const double* t_b;  // (P) full backward; NULL: t_bi + t_bw
-    const double* t_bi; // (P) zero-bubble input-gradient backward; NULL: t_b / 2
-    const double* t_bw; // (P) zero-bubble weight-gradient backward; NULL: t_b / 2
+    const double* t_f;  // (P*chunks) forward time of each (virtual) stage
+    const double* t_b;  // (P*chunks) full backward; NULL: t_bi + t_bw
+    const double* t_bi; // (P*chunks) zero-bubble input-gradient backward; NULL: t_b / 2
+    const double* t_bw; // (P*chunks) zero-bubble weight-gradient backward; NULL: t_b / 2
     const double* t_u;  // (P) optimizer update; NULL: 0
     double latency;     // added to every dependency that crosses stages (P2P send; U's global exchange)
     double jitter_cv;   // β: each op's time is multiplied by a Gamma(1/β², β²) draw (mean 1, CV β); 0 = none
     uint64_t seed;      // jitter seed
+    // messages on their own stream (ScheduleComm): each holds the link between its two stages for its
+    // time, in the order sent, while both stages compute; the op that needs it waits for its arrival
+    const double* t_msg_f; // (P*chunks - 1) activation from virtual stage q to q+1; NULL: latency instead
+    const double* t_msg_b; // (P*chunks - 1) input gradient from q+1 to q; NULL: latency instead
+    const double* t_dp;    // (P) each stage's data-parallel gradient average per step, before its U; NULL: none
+    int dp_overlap;        // 1: the average streams beside the step's last backward; 0: it starts after it
 } SimCost;
 
 typedef struct {
@@ -41,6 +49,17 @@ typedef struct {
 // op and what it waits for). Deterministic for a seed. Free the result with simulator_free.
 int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen);
 void simulator_free(SimResult* res);
+
+// --aew auto's choice: tdpipe's steady utilisation for W = 0 .. W_max (util, W_max + 1 entries)
+// simulated with per-stage forward and backward times t_f, t_b (P) and jitter beta (mean of
+// SIM_WINDOW_SEEDS seeds, SIM_WINDOW_STEPS steps), and the smallest W within `within` (0.01: one
+// point) of the best of them. Returns that W, or -1 with a message.
+#define SIM_WINDOW_SEEDS 8
+#define SIM_WINDOW_STEPS 8
+int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, double beta, int W_max, double within, double* util,
+                            char* err, size_t errlen);
+// the steady utilisation of tdpipe with window W for the same inputs (as simulator_choose_window sees it)
+double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, double beta, int W, char* err, size_t errlen);
 
 // the jitter factor of op on stage s: a function of (seed, s, op kind, step, micro-batch) only,
 // so the same op gets the same factor under every schedule (common random numbers)

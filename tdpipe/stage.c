@@ -26,7 +26,6 @@ void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be,
 
 void stage_create(Stage* st, const StageDevice* device, const StageInit* init) {
     device->create(st, init);
-    stage_reserve(st, 1, 1, 1, 0);
 }
 
 // n host buffers of `floats` floats in *bufs (holding *have), grown to n
@@ -68,8 +67,9 @@ void stage_reserve(Stage* st, int n_slots, int n_gacts, int n_grad_slots, int n_
     if (n_grad_slots > st->n_grad_slots) st->n_grad_slots = n_grad_slots;
     if (n_stash > st->n_stash) {
         st->stash_version = (int*)realloc(st->stash_version, n_stash * sizeof(int));
-        if (!st->stash_version) td_fatal("out of memory for %d weight stashes", n_stash);
-        for (int i = st->n_stash; i < n_stash; i++) st->stash_version[i] = -1;
+        st->stash_ahead = (int*)realloc(st->stash_ahead, n_stash * sizeof(int));
+        if (!st->stash_version || !st->stash_ahead) td_fatal("out of memory for %d weight stashes", n_stash);
+        for (int i = st->n_stash; i < n_stash; i++) st->stash_version[i] = -1, st->stash_ahead[i] = 0;
         st->n_stash = n_stash;
     }
     st->be->reserve(st);
@@ -108,6 +108,7 @@ void stage_destroy(Stage* st) {
     free_bufs((void**)st->host_tied_other, st->n_host_grads);
     free(st->sample_ids);
     free(st->stash_version);
+    free(st->stash_ahead);
     free(st->params);
     free(st->adam_m);
     free(st->adam_v);
@@ -120,32 +121,66 @@ int* stage_targets(Stage* st, int slot) {
     return st->targets[slot];
 }
 
-// -1 when version is the current one, else the stash slot holding it
-static int stash_of(const Stage* st, int version) {
-    if (version == st->version) return -1;
+// the stash slot holding (version, ahead), or -1 when none does
+static int find_stash(const Stage* st, int version, int ahead) {
     for (int i = 0; i < st->n_stash; i++)
-        if (st->stash_version[i] == version) return i;
-    td_fatal("stage [%d, %d): weight version %d is neither current (%d) nor stashed", st->range.l0, st->range.l1, version, st->version);
+        if (st->stash_version[i] == version && st->stash_ahead[i] == ahead) return i;
+    return -1;
+}
+
+// -1 for the current weights, else the stash slot holding (version, ahead)
+static int stash_of(const Stage* st, int version, int ahead) {
+    if (version == st->version && ahead == 0) return -1;
+    int i = find_stash(st, version, ahead);
+    if (i < 0)
+        td_fatal("stage [%d, %d): weight version %d%s%.0d is neither current (%d) nor stashed", st->range.l0, st->range.l1, version,
+                 ahead ? " extrapolated ahead by " : "", ahead, st->version);
+    return i;
+}
+
+// the stash slot of the weights op's micro-batch runs on
+static int weights_of(const Stage* st, const Op* op) {
+    return stash_of(st, op->version, st->comp ? staleness_ahead(st->comp, op) : 0);
+}
+
+int stage_has_weights(const Stage* st, int version, int ahead) {
+    return (version == st->version && ahead == 0) || find_stash(st, version, ahead) >= 0;
 }
 
 float stage_forward(Stage* st, const Op* op, int slot, int targets_valid) {
     if (!msgs_direct(st) && !st->range.has_embed)
         st->be->upload_input(st, slot, slot == STAGE_SAMPLE_SLOT ? st->host_sample[0] : st->host_in[slot]);
-    return st->be->forward(st, op, slot, stash_of(st, op->version), targets_valid);
+    return st->be->forward(st, op, slot, weights_of(st, op), targets_valid);
 }
 
 void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss) {
     if (!msgs_direct(st) && !st->range.has_head) st->be->upload_grad(st, gacts, st->host_dx_out[gacts]);
-    st->be->backward_input(st, op, slot, gacts, stash_of(st, op->version), dloss);
+    st->be->backward_input(st, op, slot, gacts, weights_of(st, op), dloss);
 }
 
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts) {
-    st->be->backward_weight(st, op, slot, gacts, stage_grad_slot(st, op->step));
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook) {
+    int k = stage_grad_slot(st, op->step);
+    int dc = st->comp && staleness_applies(st->comp, STALE_DCASGD, op);
+    if (!dc && !unit_sq) {
+        st->be->backward_weight(st, op, slot, gacts, k, hook);
+        return;
+    }
+    if (!st->be->backward_weight_alone) td_fatal("the %s backend cannot compute a micro-batch's gradient alone (DC-ASGD, --gns)", st->be->name);
+    st->be->backward_weight_alone(st, op, slot, gacts, k, dc ? weights_of(st, op) : STAGE_NO_DC, unit_sq);
+}
+
+int stage_grads_readable_during_backward(const Stage* st) { return st->be->host_memory; }
+
+void stage_gns_units(Stage* st, int k, double* out) {
+    int L = st->cfg.num_layers;
+    memset(out, 0, (L + 3) * sizeof(double));
+    st->be->grad_unit_sumsq(st, k, out);
+    if (st->range.has_head) st->be->head_share_sumsq(st, k, &out[L + 2]); // (at P = 1 too: the shares are apart until post sums them)
 }
 
 void stage_backward(Stage* st, const Op* op, int slot, float dloss) {
     stage_backward_input(st, op, slot, 0, dloss);
-    stage_backward_weight(st, op, slot, 0);
+    stage_backward_weight(st, op, slot, 0, NULL, NULL);
 }
 
 void stage_finish(Stage* st) {
@@ -275,6 +310,22 @@ void stage_tied_sum(Stage* st, int k) {
 
 void stage_grad_unit_sumsq(Stage* st, int k, double* out) { st->be->grad_unit_sumsq(st, k, out); }
 
+int stage_slices(const Stage* st, StageSlice* out) {
+    size_t off[GPT2_NUM_PARAM_TENSORS + 1] = {0};
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) off[i + 1] = off[i] + st->sizes[i];
+    int n = 0, Ls = st->range.l1 - st->range.l0;
+    if (st->range.has_embed) // unit 0: wte, wpe
+        for (int i = 0; i < 2; i++) out[n++] = (StageSlice){0, i, off[i], st->sizes[i]};
+    for (int l = 0; l < Ls; l++) // unit 1 + layer: its slice of the twelve per-layer tensors
+        for (int i = 2; i < 14; i++) {
+            size_t per_layer = st->sizes[i] / Ls;
+            out[n++] = (StageSlice){1 + st->range.l0 + l, i, off[i] + l * per_layer, per_layer};
+        }
+    if (st->range.has_head) // unit L + 1: lnfw, lnfb
+        for (int i = 14; i < 16; i++) out[n++] = (StageSlice){1 + st->cfg.num_layers, i, off[i], st->sizes[i]};
+    return n;
+}
+
 float grad_norm_from_units(const double* units, int n_units) {
     double total = 0.0;
     for (int i = 0; i < n_units; i++) total += units[i];
@@ -290,19 +341,42 @@ void stage_zero_grad(Stage* st, int k) { st->be->zero_grad(st, k); }
 
 // ---- weight versions and host copies -----------------------------------------------------------------
 
-void stage_stash_current(Stage* st) {
+// a free stash slot, booked for (the current version, ahead)
+static int take_stash(Stage* st, int ahead) {
     for (int i = 0; i < st->n_stash; i++)
         if (st->stash_version[i] < 0) {
-            st->be->stash(st, i);
             st->stash_version[i] = st->version;
-            return;
+            st->stash_ahead[i] = ahead;
+            return i;
         }
     td_fatal("stage [%d, %d): no free stash slot for version %d (%d slots)", st->range.l0, st->range.l1, st->version, st->n_stash);
 }
 
-void stage_release_stash(Stage* st, int version) {
-    for (int i = 0; i < st->n_stash; i++)
-        if (st->stash_version[i] == version) st->stash_version[i] = -1;
+void stage_stash_current(Stage* st) { st->be->stash(st, take_stash(st, 0)); }
+
+void stage_release_stash(Stage* st, int version, int ahead) {
+    int i = find_stash(st, version, ahead);
+    if (i >= 0) st->stash_version[i] = -1, st->stash_ahead[i] = 0;
+}
+
+void stage_use_compensation(Stage* st, const StaleComp* comp) {
+    int needs = comp && comp->method != STALE_NONE && comp->method != STALE_LR;
+    int has = comp && comp->method == STALE_PREDICT ? st->be->predict != NULL : st->be->backward_weight_alone != NULL;
+    if (needs && !has)
+        td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(comp->method), st->be->name);
+    st->comp = comp;
+}
+
+void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum) {
+    if (ahead <= 0 || st->version == 0) td_fatal("stage_predict: %d updates ahead of version %d: nothing to extrapolate", ahead, st->version);
+    st->be->predict(st, take_stash(st, ahead), opt, lr_sum);
+}
+
+void stage_dc_correct(Stage* st, int k) { st->be->dc_correct(st, k, st->comp->dc_lambda); }
+
+void stage_discard(Stage* st) {
+    for (int i = 0; i < st->n_stash; i++) st->stash_version[i] = -1, st->stash_ahead[i] = 0;
+    for (int k = 0; k < st->n_grad_slots; k++) stage_zero_grad(st, k);
 }
 
 void stage_to_host(Stage* st) {
@@ -321,4 +395,13 @@ StageMemory stage_memory(const Stage* st) {
     StageMemory m = {st->n_slots, st->n_stash, st->n_grad_slots, b[0] * st->n_slots + b[1] * st->n_gacts, b[2] * st->n_stash,
                      b[3] * st->n_grad_slots};
     return m;
+}
+
+double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
+    double b[4] = {0.0, 0.0, 0.0, 0.0}, host = st->params ? 12.0 * (double)st->num_params : 0.0;
+    if (st->be->memory && st->be->host_memory) {
+        st->be->memory(st, b);
+        b[2] = 4.0 * (double)st->num_params; // a stash's bytes, allocated or not yet
+    }
+    return host + b[0] * slots + b[1] * gacts + b[3] * grad_slots + b[2] * stashes;
 }

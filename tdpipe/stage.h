@@ -7,6 +7,7 @@
 #include "llmc/adamw.h"
 #include "llmc/gpt2.h"
 #include "tdpipe/schedule.h"
+#include "tdpipe/staleness.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,11 +18,13 @@ extern "C" {
 //   gacts    an activation-gradient buffer: what the input-gradient half of backward leaves for the
 //            weight-gradient half (one per slot under zero-bubble's split backward, else one)
 //   version  the number of optimizer updates applied to a set of weights
-//   stash    a copy of an older weight version that an in-flight micro-batch still needs
+//   stash    a copy of an older weight version that an in-flight micro-batch still needs, or (weight
+//            prediction) a version extrapolated `ahead` updates along AdamW's direction
 //   k        a gradient slot of the cache: step t accumulates into k = t % n_grad_slots
 //   share    the tied embedding's gradient on one end: the encoder's (first stage, in wte's
 //            gradient) or the LM head's (last stage, dwte_head); both ends apply first + last
 #define STAGE_SAMPLE_SLOT (-1)
+#define STAGE_NO_DC (-2) // backward_weight_alone: no DC-ASGD sums
 
 typedef struct Stage Stage;
 
@@ -37,7 +40,9 @@ typedef struct {
     // compute; forward reads the slot's tokens (stage_tokens) and, off the first stage, its input_msg
     float (*forward)(Stage* st, const Op* op, int slot, int stash, int targets_valid);
     void (*backward_input)(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss); // reads grad_msg(gacts) off the last stage
-    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k);
+    // hook: NULL, or told of each unit of slot k that is complete (gpt2.h: GPT2UnitHook); a backend
+    // whose gradient is not in host memory may ignore it
+    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook);
     void (*finish)(Stage* st); // returns when the compute enqueued so far has run (NULL: calls return when done)
     void (*probs)(Stage* st, int slot, int t, float* out); // (V) last stage: softmax of row 0's logits at position t
     // weights, gradients and the optimizer
@@ -67,6 +72,14 @@ typedef struct {
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
     void (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
+    // staleness compensation (tdpipe/staleness.h); NULL: the backend has none
+    void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum); // stash i = the current weights lr_sum of AdamW steps ahead
+    // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
+    // (>= -1: the weights it used) adds it into slot k's DC-ASGD sums too (STAGE_NO_DC: not), unit_sq
+    // (L + 3, or NULL) gets its per-unit squared norms added, the tied LM head's share in unit L + 2
+    void (*backward_weight_alone)(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq);
+    void (*head_share_sumsq)(Stage* st, int k, double* out); // last stage: *out = |slot k's LM-head share of wte's gradient|^2
+    void (*dc_correct)(Stage* st, int k, float lambda); // slot k += lambda (w * sum g^2 - sum g^2 w_used); the sums zeroed
 } StageBackend;
 
 struct Stage {
@@ -90,6 +103,9 @@ struct Stage {
     int n_slots, n_gacts, n_grad_slots, n_stash;
     int sample_slot;       // 1 once the one-row sample slot is reserved
     int* stash_version;    // (n_stash) version each stash holds, -1 when free
+    int* stash_ahead;      // (n_stash) 0: that version; > 0: it extrapolated so many updates ahead (weight prediction)
+    const StaleComp* comp; // staleness compensation, or NULL (none)
+    int gns;               // 1: micro-batch gradients are computed alone too (the gradient noise scale)
     // where messages and the tied shares go through host memory (a device backend without a link
     // that reaches its memory): host copies, allocated when needed
     int device_msgs;       // 1: pipeline messages stay in the backend's memory
@@ -130,8 +146,9 @@ extern const StageDevice STAGE_CPU;       // stage_cpu.c: fp32, the reference
 extern const StageDevice STAGE_CPU_STAGED; // stage_staged.c: the CPU behind a device's code path (tests)
 extern const StageDevice STAGE_SYNTHETIC;  // stage_synthetic.c: timed waits, no model
 
-// one activation slot, one gradient slot, no stash: a single process running micro-batches one after
-// another; stage_reserve adds what a pipeline schedule needs
+// the weights and AdamW's moments, no activation or gradient buffer yet: stage_reserve adds them
+// (1, 1, 1, 0 for micro-batches one after another; the executor reserves what its schedule needs),
+// so a caller can check the memory a run plans (stage_planned_bytes) before any of it is taken
 void stage_create(Stage* st, const StageDevice* device, const StageInit* init);
 void stage_destroy(Stage* st);
 // grows to n_slots activation slots, n_gacts activation-gradient buffers, n_grad_slots gradient
@@ -145,14 +162,27 @@ void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be,
 int* stage_inputs(Stage* st, int slot);
 int* stage_targets(Stage* st, int slot);
 
-// forward of the micro-batch in slot with the weights of op->version (the current ones or a stash);
-// its mean loss on the last stage when targets_valid, else 0
+// forward of the micro-batch in slot with the weights of op->version (the current ones or a stash;
+// under weight prediction, that version extrapolated: staleness_ahead); its mean loss on the last
+// stage when targets_valid, else 0
 float stage_forward(Stage* st, const Op* op, int slot, int targets_valid);
 // the input-gradient half of backward of slot with the weights of op->version, into gacts (reading
 // stage_grad_buf(gacts) off the last stage); dloss weighs each token's loss
 void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dloss);
-// the weight-gradient half, accumulated into the gradient slot of op->step
-void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts);
+// the weight-gradient half, accumulated into the gradient slot of op->step (under DC-ASGD, for a
+// compensated micro-batch, also into the slot's sums that stage_dc_correct applies); unit_sq (L + 3,
+// or NULL): the micro-batch's own gradient's squared norm per unit is added there (the gradient noise
+// scale's small-batch term), the tied LM head's share in unit L + 2. hook (NULL: none): told of each
+// unit of the slot's gradient as it is complete, where the backend can (the CPU, computing into the
+// slot: not when the micro-batch's gradient is computed alone for DC-ASGD or unit_sq)
+void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook);
+// 1 when the slot's gradient is host memory that a hook may read as its units complete (the CPU);
+// elsewhere stage_host_grads is a copy, made once the step's backwards are all done
+int stage_grads_readable_during_backward(const Stage* st);
+// the gradient noise scale's large-batch term: slot k's squared norm per unit into out (L + 3), the
+// tied embedding's two shares apart (before they are summed): the encoder's in unit 0, the LM head's
+// in unit L + 2
+void stage_gns_units(Stage* st, int k, double* out);
 // both halves of backward of slot, through activation-gradient buffer 0: one process running its
 // micro-batches one after another (tests, benchmarks)
 void stage_backward(Stage* st, const Op* op, int slot, float dloss);
@@ -186,6 +216,15 @@ void stage_tied_sum(Stage* st, int k);
 // sums of squares of slot k's gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then
 // one per layer, then the head (lnfw, lnfb). Writes this stage's units of out (L + 2 entries).
 void stage_grad_unit_sumsq(Stage* st, int k, double* out);
+// one slice of a stage's flat parameter layout (gpt2_param_sizes order) and the norm unit it belongs
+// to (units as stage_grad_unit_sumsq): what the units' sums fold, in the order they fold it
+typedef struct {
+    int unit, tensor; // tensor: its index in gpt2_param_sizes' order
+    size_t off, n;
+} StageSlice;
+#define STAGE_MAX_SLICES(Ls) (4 + 12 * (Ls))
+// writes the stage's slices (at most STAGE_MAX_SLICES(l1 - l0)) into out; returns how many
+int stage_slices(const Stage* st, StageSlice* out);
 // AdamW on every tensor from slot k's gradient times grad_scale (clipping); t is the 1-based step
 void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale);
 void stage_zero_grad(Stage* st, int k);
@@ -205,10 +244,21 @@ typedef struct {
     const char* where;
 } StageDpAverage;
 
-// Weight versions: the weights of `version` are the current ones or a stash (fatal if neither);
+// Weight versions: the weights of (version, ahead) are the current ones or a stash (fatal if neither);
 // before an update, stage_stash_current keeps the current weights for in-flight micro-batches.
 void stage_stash_current(Stage* st);
-void stage_release_stash(Stage* st, int version);
+void stage_release_stash(Stage* st, int version, int ahead);
+int stage_has_weights(const Stage* st, int version, int ahead);
+// Staleness compensation (tdpipe/staleness.h): the stage follows comp (NULL: none) from now on.
+// stage_predict keeps the current weights extrapolated `ahead` updates along AdamW's direction, by
+// lr_sum (the scheduled learning rates of those updates), for the micro-batches that will use them;
+// stage_dc_correct applies DC-ASGD to slot k with the current weights (those the update applies to).
+void stage_use_compensation(Stage* st, const StaleComp* comp);
+void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum);
+void stage_dc_correct(Stage* st, int k);
+// after a chunk whose rest the guard refused: every stash dropped, every gradient slot (and DC-ASGD's
+// sums) zeroed; the weights and moments are untouched
+void stage_discard(Stage* st);
 // weights and AdamW moments to and from the host copies (no-ops on the CPU)
 void stage_to_host(Stage* st);
 void stage_from_host(Stage* st);
@@ -224,6 +274,10 @@ typedef struct {
     double stash_bytes, grad_bytes;
 } StageMemory;
 StageMemory stage_memory(const Stage* st);
+// the host memory this stage will hold with that many activation slots, activation-gradient
+// buffers, gradient slots and stashes: its host weights and AdamW moments, and the backend's
+// buffers where they are host memory (a GPU's are the GPU's)
+double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes);
 
 // global norm from every unit's sum of squares (L + 2 of them), folded in model order
 float grad_norm_from_units(const double* units, int n_units);

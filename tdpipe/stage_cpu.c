@@ -3,6 +3,7 @@
 #include "stage_cpu.h"
 #include <string.h>
 #include "llmc/common.h"
+#include "llmc/compensation.h"
 #include "llmc/global_norm.h"
 #include "llmc/profile.h"
 
@@ -14,11 +15,15 @@ typedef struct {
     ParameterTensors* gviews;  // (n_grads) views into them
     float** dwte_head;         // (n_grads)[Vp*C] the LM head's share of wte's gradient per slot (last stage), else NULLs
     float** tied_other;        // (n_grads)[Vp*C] the other end's share, received (first and last stage of a pipeline)
-    float** stash;             // (n_stash)[num_params] older weight versions
+    float** stash;             // (n_stash)[num_params] older weight versions (or predicted ones), allocated when first used
     ParameterTensors* sviews;  // (n_stash)
     float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
     unsigned char* state;      // (n_grads) SLOT_* below: what each gradient slot holds
-    int n_acts, n_gacts, n_grads, n_stash, has_sample;
+    // DC-ASGD: one micro-batch's gradient alone, and per gradient slot the sums of g^2 and g^2 * w_used
+    float* dc_g;               // (num_params + Vp*C on the last stage) the micro-batch's gradient, then its head share
+    float** dc_a;              // (n_grads)[same] sum of g^2 per element
+    float** dc_b;              // (n_grads)[same] sum of g^2 * w_used
+    int n_acts, n_gacts, n_grads, n_stash, n_dc, has_sample;
 } CpuStage;
 
 // What gradient slot k holds, so that zeroing it touches no more memory than it must. After AdamW
@@ -130,10 +135,6 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->stash, c->n_stash, st->n_stash);
         c->sviews = (ParameterTensors*)realloc(c->sviews, st->n_stash * sizeof(ParameterTensors));
         if (!c->sviews) td_fatal("out of memory for %d weight stashes", st->n_stash);
-        for (int i = c->n_stash; i < st->n_stash; i++) {
-            c->stash[i] = (float*)malloc_check(st->num_params * sizeof(float));
-            gpt2_point_params(&c->sviews[i], c->stash[i], st->sizes);
-        }
         c->n_stash = st->n_stash;
     }
 }
@@ -152,6 +153,13 @@ static void cpu_destroy(Stage* st) {
         free(c->tied_other[k]);
     }
     for (int i = 0; i < c->n_stash; i++) free(c->stash[i]);
+    for (int k = 0; k < c->n_dc; k++) {
+        free(c->dc_a[k]);
+        free(c->dc_b[k]);
+    }
+    free(c->dc_g);
+    free(c->dc_a);
+    free(c->dc_b);
     free(c->acts);
     free(c->dx_send);
     free(c->gacts);
@@ -180,12 +188,13 @@ static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int
     gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
 }
 
-// a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter)
-static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+// a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter,
+// which gpt2_backward_weight runs first: it adds into them, the other tensors are written)
+static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
     CpuStage* c = cpu_of(st);
     int accumulate = c->state[k] != SLOT_FRESH;
     c->state[k] = SLOT_LIVE;
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], &c->gviews[k], c->dwte_head[k], accumulate);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook, &c->gviews[k], c->dwte_head[k], accumulate);
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -193,30 +202,103 @@ static void cpu_probs(Stage* st, int slot, int t, float* out) {
     memcpy(out, a->probs + (size_t)t * st->cfg.padded_vocab_size, st->cfg.vocab_size * sizeof(float));
 }
 
+// stash slot i's buffer, allocated at its first use (weight prediction may hold more copies than plain stashing)
+static float* stash_buf(Stage* st, int i) {
+    CpuStage* c = cpu_of(st);
+    if (!c->stash[i]) {
+        c->stash[i] = (float*)malloc_check(st->num_params * sizeof(float));
+        gpt2_point_params(&c->sviews[i], c->stash[i], st->sizes);
+    }
+    return c->stash[i];
+}
+
 static void cpu_stash(Stage* st, int i) {
     double t0 = profile_begin();
-    memcpy(cpu_of(st)->stash[i], st->params, st->num_params * sizeof(float));
+    memcpy(stash_buf(st, i), st->params, st->num_params * sizeof(float));
     PROFILE_END(t0, "copies", "stash", 0, 0, 0, 0.0, 8.0 * st->num_params);
+}
+
+static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+    float* out = stash_buf(st, i);
+    size_t off = 0;
+    for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
+        if (st->sizes[t])
+            adamw_predict(out + off, st->params + off, st->adam_m + off, st->adam_v + off, st->sizes[t], lr_sum, opt->beta1, opt->beta2,
+                          opt->eps, gpt2_param_decays(t) ? opt->weight_decay : 0.0f, st->version);
+        off += st->sizes[t];
+    }
+}
+
+// the buffers of a micro-batch's gradient alone, and DC-ASGD's sums (dc), allocated at their first use
+static void alone_alloc(Stage* st, int dc) {
+    CpuStage* c = cpu_of(st);
+    size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
+    if (!c->dc_g) c->dc_g = (float*)malloc_check(n * sizeof(float));
+    if (dc && c->n_dc < c->n_grads) {
+        grow_ptrs((void***)&c->dc_a, c->n_dc, c->n_grads);
+        grow_ptrs((void***)&c->dc_b, c->n_dc, c->n_grads);
+        for (int k = c->n_dc; k < c->n_grads; k++) {
+            c->dc_a[k] = (float*)calloc_check(n, sizeof(float));
+            c->dc_b[k] = (float*)calloc_check(n, sizeof(float));
+        }
+        c->n_dc = c->n_grads;
+    }
+}
+
+// The micro-batch's weight gradient alone (into dc_g, its LM-head share after it), its per-unit
+// squared norms, then into slot k (and the DC-ASGD sums), which is added to: a FRESH slot is made
+// exact in memory first. The head share belongs to the tied wte: its weights are the version's wte,
+// the first tensor.
+static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+    CpuStage* c = cpu_of(st);
+    int dc = dc_stash != STAGE_NO_DC;
+    alone_alloc(st, dc);
+    slot_written(st, k);
+    size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    memset(c->dc_g, 0, (n + vc) * sizeof(float));
+    ParameterTensors g;
+    gpt2_point_params(&g, c->dc_g, st->sizes);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], NULL, &g, vc ? c->dc_g + n : NULL, 1);
+    if (unit_sq) {
+        StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
+        int ns = stage_slices(st, sl);
+        for (int i = 0; i < ns; i++) unit_sq[sl[i].unit] += sumsq(c->dc_g + sl[i].off, sl[i].n);
+        if (vc) unit_sq[st->cfg.num_layers + 2] += sumsq(c->dc_g + n, vc);
+    }
+    if (dc) {
+        const float* w = dc_stash < 0 ? st->params : c->stash[dc_stash];
+        dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+        if (vc) dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    } else {
+        grad_add(c->grads[k], c->dc_g, n);
+        if (vc) grad_add(c->dwte_head[k], c->dc_g + n, vc);
+    }
+}
+
+static void cpu_head_share_sumsq(Stage* st, int k, double* out) {
+    slot_materialize(st, k);
+    *out = sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]);
+}
+
+static void cpu_dc_correct(Stage* st, int k, float lambda) {
+    CpuStage* c = cpu_of(st);
+    alone_alloc(st, 1);
+    slot_written(st, k);
+    size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
+    if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
 }
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
     double t0 = profile_begin();
     slot_materialize(st, k);
-    const GPT2Range* r = &st->range;
-    const ParameterTensors* grads = &cpu_of(st)->gviews[k];
-    int C = st->cfg.channels, Ls = r->l1 - r->l0;
-    if (r->has_embed) out[0] = sumsq(grads->wte, st->sizes[0]) + sumsq(grads->wpe, st->sizes[1]);
-    float* layer_tensors[12] = {grads->ln1w, grads->ln1b, grads->qkvw, grads->qkvb, grads->attprojw, grads->attprojb,
-                                grads->ln2w, grads->ln2b, grads->fcw, grads->fcb, grads->fcprojw, grads->fcprojb};
-    for (int l = 0; l < Ls; l++) {
-        double acc = 0.0;
-        for (int i = 0; i < 12; i++) {
-            size_t per_layer = st->sizes[2 + i] / Ls;
-            acc += sumsq(layer_tensors[i] + l * per_layer, per_layer);
-        }
-        out[1 + r->l0 + l] = acc;
+    StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
+    int n = stage_slices(st, sl);
+    const float* g = cpu_of(st)->grads[k];
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || sl[i].unit != sl[i - 1].unit) out[sl[i].unit] = 0.0; // 0 + x is x: the same sums as unit by unit
+        out[sl[i].unit] += sumsq(g + sl[i].off, sl[i].n);
     }
-    if (r->has_head) out[1 + st->cfg.num_layers] = sumsq(grads->lnfw, C) + sumsq(grads->lnfb, C);
     PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * st->num_params, 4.0 * st->num_params);
 }
 
@@ -243,8 +325,9 @@ static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t
     PROFILE_END(t0, "adamw", "update", 0, 0, 0, 0.0, 28.0 * st->num_params + 4.0 * embedding_floats(st));
 }
 
-// a live slot: its embeddings' tensors zeroed and the rest left for the next backward to overwrite
-// (FRESH); a zero or fresh one: nothing to do
+// slot k empty again. A live slot: its embeddings' tensors zeroed and the rest left for the next
+// backward to overwrite (FRESH: a refused step's NaN is overwritten, never added to); a zero or
+// fresh one: nothing to do. Its DC-ASGD sums, if any, are zeroed in memory.
 static void cpu_zero_grad(Stage* st, int k) {
     double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
@@ -253,6 +336,12 @@ static void cpu_zero_grad(Stage* st, int k) {
         memset(c->grads[k], 0, embedding_floats(st) * sizeof(float));
         bytes = 4.0 * embedding_floats(st);
         c->state[k] = SLOT_FRESH;
+    }
+    if (k < c->n_dc) {
+        size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
+        memset(c->dc_a[k], 0, n * sizeof(float));
+        memset(c->dc_b[k], 0, n * sizeof(float));
+        bytes += 8.0 * n;
     }
     PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
@@ -304,9 +393,11 @@ static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last
 
 static void cpu_memory(const Stage* st, double bytes[4]) {
     CpuStage* c = cpu_of(st);
-    bytes[0] = 4.0 * (double)c->acts[0].num_floats;
-    bytes[1] = 4.0 * (double)c->gacts[0].num_floats;
-    bytes[2] = 4.0 * (double)st->num_params;
+    bytes[0] = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    bytes[1] = 4.0 * (double)gpt2_grad_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    int held = 0; // stashes allocated so far (weight prediction may use more than plain stashing)
+    for (int i = 0; i < c->n_stash; i++) held += c->stash[i] != NULL;
+    bytes[2] = c->n_stash ? 4.0 * (double)st->num_params * held / c->n_stash : 0.0;
     bytes[3] = 4.0 * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0));
 }
 
@@ -334,6 +425,10 @@ static const StageBackend CPU_BACKEND = {
     .tied_other = cpu_tied_other,
     .tied_sum = cpu_tied_sum,
     .memory = cpu_memory,
+    .predict = cpu_predict,
+    .backward_weight_alone = cpu_backward_weight_alone,
+    .head_share_sumsq = cpu_head_share_sumsq,
+    .dc_correct = cpu_dc_correct,
 };
 
 const StageBackend* stage_cpu_backend(void) { return &CPU_BACKEND; }

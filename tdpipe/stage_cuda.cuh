@@ -9,6 +9,7 @@
 #include "tdpipe/stage.h"
 
 #ifdef TD_CUDA
+#include "llmc/compensation.cuh"
 #include "llmc/gpt2_cuda.cuh"
 #include "tdpipe/comm_nccl.cuh"
 
@@ -22,7 +23,11 @@ typedef struct {
     float** dwte_ring;    // (n_ring)[Vp*C] the LM head's share per slot (last stage), else NULLs
     floatX** dx_send;     // (n_dx_send)[B*T*C] per activation slot: dL/d(input) being sent (device messages)
     float** tied;         // (n_tied)[Vp*C] per gradient slot: the other end's share of wte's gradient (device messages)
-    int n_acts, n_ga, n_stash, n_ring, n_dx_send, n_tied, has_sample;
+    // DC-ASGD: one micro-batch's gradient alone (then its head share), and per gradient slot the sums of g^2 and g^2 * w_used
+    float* dc_g;          // (num_params + Vp*C on the last stage)
+    float** dc_a;         // (n_dc)[same]
+    float** dc_b;         // (n_dc)[same]
+    int n_acts, n_ga, n_stash, n_ring, n_dx_send, n_tied, n_dc, has_sample;
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* st) { return (CudaStage*)st->dev; }
@@ -76,6 +81,20 @@ static void cuda_reserve(Stage* st) {
         for (int i = c->n_dx_send; i < st->n_slots; i++) cudaCheck(cudaMalloc((void**)&c->dx_send[i], cuda_btc(st, 0) * sizeof(floatX)));
         c->n_dx_send = st->n_slots;
     }
+    size_t n_dc = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
+    if (st->gns && !c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float))); // between chunks, never inside a step
+    if (st->comp && st->comp->method == STALE_DCASGD && st->n_grad_slots > c->n_dc) {
+        if (!c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float)));
+        c->dc_a = (float**)realloc(c->dc_a, st->n_grad_slots * sizeof(float*));
+        c->dc_b = (float**)realloc(c->dc_b, st->n_grad_slots * sizeof(float*));
+        for (int k = c->n_dc; k < st->n_grad_slots; k++) {
+            cudaCheck(cudaMalloc((void**)&c->dc_a[k], n_dc * sizeof(float)));
+            cudaCheck(cudaMalloc((void**)&c->dc_b[k], n_dc * sizeof(float)));
+            cudaCheck(cudaMemset(c->dc_a[k], 0, n_dc * sizeof(float)));
+            cudaCheck(cudaMemset(c->dc_b[k], 0, n_dc * sizeof(float)));
+        }
+        c->n_dc = st->n_grad_slots;
+    }
     if (st->device_tied && st->n_grad_slots > c->n_tied) {
         c->tied = (float**)realloc(c->tied, st->n_grad_slots * sizeof(float*));
         for (int k = c->n_tied; k < st->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], st->sizes[0] * sizeof(float)));
@@ -117,7 +136,7 @@ static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, in
     gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
     cuda_use_weights(c, -1);
 }
-static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) {
+static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (no hook: the gradient is on the GPU)
     gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts]);
 }
 static void cuda_finish(Stage* st) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
@@ -138,7 +157,16 @@ static void cuda_sumsq(Stage* st, int k, double* out) { gpt2_cuda_grad_unit_sums
 static void cuda_update(Stage* st, int k, const AdamWConfig* o, float lr, int t, float scale) {
     gpt2_cuda_update(cuda_model_at(st, k), lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
 }
-static void cuda_zero(Stage* st, int k) { gpt2_cuda_zero_grads(cuda_model_at(st, k)); }
+// slot k empty again: its gradient, its head share, and its DC-ASGD sums if any
+static void cuda_zero(Stage* st, int k) {
+    CudaStage* c = cuda_of(st);
+    gpt2_cuda_zero_grads(cuda_model_at(st, k));
+    if (k < c->n_dc) {
+        size_t n = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
+        cudaCheck(cudaMemsetAsync(c->dc_a[k], 0, n * sizeof(float), g_cuda_stream));
+        cudaCheck(cudaMemsetAsync(c->dc_b[k], 0, n * sizeof(float), g_cuda_stream));
+    }
+}
 static void cuda_tie_local(Stage* st, int k) { gpt2_cuda_tie_wte_grads(cuda_model_at(st, k)); }
 static void cuda_to_host(Stage* st) {
     gpt2_cuda_get_params(&cuda_of(st)->m, st->params);
@@ -186,6 +214,58 @@ static void cuda_tied_sum(Stage* st, int k, const float* first, const float* las
     comm_nccl_sum(cuda_model_at(st, k)->grads.wte, first, last, st->sizes[0], g_cuda_stream);
 }
 
+// weight prediction: stash i (floatX) = the fp32 master weights extrapolated along AdamW's direction
+static void cuda_predict(Stage* st, int i, const AdamWConfig* o, float lr_sum) {
+    CudaStage* c = cuda_of(st);
+    size_t off = 0;
+    for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
+        adamw_predict_cuda(c->stash[i] + off, c->m.master + off, c->m.adam_m + off, c->m.adam_v + off, st->sizes[t], lr_sum, o->beta1,
+                           o->beta2, o->eps, gpt2_param_decays(t) ? o->weight_decay : 0.0f, st->version);
+        off += st->sizes[t];
+    }
+}
+
+// The micro-batch's weight gradient alone (m's gradient pointers at dc_g, its LM-head share after
+// it), its per-unit squared norms, then into slot k (and DC-ASGD's sums, w_used the compute copy the
+// micro-batch ran on)
+static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+    CudaStage* c = cuda_of(st);
+    size_t n = c->m.num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    if (!c->dc_g) td_fatal("cuda_backward_weight_alone: its buffers were not reserved (DC-ASGD or --gns)");
+    cudaCheck(cudaMemsetAsync(c->dc_g, 0, (n + vc) * sizeof(float), g_cuda_stream));
+    c->m.grads_memory = c->dc_g;
+    gpt2_point_params(&c->m.grads, c->dc_g, c->m.sizes);
+    c->m.dwte_head = vc ? c->dc_g + n : NULL;
+    gpt2_cuda_backward_weight(&c->m, &c->acts[slot], &c->ga[gacts]);
+    if (unit_sq) {
+        int L = st->cfg.num_layers;
+        double* units = (double*)calloc_check(L + 2, sizeof(double));
+        gpt2_cuda_grad_unit_sumsq(&c->m, units);
+        for (int u = 0; u < L + 2; u++) unit_sq[u] += units[u];
+        if (vc) unit_sq[L + 2] += sumsq_cuda(c->dc_g + n, vc, c->m.scratch);
+        free(units);
+    }
+    GPT2Cuda* m = cuda_model_at(st, k);
+    if (dc_stash != STAGE_NO_DC) {
+        const floatX* w = dc_stash < 0 ? m->params_memory : c->stash[dc_stash];
+        dc_accumulate_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+        if (vc) dc_accumulate_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+    } else {
+        grad_add_cuda(m->grads_memory, c->dc_g, n);
+        if (vc) grad_add_cuda(m->dwte_head, c->dc_g + n, vc);
+    }
+}
+
+static void cuda_head_share_sumsq(Stage* st, int k, double* out) { *out = sumsq_cuda(cuda_of(st)->dwte_ring[k], st->sizes[0], cuda_of(st)->m.scratch); }
+
+static void cuda_dc_correct(Stage* st, int k, float lambda) {
+    CudaStage* c = cuda_of(st);
+    GPT2Cuda* m = cuda_model_at(st, k);
+    size_t n = m->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
+    dc_correct_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], m->master, n, lambda);
+    if (vc) dc_correct_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, m->master, vc, lambda);
+}
+
 static void cuda_memory(const Stage* st, double bytes[4]) {
     const GPT2Config* cfg = &st->cfg;
     size_t BT = (size_t)st->B * st->T, C = cfg->channels, Ls = st->range.l1 - st->range.l0, X = sizeof(floatX);
@@ -210,6 +290,13 @@ static void cuda_destroy(Stage* st) {
     }
     for (int i = 0; i < c->n_dx_send; i++) cudaCheck(cudaFree(c->dx_send[i]));
     for (int k = 0; k < c->n_tied; k++) cudaCheck(cudaFree(c->tied[k]));
+    for (int k = 0; k < c->n_dc; k++) {
+        cudaCheck(cudaFree(c->dc_a[k]));
+        cudaCheck(cudaFree(c->dc_b[k]));
+    }
+    if (c->dc_g) cudaCheck(cudaFree(c->dc_g));
+    free(c->dc_a);
+    free(c->dc_b);
     cuda_model_at(st, 0);  // m's gradient pointers back at its own memory (slot 0), which it frees
     gpt2_cuda_free(&c->m);
     free(c->dx_send);
@@ -255,6 +342,10 @@ static const StageBackend CUDA_BACKEND = {
     .tied_other = cuda_tied_other,
     .tied_sum = cuda_tied_sum,
     .memory = cuda_memory,
+    .predict = cuda_predict,
+    .backward_weight_alone = cuda_backward_weight_alone,
+    .head_share_sumsq = cuda_head_share_sumsq,
+    .dc_correct = cuda_dc_correct,
 };
 
 // 1 when a CUDA device can be used; else 0 with the runtime's reason in why

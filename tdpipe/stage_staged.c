@@ -34,7 +34,10 @@ static float staged_forward(Stage* st, const Op* op, int slot, int stash, int ta
 static void staged_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
     cpu()->backward_input(inner(st), op, slot, gacts, stash, dloss);
 }
-static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k) { cpu()->backward_weight(inner(st), op, slot, gacts, k); }
+// (no hook: the gradient lives in the private memory, reached through a host copy only after the step)
+static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
+    cpu()->backward_weight(inner(st), op, slot, gacts, k, NULL);
+}
 static void staged_probs(Stage* st, int slot, int t, float* out) { cpu()->probs(inner(st), slot, t, out); }
 static void staged_stash(Stage* st, int i) { cpu()->stash(inner(st), i); }
 static void staged_sumsq(Stage* st, int k, double* out) { cpu()->grad_unit_sumsq(inner(st), k, out); }
@@ -79,6 +82,15 @@ static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inn
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
 static void staged_tied_sum(Stage* st, int k, const float* first, const float* last) { cpu()->tied_sum(inner(st), k, first, last); }
 static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
+static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+    inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)
+    cpu()->predict(inner(st), i, opt, lr_sum);
+}
+static void staged_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+    cpu()->backward_weight_alone(inner(st), op, slot, gacts, k, dc_stash, unit_sq);
+}
+static void staged_head_share_sumsq(Stage* st, int k, double* out) { cpu()->head_share_sumsq(inner(st), k, out); }
+static void staged_dc_correct(Stage* st, int k, float lambda) { cpu()->dc_correct(inner(st), k, lambda); }
 
 static const StageBackend STAGED = {
     .name = "cpu-staged",
@@ -111,6 +123,10 @@ static const StageBackend STAGED = {
     .tied_other = staged_tied_other,
     .tied_sum = staged_tied_sum,
     .memory = staged_memory,
+    .predict = staged_predict,
+    .backward_weight_alone = staged_backward_weight_alone,
+    .head_share_sumsq = staged_head_share_sumsq,
+    .dc_correct = staged_dc_correct,
 };
 
 void stage_staged_dp_average(void* comm, Stage* st, int k) {

@@ -30,4 +30,16 @@ refuse() {
     fi
 }
 
+# use_mpi WHAT: the multi-rank tests need Open MPI and a build with it (else one failure and exit);
+# sets MPI (the launcher, bounded by a timeout) and losses DIR (a run's training losses, one per line)
+use_mpi() {
+    if ! command -v mpirun >/dev/null || ! ldd "${BIN%% *}" | grep -q libmpi; then
+        echo "FAIL the $1 tests need Open MPI (apt-get install openmpi-bin libopenmpi-dev) and a build with it"
+        echo "0 passed, 1 failed"; exit 1
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    MPI="timeout 180 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+}
+losses() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f4; }
+
 finish() { echo "$PASSED passed, $FAILED failed"; [ $FAILED -eq 0 ]; }

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Runs every C test binary (build/tests/test_*) and shell test (tests/test_*.sh), sums their
-# "N passed, N failed" lines, and ends with the total. A test that exits non-zero without a tally counts as one failure.
+# "N passed, N failed" lines, and ends with the total. A test that exits non-zero without a tally
+# counts as one failure, and so does a sanitizer's report in its output.
+# Usage: tests/run_all.sh [--c-only] [BUILD_DIR]   (make sanitize: the C tests of build-asan/)
 cd "$(dirname "$0")/.." || exit 1
+shell_tests=tests/test_*.sh
+if [ "${1:-}" = "--c-only" ]; then shell_tests=; shift; fi
+build=${1:-build}
 total_p=0; total_f=0
-for t in build/tests/test_* tests/test_*.sh; do
+for t in "$build"/tests/test_* $shell_tests; do
     [ -e "$t" ] || continue
     case "$t" in *.d) continue;; esac
     echo "=== $t"
@@ -17,6 +22,9 @@ for t in build/tests/test_* tests/test_*.sh; do
         [ $rc -ne 0 ] && [ "$f" -eq 0 ] && f=1
     else
         p=0; f=1; echo "FAIL $t exited $rc without a tally"
+    fi
+    if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "/tmp/tdpipe_run.$$"; then
+        f=$((f + 1)); echo "FAIL $t: a sanitizer report (above)"
     fi
     echo "--- $t: $p passed, $f failed ($(( $(date +%s) - start )) s)"
     total_p=$((total_p + p)); total_f=$((total_f + f))

@@ -301,11 +301,78 @@ static void test_prune(void) {
     ok = 1;
     for (int i = 0; i < 5; i++) {
         ckpt_path(p, sizeof p, dir, steps[i]);
-        ok &= exists(p) == (steps[i] >= 30);
+        ok &= exists(p) == (steps[i] != 10);
     }
-    CHECK(ok, "steps 40, 50 kept by count and 30 kept as the newest valid one");
+    CHECK(ok, "the two newest valid ones (20, 30) kept, 10 deleted, the damaged 40 and 50 left alone");
     rm_tree(dir);
     CHECK(ckpt_prune(dir, 2, err, sizeof err) == -1 && strstr(err, dir), "prune of a missing dir refused: %s", err);
+}
+
+// files named like checkpoints that are not valid ones: prune neither counts nor deletes them
+static void test_prune_impostors(void) {
+    char dir[64], p[512], err[512];
+    make_tmpdir(dir);
+    long steps[] = {10, 20, 30, 40, 50};
+    write_steps(dir, steps, 5);
+    unsigned char junk[3000];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)rng_u32();
+    for (long s = 97; s <= 99; s++) { // random bytes, newer than every real checkpoint
+        ckpt_path(p, sizeof p, dir, s);
+        spit(p, junk, sizeof junk - (size_t)s);
+    }
+    unsigned char shard[1024 + 8] = {0}; // an llm.c token shard carrying a checkpoint's name
+    put32(shard, 20240520u);
+    put32(shard + 4, 1);
+    put32(shard + 8, 4);
+    ckpt_path(p, sizeof p, dir, 5);
+    spit(p, shard, sizeof shard);
+    char moved[512], renamed[512]; // a valid checkpoint whose name disagrees with its header
+    ckpt_path(moved, sizeof moved, dir, 20);
+    ckpt_path(renamed, sizeof renamed, dir, 60);
+    rename(moved, renamed);
+    char sub[512], fifo[512];
+    ckpt_path(sub, sizeof sub, dir, 70);
+    ckpt_path(fifo, sizeof fifo, dir, 80);
+    CHECK(mkdir(sub, 0755) == 0 && mkfifo(fifo, 0644) == 0, "a directory and a FIFO named like checkpoints");
+    CHECK(ckpt_prune(dir, 3, err, sizeof err) == 0, "prune keep 3 among impostors (%s)", err);
+    int ok = 1;
+    long kept[] = {30, 40, 50, 60, 70, 80, 97, 98, 99, 5};
+    for (int i = 0; i < 10; i++) {
+        ckpt_path(p, sizeof p, dir, kept[i]);
+        ok &= exists(p);
+    }
+    ckpt_path(p, sizeof p, dir, 10);
+    CHECK(ok && !exists(p), "3 valid ones kept (30, 40, 50), 10 deleted, every impostor left as it was");
+    CHECK(count_entries(dir) == 10, "nothing else deleted (%d entries)", count_entries(dir));
+    Ckpt c;
+    char got[512], note[8192];
+    int rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    CHECK(rc == 0 && c.step == 50 && strstr(note, "is a FIFO") && strstr(note, "is a directory") && strstr(note, "ckpt_00000097"),
+          "resume skips the FIFO, the directory and the junk and takes step 50: %.300s", note);
+    ckpt_free(&c);
+    rm_tree(dir);
+}
+
+static void test_names(void) {
+    CHECK(ckpt_name_step("ckpt_00000123.tdck") == 123 && ckpt_name_step("ckpt_5.tdck") == 5, "checkpoint names give their step");
+    CHECK(ckpt_name_step("ckpt_.tdck") == -1 && ckpt_name_step("ckpt_12.tdck.tmp") == -1 && ckpt_name_step("xckpt_1.tdck") == -1 &&
+              ckpt_name_step("ckpt_1x.tdck") == -1,
+          "other names give -1");
+    CHECK(ckpt_is_temp_name(".ckpt_00000123.tdck.tmp") && !ckpt_is_temp_name("ckpt_00000123.tdck.tmp") &&
+              !ckpt_is_temp_name(".ckpt_00000123.tdck") && !ckpt_is_temp_name(".ckpt_abc.tdck.tmp") && !ckpt_is_temp_name("model.bin.tmp") &&
+              !ckpt_is_temp_name(".tmp"),
+          "the writer's temporary names, and only those");
+    char dir[64], err[512];
+    make_tmpdir(dir);
+    CkptWriter* w = ckpt_writer_open(dir, 42, 1, 1, err, sizeof err);
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    int temps = 0;
+    while ((e = readdir(d)) != NULL) temps += ckpt_is_temp_name(e->d_name);
+    closedir(d);
+    CHECK(w && temps == 1 && count_entries(dir) == 1, "an open writer's file is recognised as its temporary file");
+    ckpt_writer_abort(w);
+    rm_tree(dir);
 }
 
 static void test_find_latest(void) {
@@ -434,7 +501,7 @@ static void test_refusals(void) {
     Ckpt c;
     snprintf(bad, sizeof bad, "%s/ckpt_00000099.tdck", dir);
     CHECK(ckpt_read(bad, &c, err, sizeof err) == -1 && strstr(err, bad) && strstr(err, "No such file"), "missing file: %s", err);
-    CHECK(ckpt_read(dir, &c, err, sizeof err) == -1 && strstr(err, "not a regular file"), "directory as file: %s", err);
+    CHECK(ckpt_read(dir, &c, err, sizeof err) == -1 && strstr(err, "is a directory"), "directory as file: %s", err);
 
     // none of this touched the good checkpoint
     CHECK(ckpt_read(good, &c, err, sizeof err) == 0 && same_sections(&c, small, NSMALL, 1), "good checkpoint still reads");
@@ -503,6 +570,8 @@ int main(void) {
     test_shuffle_helps();
     test_writer_misuse();
     test_prune();
+    test_prune_impostors();
+    test_names();
     test_find_latest();
     test_refusals();
     test_unwritable();

@@ -72,7 +72,7 @@ ends "a message over the size limit on rank 3 ends the job" \
     '^\[rank 3\] tdpipe/comm\.c:[0-9]+: comm_gather_to_root of 2147483648 bytes exceeds' \
     "${MPIRUN[@]}" -np 4 $T 1 --fatal gather-size
 ends "a receive shorter than the message: MPI's error, with rank, file, line and call" \
-    '^\[rank [13]\] tdpipe/comm\.c:[0-9]+: MPI_Wait\(.*\) failed: MPI_ERR_TRUNCATE' \
+    '^\[rank [13]\] tdpipe/comm\.c:[0-9]+: MPI_(Wait|Test)\(.*\) failed: MPI_ERR_TRUNCATE' \
     "${MPIRUN[@]}" -np 4 $T 2 --fatal truncate
 ends "a message shorter than the receive expects" \
     '^\[rank 1\] tdpipe/comm\.c:[0-9]+: received 50 bytes from stage 0 \(tag 3\) where 100 were expected' \

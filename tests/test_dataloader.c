@@ -8,15 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static char g_dir[] = "/tmp/test_dataloader.XXXXXX";
-
-static const char* path_in_dir(const char* name) {
-    static char buf[8][512];
-    static int k = 0;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
 
 // writes a shard of n tokens start, start+1, ... (mod 65536)
 static void write_ramp(const char* path, int start, size_t n, int tokenizer) {
@@ -36,12 +27,12 @@ static void patch_int(const char* path, long off, int32_t v) {
 }
 
 static void test_shard_round_trip(void) {
-    const char* p = path_in_dir("round.bin");
+    const char* p = test_path("round.bin");
     uint16_t tokens[1000];
     for (int i = 0; i < 1000; i++) tokens[i] = (uint16_t)(i * 7919);
     char err[512];
     int rc = shard_write(p, tokens, 1000, SHARD_TOKENIZER_BYTES, err, sizeof err);
-    CHECK(rc == 0 && access(path_in_dir("round.bin.tmp"), F_OK) != 0, "shard_write succeeds and leaves no .tmp");
+    CHECK(rc == 0 && access(test_path("round.bin.tmp"), F_OK) != 0, "shard_write succeeds and leaves no .tmp");
     FILE* f = fopen(p, "rb");
     int32_t header[256];
     size_t got = fread(header, 4, 256, f);
@@ -58,46 +49,46 @@ static void test_shard_round_trip(void) {
           "shard_read gives back the same 1000 tokens bitwise");
     rc = shard_read(p, &info, back, 999, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p), "shard_read refuses a buffer too small: %s", err);
-    rc = shard_write(path_in_dir("no/such/dir.bin"), tokens, 10, 1, err, sizeof err);
+    rc = shard_write(test_path("no/such/dir.bin"), tokens, 10, 1, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "no/such/dir.bin"), "shard_write into a missing folder fails with a message: %s", err);
 }
 
 static void test_shard_refusals(void) {
     char err[512];
     ShardInfo info;
-    const char* p = path_in_dir("bad_magic.bin");
+    const char* p = test_path("bad_magic.bin");
     write_ramp(p, 0, 100, 1);
     patch_int(p, 0, 12345);
     int rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "bad magic"), "refuses bad magic: %s", err);
 
-    p = path_in_dir("bad_version.bin");
+    p = test_path("bad_version.bin");
     write_ramp(p, 0, 100, 1);
     patch_int(p, 4, 7);
     rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "version 7"), "refuses version 7: %s", err);
 
-    p = path_in_dir("bad_count.bin");
+    p = test_path("bad_count.bin");
     write_ramp(p, 0, 100, 1);
     patch_int(p, 8, 101);
     rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "101 tokens"), "refuses a count the file length disagrees with: %s",
           err);
 
-    p = path_in_dir("bad_tokenizer.bin");
+    p = test_path("bad_tokenizer.bin");
     write_ramp(p, 0, 100, 1);
     patch_int(p, 12, 9);
     rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "tokenizer id 9"), "refuses an unknown tokenizer id: %s", err);
 
-    p = path_in_dir("short.bin");
+    p = test_path("short.bin");
     FILE* f = fopen(p, "wb");
     fputs("tiny", f);
     fclose(f);
     rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "too short"), "refuses a file shorter than a header: %s", err);
 
-    rc = shard_read_header(path_in_dir("missing.bin"), &info, err, sizeof err);
+    rc = shard_read_header(test_path("missing.bin"), &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "missing.bin") && strstr(err, "cannot open"), "refuses a missing file: %s", err);
 }
 
@@ -119,10 +110,10 @@ static int collect(DataLoader* dl, int64_t* first, int cap) {
 
 static void test_order(void) {
     // three shards of positions 0.., 1000.., 2000.. (names sort a < b < c); B*T = 8
-    write_ramp(path_in_dir("set_c.bin"), 2000, 50, 1); // 6 windows
-    write_ramp(path_in_dir("set_a.bin"), 0, 33, 1);    // 4 windows
-    write_ramp(path_in_dir("set_b.bin"), 1000, 17, 1); // 2 windows
-    const char* pattern = path_in_dir("set_*.bin");
+    write_ramp(test_path("set_c.bin"), 2000, 50, 1); // 6 windows
+    write_ramp(test_path("set_a.bin"), 0, 33, 1);    // 4 windows
+    write_ramp(test_path("set_b.bin"), 1000, 17, 1); // 2 windows
+    const char* pattern = test_path("set_*.bin");
     DataLoader dl;
     char err[512];
     int rc = dataloader_init(&dl, pattern, 2, 4, 0, 1, 0, 0, 65536, err, sizeof err);
@@ -216,7 +207,7 @@ static int run_record(DataLoader* dl, int steps, int* rec) {
 }
 
 static void test_resume(void) {
-    const char* pattern = path_in_dir("set_*.bin"); // from test_order: 12 windows, B*T = 8
+    const char* pattern = test_path("set_*.bin"); // from test_order: 12 windows, B*T = 8
     char err[512];
     DataLoader a, b;
     int ra = dataloader_init(&a, pattern, 2, 4, 1, 2, 1, 99, 65536, err, sizeof err);
@@ -282,11 +273,11 @@ static void test_resume(void) {
 static void test_loader_refusals(void) {
     char err[512];
     DataLoader dl;
-    const char* pattern = path_in_dir("nothing_*.bin");
+    const char* pattern = test_path("nothing_*.bin");
     int rc = dataloader_init(&dl, pattern, 2, 4, 0, 1, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, pattern) && strstr(err, "no file matches"), "refuses a glob with no match: %s", err);
 
-    const char* p = path_in_dir("big_token.bin");
+    const char* p = test_path("big_token.bin");
     uint16_t t[40];
     for (int i = 0; i < 40; i++) t[i] = (uint16_t)(i % 5);
     t[17] = 50257;
@@ -295,19 +286,19 @@ static void test_loader_refusals(void) {
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "50257") && strstr(err, "token offset 17"),
           "refuses a token >= V, naming the file and offset: %s", err);
 
-    rc = dataloader_init(&dl, path_in_dir("set_b.bin"), 4, 8, 0, 1, 0, 0, 65536, err, sizeof err);
+    rc = dataloader_init(&dl, test_path("set_b.bin"), 4, 8, 0, 1, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "set_b.bin") && strstr(err, "too few for one window"),
           "refuses a shard smaller than one window: %s", err);
 
-    rc = dataloader_init(&dl, path_in_dir("set_*.bin"), 2, 4, 0, 13, 0, 0, 65536, err, sizeof err);
+    rc = dataloader_init(&dl, test_path("set_*.bin"), 2, 4, 0, 13, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "13 ranks"), "refuses more ranks than windows: %s", err);
 
-    rc = dataloader_init(&dl, path_in_dir("bad_magic.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    rc = dataloader_init(&dl, test_path("bad_magic.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "bad magic"), "init passes on a shard's header error: %s", err);
 
-    write_ramp(path_in_dir("mixed_a.bin"), 0, 40, SHARD_TOKENIZER_GPT2);
-    write_ramp(path_in_dir("mixed_b.bin"), 0, 40, SHARD_TOKENIZER_BYTES);
-    rc = dataloader_init(&dl, path_in_dir("mixed_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    write_ramp(test_path("mixed_a.bin"), 0, 40, SHARD_TOKENIZER_GPT2);
+    write_ramp(test_path("mixed_b.bin"), 0, 40, SHARD_TOKENIZER_BYTES);
+    rc = dataloader_init(&dl, test_path("mixed_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "mixed_b.bin") && strstr(err, "tokenizer"), "refuses shards of two tokenizers: %s",
           err);
 
@@ -318,10 +309,10 @@ static void test_loader_refusals(void) {
     CHECK(rc == -1 && strstr(err, "bad arguments"), "refuses rank >= world: %s", err);
 
     // a shard replaced after init: next() reports it instead of reading garbage
-    write_ramp(path_in_dir("swap_a.bin"), 0, 40, 1);
-    write_ramp(path_in_dir("swap_b.bin"), 0, 40, 1);
-    rc = dataloader_init(&dl, path_in_dir("swap_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
-    write_ramp(path_in_dir("swap_a.bin"), 0, 30, 1);
+    write_ramp(test_path("swap_a.bin"), 0, 40, 1);
+    write_ramp(test_path("swap_b.bin"), 0, 40, 1);
+    rc = dataloader_init(&dl, test_path("swap_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    write_ramp(test_path("swap_a.bin"), 0, 30, 1);
     int in[4], tg[4];
     int nrc = rc == 0 ? dataloader_next(&dl, in, tg) : 0;
     CHECK(rc == 0 && nrc == -1 && strstr(dl.err, "swap_a.bin") && strstr(dl.err, "changed"),
@@ -330,18 +321,12 @@ static void test_loader_refusals(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    test_dir_make("test_dataloader");
     test_shard_round_trip();
     test_shard_refusals();
     test_order();
     test_ranks();
     test_resume();
     test_loader_refusals();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
     return test_summary();
 }

@@ -146,6 +146,7 @@ int main(void) {
     }
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = BATCH, .T = SEQ, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     int* inputs = stage_inputs(&s, 0);   // (BT)
     int* targets = stage_targets(&s, 0); // (BT)
     for (int n = 0; n < BT; n++) {
@@ -156,7 +157,7 @@ int main(void) {
     targets[3] = inputs[1];      // and the same row is a target (head share) too
 
     // analytic gradient, as the trainer takes it for one micro-batch
-    Op f = {OP_F, 0, 0, 0}, b = {OP_B, 0, 0, 0};
+    Op f = {.kind = OP_F, .step = 0, .mb = 0, .version = 0}, b = {.kind = OP_B, .step = 0, .mb = 0, .version = 0};
     float loss_f = stage_forward(&s, &f, 0, 1);
     stage_backward(&s, &b, 0, 1.0f / (float)BT);
     stage_tie_local(&s, 0);

@@ -1,6 +1,7 @@
 // Tests of tdpipe/partition: the dynamic program against brute force over every contiguous split
 // on random small instances (speeds, memory limits, infeasible ones), the memory-limit message,
-// uniform splits, --partition parsing and its refusals, the printed table.
+// uniform splits, --partition parsing and its refusals, the printed table; the placement of stages
+// onto nodes against brute force over every grouping, and a speed that overflows.
 #include "tdpipe/partition.h"
 #include "tests/test.h"
 #include "llmc/rng.h"
@@ -187,10 +188,110 @@ static void test_uniform_and_parse(void) {
     }
 }
 
+// the best (worst boundary, then sum) over every grouping of P stages, by enumeration of cut masks
+static double brute_place(const PlacementCost* c, double* sum_out) {
+    int P = c->P, G = c->groups > 0 ? c->groups : P;
+    double best = INFINITY, best_sum = INFINITY;
+    for (unsigned mask = 0; mask < (1u << (P - 1)); mask++) { // bit b: boundary b crosses nodes
+        int groups = 1, run = 1, fits = 1;
+        double worst = 0, sum = 0;
+        for (int b = 0; b + 1 < P; b++) {
+            int cut = mask >> b & 1;
+            double t = cut ? c->far[b] : c->near[b];
+            if (cut) groups++, run = 1;
+            else if (++run > c->per_group) fits = 0;
+            worst = t > worst ? t : worst;
+            sum += t;
+        }
+        if (!fits || groups > G) continue;
+        if (worst < best || (worst == best && sum < best_sum)) best = worst, best_sum = sum;
+    }
+    *sum_out = best_sum;
+    return best;
+}
+
+static void test_place(void) {
+    int ok = 1, ok_shape = 1, n = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        double near[8], far[8];
+        int P = 1 + (int)(urand() * 8), cap = 1 + (int)(urand() * 4);
+        int G = urand() < 0.5 ? 0 : (P + cap - 1) / cap + (int)(urand() * 3);
+        for (int b = 0; b + 1 < P; b++) {
+            near[b] = trial % 2 ? (double)(int)(urand() * 3) : urand();
+            far[b] = near[b] + (trial % 2 ? (double)(int)(urand() * 4) : 2 * urand());
+        }
+        PlacementCost c = {P, cap, G, near, far};
+        int group[8];
+        double worst, sum_want;
+        char err[256];
+        if (partition_place(group, &c, &worst, err, sizeof(err))) {
+            if (ok) printf("  trial %d: %s\n", trial, err);
+            ok = 0;
+            continue;
+        }
+        double want = brute_place(&c, &sum_want), sum = 0, mx = 0;
+        int run = 1;
+        ok_shape &= group[0] == 0;
+        for (int b = 0; b + 1 < P; b++) {
+            int cut = group[b + 1] != group[b];
+            ok_shape &= group[b + 1] == group[b] + cut;
+            run = cut ? 1 : run + 1;
+            ok_shape &= run <= cap;
+            double t = cut ? far[b] : near[b];
+            sum += t, mx = t > mx ? t : mx;
+        }
+        ok_shape &= G == 0 || group[P - 1] < G;
+        if (mx != want || worst != want || fabs(sum - sum_want) > 1e-9) {
+            if (ok) printf("  trial %d: dp %g (sum %g), brute force %g (sum %g)\n", trial, mx, sum, want, sum_want);
+            ok = 0;
+        }
+        n++;
+    }
+    CHECK(ok, "placement dp equals brute force over every grouping on %d random instances (P <= 8, node sizes, node limits)", n);
+    CHECK(ok_shape, "placements are consecutive groups from 0, at most per_group stages each, within the node limit");
+    // a slow link between stages 1 and 2 (an inter-socket hop, say): with room for a cut elsewhere the
+    // dp puts the node boundary on a fast link
+    double near[3] = {1, 5, 1}, far[3] = {2, 9, 2};
+    PlacementCost c = {4, 3, 2, near, far};
+    int group[4];
+    double worst;
+    char err[256];
+    int rc = partition_place(group, &c, &worst, err, sizeof(err));
+    CHECK(rc == 0 && group[0] == 0 && group[1] == 0 && group[2] == 0 && group[3] == 1 && worst == 5,
+          "the node boundary avoids the slow link: groups 0,0,0,1, worst boundary 5 (got %d,%d,%d,%d, %g)", group[0], group[1],
+          group[2], group[3], worst);
+    PlacementCost tight = {5, 2, 2, near, far};
+    double n4[4] = {1, 1, 1, 1};
+    tight.near = tight.far = n4;
+    rc = partition_place(group, &tight, &worst, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "5 stages do not fit on 2 nodes of 2 stages each"), "too few nodes refused: %s", err);
+    // together with the split: the layers follow partition_solve, the groups partition_place
+    double lt[6] = {1, 1, 1, 1, 1, 1};
+    PartitionCost pc = {6, 4, lt, 0, 0, NULL, 0, 0, NULL, NULL};
+    Partition part;
+    rc = partition_solve_placed(&part, &pc, &c, err, sizeof(err));
+    CHECK(rc == 0 && part.group && part.group[3] == 1 && part.link_time == 5 && partition_max_time(&part) == 2,
+          "partition_solve_placed: slowest stage 2, costliest boundary 5, groups from the placement");
+    if (rc == 0) partition_free(&part);
+}
+
+// issue 15: a speed so small that a stage's time overflows is not a memory problem
+static void test_tiny_speed(void) {
+    double lt[4] = {1e10, 1e10, 1e10, 1e10}, speed[2] = {1e-307, 1}, lim[2] = {0, 0};
+    PartitionCost c = {4, 2, lt, 0, 0, NULL, 0, 0, speed, lim};
+    Partition part;
+    char err[512] = "";
+    int rc = partition_solve(&part, &c, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "rank 0 has speed 1e-307") && strstr(err, "overflow") && !strstr(err, "0 B"),
+          "--rank-speed 1e-307,1 without --rank-mem: says the time overflows, not that rank 0 has 0 B: %s", err);
+}
+
 int main(void) {
     rng_init(&rng, 1234567);
     test_dp_vs_brute_force();
     test_solve_cases();
     test_uniform_and_parse();
+    test_place();
+    test_tiny_speed();
     return test_summary();
 }

@@ -105,6 +105,7 @@ int main(void) {
 
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     GPT2Acts* a = stage_cpu_acts(&s, 0);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -126,7 +127,7 @@ int main(void) {
 
     // train_tdpipe's step (M = 1); step 0 is also where forward and gradients are compared
     for (int step = 0; step < n_steps; step++) {
-        Op f = {OP_F, step, 0, s.version}, bw = {OP_B, step, 0, s.version};
+        Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s.version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s.version};
         losses[step] = stage_forward(&s, &f, 0, 1);
         stage_backward(&s, &bw, 0, dloss);
         stage_tie_local(&s, 0);

@@ -21,6 +21,18 @@ check "final models bitwise equal" cmp "$TMP/a/model.bin" "$TMP/b/model.bin"
 check "--keep 2 with a checkpoint every 5 steps" $BIN -x 20 -n 5 --keep 2 $Q -o "$TMP/k"
 check "--keep 2 leaves the two newest" test "$(ls "$TMP/k"/ckpt_*.tdck | xargs -n1 basename | xargs)" = "ckpt_00000015.tdck ckpt_00000020.tdck"
 
+# --- --keep counts only valid checkpoints: junk, a token shard, a FIFO and a folder named like
+# newer checkpoints are neither counted nor deleted, and resume passes over them without waiting
+mkdir -p "$TMP/j" && cp "$TMP/k"/ckpt_*.tdck "$TMP/j/"
+for s in 97 98 99; do head -c 3000 /dev/urandom > "$TMP/j/ckpt_000000$s.tdck"; done
+printf 'a token shard, not a checkpoint\n%.0s' {1..50} > "$TMP/j.txt"
+build/dev/data/make_shards --tokenizer bytes -o "$TMP/jshard" "$TMP/j.txt" >/dev/null && cp "$TMP/jshard_train.bin" "$TMP/j/ckpt_00000001.tdck"
+mkfifo "$TMP/j/ckpt_00000096.tdck"; mkdir "$TMP/j/ckpt_00000095.tdck"
+check "resume among impostors, --keep 2, a checkpoint every 5 steps" $BIN -x 30 -n 5 --keep 2 $Q -y 1 -o "$TMP/j"
+check "it resumed from step 20, skipping the junk, the FIFO and the folder" grep -q "resumed from .*ckpt_00000020.tdck at step 20" "$TMP/out"
+check "the two newest valid ones (25, 30) kept, every impostor still there" \
+    test "$(ls "$TMP/j" | grep '^ckpt_' | xargs)" = "ckpt_00000001.tdck ckpt_00000025.tdck ckpt_00000030.tdck ckpt_00000095.tdck ckpt_00000096.tdck ckpt_00000097.tdck ckpt_00000098.tdck ckpt_00000099.tdck"
+
 # --- SIGTERM: finish the step, checkpoint, exit 0, say how to resume
 $BIN -x 100000 $Q -o "$TMP/sig" >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!

@@ -64,7 +64,7 @@ static void test_print(void) {
     CHECK(strcmp(buf, want) == 0, "schedule_print of 1f1b P=2 M=2 is exact");
     if (strcmp(buf, want) != 0) printf("got:\n%swant:\n%s", buf, want);
     schedule_free(&sch);
-    Op stale = {OP_F, 3, 1, 2}, bw = {OP_BW, 0, 5, 0};
+    Op stale = {OP_F, 3, 1, 2, 0}, bw = {OP_BW, 0, 5, 0, 0};
     char a[32], b[32];
     schedule_op_name(&stale, a, sizeof(a));
     schedule_op_name(&bw, b, sizeof(b));
@@ -90,7 +90,7 @@ static void test_shapes(void) {
                     for (int s = 0; s < P; s++) {
                         int inflight, versions;
                         schedule_stage_stats(&sch, s, &inflight, &versions);
-                        ScheduleShape shape = {(SchedKind)k, P, M, 0, 0, n};
+                        ScheduleShape shape = {.kind = (SchedKind)k, .P = P, .M = M, .n_steps = n};
                         if (versions != 1 || schedule_stage_grad_slots(&sch, s) != 1 || schedule_shape_grad_slots(&shape) != 1) ok_stats = 0;
                         const Op* ops = sch.ops[s];
                         if (k == SCHED_1F1B) {
@@ -253,7 +253,7 @@ static void test_progress(void) {
     schedule_progress_init(&p, &shape);
     char why[256];
     double tr;
-    Op f1 = {OP_F, 0, 0, 0}, b2 = {OP_B, 0, 0, 0}, u = {OP_U, 0, -1, 1}, f_next = {OP_F, 1, 0, 1};
+    Op f1 = {OP_F, 0, 0, 0, 0}, b2 = {OP_B, 0, 0, 0, 0}, u = {OP_U, 0, -1, 1, 0}, f_next = {OP_F, 1, 0, 1, 0};
     CHECK(!schedule_progress_ready(&p, 1, &f1, 0.0, &tr, why, sizeof(why)) && strcmp(why, "waits for F0.0 on stage 0") == 0,
           "F at stage 1 waits for stage 0: %s", why);
     schedule_progress_done(&p, 0, &f1, 1.0);
@@ -355,7 +355,7 @@ static void test_tdpipe_pick(void) {
     CHECK(ok_next, "schedule_tdpipe_next: U, B and F exactly when the rule has them, with absolute steps and versions");
     CHECK(ok, "schedule_tdpipe_pick follows the rule for every cursor and readiness pattern (%d cases)", cases);
     TdpipeCursor c = {0, 0, 0, OP_F};
-    Op f = {OP_F, 0, 0, 0}, b = {OP_B, 0, 0, 0}, u = {OP_U, 0, -1, 1};
+    Op f = {OP_F, 0, 0, 0, 0}, b = {OP_B, 0, 0, 0, 0}, u = {OP_U, 0, -1, 1, 0};
     schedule_tdpipe_advance(&c, &f);
     schedule_tdpipe_advance(&c, &b);
     schedule_tdpipe_advance(&c, &u);

@@ -1,6 +1,8 @@
 // Tests of tdpipe/simulator: the textbook bubble of 1F1B and GPipe, ZB-H1's smaller bubble,
 // tdpipe W = 0 identical to 1F1B, tdpipe against 1F1B under jitter, latency by hand, the jitter
-// distribution, determinism, per-op timing invariants, deadlock and missing-cost errors.
+// distribution, determinism, per-op timing invariants, deadlock and missing-cost errors;
+// interleaved 1F1B's bubble (P - 1) / (v M), messages on links and the data-parallel average by
+// hand, and overlapped communication never slower than communication that blocks.
 #include "tdpipe/simulator.h"
 #include "tests/test.h"
 #include <math.h>
@@ -14,7 +16,7 @@ static void unit_costs(void) {
 }
 
 static SimCost cost_of(double cv, uint64_t seed, double latency) {
-    SimCost c = {T_F, T_B, T_BI, T_BW, NULL, latency, cv, seed};
+    SimCost c = {.t_f = T_F, .t_b = T_B, .t_bi = T_BI, .t_bw = T_BW, .latency = latency, .jitter_cv = cv, .seed = seed};
     return c;
 }
 
@@ -163,7 +165,7 @@ static void test_jitter(void) {
     for (int c = 0; c < 2; c++) {
         double sum = 0, sq = 0, mn = INFINITY;
         for (int i = 0; i < n; i++) {
-            Op op = {OP_F, i / 16, i % 16, 0};
+            Op op = {OP_F, i / 16, i % 16, 0, 0};
             double x = simulator_jitter(42, i % 5, &op, cvs[c]);
             sum += x, sq += x * x;
             if (x < mn) mn = x;
@@ -174,7 +176,7 @@ static void test_jitter(void) {
         int ok = fabs(mean - 1.0) < tol_mean && mn > 0 && (cvs[c] > 1 || fabs(cv - cvs[c]) < 0.01);
         CHECK(ok, "jitter beta %.1f: positive, mean %.4f ~ 1%s (cv %.4f)", cvs[c], mean, cvs[c] < 1 ? ", cv ~ beta" : "", cv);
     }
-    Op op = {OP_B, 3, 1, 3};
+    Op op = {OP_B, 3, 1, 3, 0};
     CHECK(simulator_jitter(5, 2, &op, 0.0) == 1.0, "beta 0: factor exactly 1");
     double m1 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 11, NULL), m2 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 11, NULL);
     double m3 = simulate(SCHED_TDPIPE, 4, 8, 2, 3, 0.3, 12, NULL);
@@ -228,11 +230,167 @@ static void test_timing_invariants(void) {
     schedule_free(&sch);
 }
 
+// Interleaved 1F1B with v chunks, F = 1 and B = 2 per chunk: a stage computes 3 v M and the bubble
+// is 3 (P - 1), i.e. (P - 1) / (v M) of the ideal (Narayanan et al. 2021, section 2.2.2). Integer
+// times: checked bitwise. The lists validate (the executor's rules), for 1 and 2 steps.
+static void test_interleaved(void) {
+    int ok_bubble = 1, ok_valid = 1, n = 0;
+    double t_f[64], t_b[64];
+    for (int q = 0; q < 64; q++) t_f[q] = 1.0, t_b[q] = 2.0;
+    char err[512];
+    for (int P = 2; P <= 6; P++)
+        for (int v = 2; v <= 4; v++)
+            for (int M = P; M <= 3 * P; M += P)
+                for (int steps = 1; steps <= 2; steps++) {
+                    if (P * v > 64) continue;
+                    Schedule sch;
+                    if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_INTERLEAVED, .P = P, .M = M, .n_steps = steps, .chunks = v}, err, sizeof(err))) {
+                        printf("  P=%d v=%d M=%d: %s\n", P, v, M, err);
+                        ok_valid = 0;
+                        continue;
+                    }
+                    if (schedule_validate(&sch, err, sizeof(err))) {
+                        if (ok_valid) printf("  P=%d v=%d M=%d: %s\n", P, v, M, err);
+                        ok_valid = 0;
+                    }
+                    SimCost c = {.t_f = t_f, .t_b = t_b};
+                    SimResult r;
+                    if (simulator_run(&r, &sch, &c, err, sizeof(err))) {
+                        ok_bubble = 0;
+                        schedule_free(&sch);
+                        continue;
+                    }
+                    double ideal = 3.0 * v * M;
+                    ok_bubble &= r.makespan == steps * (ideal + 3.0 * (P - 1));
+                    for (int s = 0; s < P; s++) ok_bubble &= r.busy[s] == steps * ideal;
+                    ok_bubble &= fabs((r.makespan / steps - ideal) / ideal - (double)(P - 1) / (v * M)) <= 1e-12;
+                    n++;
+                    simulator_free(&r);
+                    schedule_free(&sch);
+                }
+    CHECK(ok_valid, "interleaved lists build and validate: P 2..6, v 2..4, M = P, 2P, 3P, 1 and 2 steps");
+    CHECK(ok_bubble, "interleaved, no jitter, no communication: bubble = (P - 1) / (v M) of the ideal, exactly (%d cases)", n);
+    Schedule sch;
+    CHECK(schedule_build(&sch, &(ScheduleShape){.kind = SCHED_INTERLEAVED, .P = 4, .M = 6, .n_steps = 1, .chunks = 2}, err, sizeof(err)) &&
+              strstr(err, "not a multiple of --stages 4"),
+          "interleaved with M not a multiple of P refused: %s", err);
+    CHECK(schedule_build(&sch, &(ScheduleShape){.kind = SCHED_INTERLEAVED, .P = 4, .M = 8, .n_steps = 1}, err, sizeof(err)) &&
+              strstr(err, "--chunks"),
+          "interleaved with one chunk refused: %s", err);
+    CHECK(schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 4, .M = 8, .n_steps = 1, .chunks = 2}, err, sizeof(err)) &&
+              strstr(err, "needs the interleaved schedule"),
+          "chunks with another schedule refused: %s", err);
+    CHECK(schedule_trainer_supports(SCHED_INTERLEAVED, err, sizeof(err)) && strstr(err, "contiguous") &&
+              schedule_trainer_supports(SCHED_TDPIPE, err, sizeof(err)) == 0,
+          "the trainer refuses interleaved, saying why: %s", err);
+}
+
+static double run_makespan(SchedKind k, int P, int M, int W, int v, const SimCost* c) {
+    Schedule sch;
+    SimResult r;
+    char err[512];
+    if (schedule_build(&sch, &(ScheduleShape){.kind = k, .P = P, .M = M, .W = W, .n_steps = 3, .chunks = v}, err, sizeof(err))) return -1;
+    int rc = simulator_run(&r, &sch, c, err, sizeof(err));
+    schedule_free(&sch);
+    if (rc) {
+        printf("  %s\n", err);
+        return -1;
+    }
+    double mk = r.makespan;
+    simulator_free(&r);
+    return mk;
+}
+
+static void test_comm(void) {
+    // gpipe P = 2, M = 1, F 1, B 2, messages of 0.5 on their links, latency 0: F0 [0,1] lands at 1.5,
+    // F1 [1.5,2.5], B1 [2.5,4.5] lands at 5, B0 [5,7], U at 7 (makespan 7). A data-parallel average of
+    // 1 after the last backward: U at 8; beside it: stage 0 max(7, 5 + 1), stage 1 max(4.5, 2.5 + 1): 7.
+    double msg[1] = {0.5}, dp[2] = {1.0, 1.0};
+    SimCost c = {.t_f = T_F, .t_b = T_B, .t_msg_f = msg, .t_msg_b = msg};
+    Schedule sch;
+    SimResult r;
+    char err[512];
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 1, .n_steps = 1}, err, sizeof(err));
+    int rc = simulator_run(&r, &sch, &c, err, sizeof(err));
+    CHECK(rc == 0 && r.makespan == 7.0 && r.start[1][0] == 1.5 && r.start[0][1] == 5.0, "messages by hand: makespan 7 (got %g)",
+          rc ? -1.0 : r.makespan);
+    if (rc == 0) simulator_free(&r);
+    c.t_dp = dp;
+    rc = simulator_run(&r, &sch, &c, err, sizeof(err));
+    CHECK(rc == 0 && r.makespan == 8.0, "a DP average of 1 after the last backward: U at 8 (got %g)", rc ? -1.0 : r.makespan);
+    if (rc == 0) simulator_free(&r);
+    c.dp_overlap = 1;
+    rc = simulator_run(&r, &sch, &c, err, sizeof(err));
+    CHECK(rc == 0 && r.makespan == 7.0, "  overlapped with that backward: hidden, U at 7 (got %g)", rc ? -1.0 : r.makespan);
+    if (rc == 0) simulator_free(&r);
+    schedule_free(&sch);
+    // a link carries one message at a time: gpipe P = 2, M = 2, activations of 2 (F takes 1):
+    // F0.0 lands at 3, F0.1 leaves at 3 (not 2) and lands at 5
+    double slow[1] = {2.0};
+    SimCost c2 = {.t_f = T_F, .t_b = T_B, .t_msg_f = slow};
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 2, .n_steps = 1}, err, sizeof(err));
+    rc = simulator_run(&r, &sch, &c2, err, sizeof(err));
+    CHECK(rc == 0 && r.start[1][0] == 3.0 && r.start[1][1] == 5.0, "messages queue on their link: stage 1 forwards at 3 and 5 (got %g, %g)",
+          rc ? -1.0 : r.start[1][0], rc ? -1.0 : r.start[1][1]);
+    if (rc == 0) simulator_free(&r);
+    schedule_free(&sch);
+
+    // Overlap never slower: messages on their own stream against the sender blocked for the
+    // message's time (added to its op), and the average beside the backward against after it, for
+    // every synchronous schedule (fixed orders: every time is a max-plus function of the op times)
+    // and tdpipe. Op and message times differ per virtual stage: drawn from the jitter generator (the
+    // op times themselves are not jittered, so the blocking op is exactly the op plus its message).
+    int ok = 1, cases = 0;
+    double f[24], b[24], bi[24], bw[24], mf[24], mb[24], fb[24], bb[24], bib[24], d[8];
+    for (int P = 2; P <= 6; P += 2)
+        for (int v = 1; v <= 2; v++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                int Q = P * v;
+                for (int q = 0; q < Q; q++) {
+                    Op key = {OP_F, 0, q, 0, 0};
+                    f[q] = simulator_jitter(seed, q, &key, 0.5);
+                    b[q] = 2 * simulator_jitter(seed + 10, q, &key, 0.5);
+                    bi[q] = bw[q] = b[q] / 2;
+                    mf[q] = 0.4 * simulator_jitter(seed + 20, q, &key, 0.5);
+                    mb[q] = 0.4 * simulator_jitter(seed + 30, q, &key, 0.5);
+                }
+                for (int s = 0; s < P; s++) d[s] = 3.0 * simulator_jitter(seed + 40, s, &(Op){OP_U, 0, 0, 0, 0}, 0.5);
+                for (int q = 0; q < Q; q++) { // blocking: the sender holds its compute while its messages leave
+                    fb[q] = f[q] + (q < Q - 1 ? mf[q] : 0.0);
+                    bb[q] = b[q] + (q > 0 ? mb[q - 1] : 0.0);
+                    bib[q] = bi[q] + (q > 0 ? mb[q - 1] : 0.0);
+                }
+                SchedKind kinds[5] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE, SCHED_INTERLEAVED};
+                for (int k = 0; k < 5; k++) {
+                    if ((kinds[k] == SCHED_INTERLEAVED) != (v == 2)) continue;
+                    for (int W = 0; W <= (kinds[k] == SCHED_TDPIPE ? 4 : 0); W += 2) {
+                        int M = 2 * P;
+                        SimCost over = {.t_f = f, .t_b = b, .t_bi = bi, .t_bw = bw, .t_msg_f = mf,
+                                        .t_msg_b = mb, .t_dp = d, .dp_overlap = 1};
+                        SimCost after = over;
+                        after.dp_overlap = 0;
+                        SimCost block = {.t_f = fb, .t_b = bb, .t_bi = bib, .t_bw = bw, .t_dp = d};
+                        double a = run_makespan(kinds[k], P, M, W, v, &over), x = run_makespan(kinds[k], P, M, W, v, &after);
+                        double y = run_makespan(kinds[k], P, M, W, v, &block);
+                        if (a < 0 || x < 0 || y < 0 || a > x || x > y) {
+                            if (ok) printf("  %s P=%d W=%d seed %d: overlapped %.6g, DP after %.6g, blocking %.6g\n",
+                                           schedule_kind_name(kinds[k]), P, W, (int)seed, a, x, y);
+                            ok = 0;
+                        }
+                        cases++;
+                    }
+                }
+            }
+    CHECK(ok, "overlapped communication is never slower than blocking, nor the overlapped DP average than the exposed one (%d cases)", cases);
+}
+
 int main(void) {
     unit_costs();
     test_textbook_bubble();
     test_tdpipe();
     test_jitter();
     test_timing_invariants();
+    test_interleaved();
+    test_comm();
     return test_summary();
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "llmc/adamw.h"
 #include "llmc/builtin_data.h"
+#include "llmc/compensation.h"
 #include "llmc/common.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.h"
@@ -15,6 +16,7 @@
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cpu.h"
+#include "tdpipe/staleness.h"
 #include "tdpipe/trace.h"
 #include "tests/test.h"
 
@@ -47,14 +49,39 @@ static void loader(DataLoader* dl) {
     if (dataloader_init_memory(dl, g_tokens, TOKENS, B, T, 0, 1, 1, 7, CFG.vocab_size, err, sizeof(err))) td_fatal("%s", err);
 }
 
-// the reference: plain loops over steps and micro-batches, every version kept; returns the final
-// weights in params (num_params) and the losses in losses (STEPS)
-static void reference(int W, const float* init, size_t n, float* params, float* losses) {
+// weights version v extrapolated `ahead` updates along AdamW's direction, tensor by tensor (the
+// reference's weight prediction, from that version's weights and moments)
+static void predicted(const size_t* sizes, const float* w, const float* m, const float* v, int version, int ahead, float* out) {
+    AdamWConfig o = adamw();
+    float lr_sum = 0.0f;
+    for (int j = version; j < version + ahead; j++) lr_sum += lr_schedule(j, STEPS, WARMUP, LR, FINAL);
+    size_t off = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        adamw_predict(out + off, w + off, m + off, v + off, sizes[i], lr_sum, o.beta1, o.beta2, o.eps, gpt2_param_decays(i) ? o.weight_decay : 0.0f,
+                      version);
+        off += sizes[i];
+    }
+}
+
+// the reference: plain loops over steps and micro-batches, every version (and its AdamW moments)
+// kept; micro-batch g of step t runs on version max(0, floor((g - W) / M)), compensated as comp says
+// (NULL: none) when its staleness exceeds comp->tau. Returns the final weights in params
+// (num_params) and the losses in losses (STEPS).
+static void reference(int W, const StaleComp* comp, const float* init, size_t n, float* params, float* losses) {
     GPT2Range all = {0, CFG.num_layers, 1, 1};
     Stage s; // only for its update, zero_grad, tie and norm units (the same code the executor uses)
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
+    size_t vc = s.sizes[0];
     float* versions = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float)); // (STEPS+1, n) weights after v updates
-    ParameterTensors view;
+    float* mom_m = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float));    // (STEPS+1, n) AdamW's m after v updates
+    float* mom_v = (float*)malloc_check((size_t)(STEPS + 1) * n * sizeof(float));    // (STEPS+1, n) AdamW's v
+    float* w = (float*)malloc_check(n * sizeof(float));          // (n) the weights a micro-batch runs on
+    float* g1 = (float*)calloc_check(n + vc, sizeof(float));     // (n + Vp*C) one micro-batch's gradient, then its head share
+    float* dc_a = (float*)calloc_check(n + vc, sizeof(float));   // (n + Vp*C) DC-ASGD's sum of g^2
+    float* dc_b = (float*)calloc_check(n + vc, sizeof(float));   // (n + Vp*C) and of g^2 * w_used
+    ParameterTensors view, g1v;
+    gpt2_point_params(&g1v, g1, s.sizes);
     DataLoader dl;
     loader(&dl);
     AdamWConfig opt = adamw();
@@ -62,28 +89,59 @@ static void reference(int W, const float* init, size_t n, float* params, float* 
     GPT2Acts* a = stage_cpu_acts(&s, 0);
     GPT2GradActs* ga = stage_cpu_gacts(&s, 0);
     for (int t = 0; t < STEPS; t++) {
+        // the slot's buffers, fetched each step: an accessor makes a slot left FRESH by the update exact in memory
+        float* grads = stage_cpu_grads(&s, 0);
+        float* head = stage_cpu_dwte_head(&s, 0);
         memcpy(versions + (size_t)t * n, s.params, n * sizeof(float));
-        double loss_sum = 0.0;
+        memcpy(mom_m + (size_t)t * n, s.adam_m, n * sizeof(float));
+        memcpy(mom_v + (size_t)t * n, s.adam_v, n * sizeof(float));
+        double loss_sum = 0.0, lr_factor = 0.0;
+        int dc_any = 0;
         for (int m = 0; m < M; m++) {
-            int g = t * M + m, v = g < W ? 0 : (g - W) / M;
-            gpt2_point_params(&view, versions + (size_t)v * n, s.sizes);
+            int g = t * M + m, v = g < W ? 0 : (g - W) / M, delta = t - v;
+            int comp_on = comp && delta > comp->tau;
+            const float* wv = versions + (size_t)v * n;
+            if (comp_on && comp->method == STALE_PREDICT && v > 0) predicted(s.sizes, wv, mom_m + (size_t)v * n, mom_v + (size_t)v * n, v, delta, w);
+            else memcpy(w, wv, n * sizeof(float));
+            gpt2_point_params(&view, w, s.sizes);
             if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
             loss_sum += gpt2_forward(&CFG, &all, &view, a, 1);
             gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
-            gpt2_backward_weight(&CFG, &all, a, ga, stage_cpu_grad_views(&s, 0), stage_cpu_dwte_head(&s, 0), 1);
+            if (comp_on && comp->method == STALE_DCASGD) { // this micro-batch's gradient alone, then into the step's and the sums
+                memset(g1, 0, (n + vc) * sizeof(float));
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n, 1);
+                dc_accumulate(grads, dc_a, dc_b, g1, w, n);
+                dc_accumulate(head, dc_a + n, dc_b + n, g1 + n, w, vc);
+                dc_any = 1;
+            } else {
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head, 1);
+            }
+            lr_factor += comp_on && comp->method == STALE_LR ? 1.0 / (1.0 + delta) : 1.0;
         }
         losses[t] = (float)(loss_sum / M);
+        if (dc_any) { // corrected towards the weights this update applies to
+            dc_correct(grads, dc_a, dc_b, s.params, n, comp->dc_lambda);
+            dc_correct(head, dc_a + n, dc_b + n, s.params, vc, comp->dc_lambda);
+        }
         stage_tie_local(&s, 0);
         memset(units, 0, sizeof(units));
         stage_grad_unit_sumsq(&s, 0, units);
         double sq = 0.0;
         for (int i = 0; i < CFG.num_layers + 2; i++) sq += units[i];
         float norm = (float)sqrt(sq), scale = norm > CLIP ? CLIP / norm : 1.0f;
-        stage_update(&s, 0, &opt, lr_schedule(t, STEPS, WARMUP, LR, FINAL), t + 1, scale);
+        float lr = lr_schedule(t, STEPS, WARMUP, LR, FINAL);
+        if (comp && comp->method == STALE_LR) lr *= (float)(lr_factor / M);
+        stage_update(&s, 0, &opt, lr, t + 1, scale);
         stage_zero_grad(&s, 0);
     }
     memcpy(params, s.params, n * sizeof(float));
     free(versions);
+    free(mom_m);
+    free(mom_v);
+    free(w);
+    free(g1);
+    free(dc_a);
+    free(dc_b);
     dataloader_free(&dl);
     stage_destroy(&s);
 }
@@ -105,10 +163,11 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
         int W = windows[k];
         float ref_losses[STEPS];
-        reference(W, init, n, ref, ref_losses);
+        reference(W, NULL, init, n, ref, ref_losses);
 
         Stage st;
         stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+        stage_reserve(&st, 1, 1, 1, 0); // one micro-batch at a time
         DataLoader dl;
         loader(&dl);
         CommLink link;
@@ -142,12 +201,50 @@ int main(int argc, char** argv) {
         dataloader_free(&dl);
         stage_destroy(&st);
     }
+    // each compensation method against its written-out reference, for windows making some, half and
+    // every micro-batch of a step stale (and two updates stale), tau 0 and 1
+    const StaleMethod methods[3] = {STALE_PREDICT, STALE_DCASGD, STALE_LR};
+    int comp_windows[] = {1, M / 2, M, 2 * M};
+    for (int mi = 0; mi < 3; mi++)
+        for (int tau = 0; tau <= 1; tau++)
+            for (size_t k = 0; k < sizeof(comp_windows) / sizeof(comp_windows[0]); k++) {
+                int W = comp_windows[k];
+                StaleComp comp = {methods[mi], tau, 300.0f};
+                float ref_losses[STEPS];
+                reference(W, &comp, init, n, ref, ref_losses);
+                Stage st;
+                stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+                stage_reserve(&st, 1, 1, 1, 0); // one micro-batch at a time
+                stage_use_compensation(&st, &comp);
+                DataLoader dl;
+                loader(&dl);
+                CommLink link;
+                comm_mpi_link(&comm, &link);
+                Executor ex = {.comm = &comm, .stage = &st, .data = &dl, .link = &link, .optim = {adamw(), STEPS, WARMUP, FINAL, CLIP},
+                               .comp = &comp, .on_step = on_step};
+                Schedule sch;
+                if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 1, .M = M, .W = W, .n_steps = STEPS}, err, sizeof(err)))
+                    td_fatal("%s", err);
+                memset(g_losses, 0, sizeof(g_losses));
+                executor_run(&ex, &sch);
+                CHECK(memcmp(g_losses, ref_losses, sizeof(g_losses)) == 0 && memcmp(st.params, ref, n * sizeof(float)) == 0,
+                      "--stale-comp %s, tau %d, W = %d: losses and final weights bitwise equal to the method written out (last loss %.7f vs %.7f)",
+                      staleness_name(comp.method), tau, W, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
+                float plain[STEPS];
+                reference(W, NULL, init, n, ref, plain);
+                int stale_beyond_tau = schedule_max_staleness(&sch) > tau;
+                CHECK(!stale_beyond_tau || memcmp(plain, ref_losses, sizeof(plain)) != 0, "  and it changes the run (%.7f without)", plain[STEPS - 1]);
+                schedule_free(&sch);
+                executor_free(&ex);
+                dataloader_free(&dl);
+                stage_destroy(&st);
+            }
     // the check can fail: a reference that forwards on the current weights instead of the stale
     // ones disagrees with the executor from the first stale step on
     float no_stash[STEPS];
-    reference(0, init, n, ref, no_stash);
+    reference(0, NULL, init, n, ref, no_stash);
     float stale_run[STEPS];
-    reference(M, init, n, ref, stale_run);
+    reference(M, NULL, init, n, ref, stale_run);
     CHECK(memcmp(no_stash, stale_run, sizeof(no_stash)) != 0 && no_stash[0] == stale_run[0],
           "W = M differs from W = 0 after the first step (%.7f vs %.7f at step 2): staleness is visible", stale_run[1], no_stash[1]);
     free(init);

@@ -4,6 +4,7 @@
 #include "llmc/tokenizer.h"
 #include "llmc/shard.h"
 #include "tests/test.h"
+#include "tests/tiny_vocab.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -138,21 +139,15 @@ static void test_bytes(void) {
     tokenizer_free(&t);
 }
 
-// A tiny vocabulary written by hand: the 256 bytes in GPT-2's alphabet (as \u escapes), "ab", "bc",
-// "abc", <|endoftext|>, and the merges "a b", "b c", "ab c" (in that priority).
+// tests/tiny_vocab.h's vocabulary, as two files in dir
 static void write_tiny_vocab(const char* dir, char* enc_path, char* bpe_path) {
     sprintf(enc_path, "%s/tiny_encoder.json", dir);
     sprintf(bpe_path, "%s/tiny_vocab.bpe", dir);
-    FILE* f = fopen(enc_path, "wb");
-    fprintf(f, "{");
-    int extra = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        fprintf(f, "\"\\u%04x\": %d, ", printable ? b : 256 + extra++, b);
-    }
-    fprintf(f, "\"ab\": 256,\n\"bc\": 257, \"abc\" :258 , \"<|endoftext|>\": 259}\n");
-    fclose(f);
-    write_file(bpe_path, "#version: 0.2\na b\nb c\nab c\n");
+    FILE* enc = fopen(enc_path, "wb");
+    FILE* bpe = fopen(bpe_path, "wb");
+    tiny_vocab_write(enc, bpe);
+    fclose(enc);
+    fclose(bpe);
 }
 
 static void test_tiny_vocab(const char* dir) {

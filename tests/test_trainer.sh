@@ -47,6 +47,9 @@ refuse "missing model file" "nope.bin: cannot open" $BIN -e "$TMP/nope.bin" -x 1
 cp "$TMP/t1/model.bin" "$TMP/v9.bin"; printf '\x09\x00\x00\x00' | dd of="$TMP/v9.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
 refuse "model file of an unknown version" "v9.bin: model file version 9 not supported" $BIN -e "$TMP/v9.bin" -x 1 $Q -o "$TMP/r"
 refuse "-e dN with a bad depth" "depth must be 1..48" $BIN -e d0 -x 1 $Q -o "$TMP/r"
+mkdir -p "$TMP/adir"; mkfifo "$TMP/afifo"
+refuse "a directory as -e" "adir: is a directory, not a model file" $BIN -e "$TMP/adir" -x 1 $Q -o "$TMP/r"
+refuse "a FIFO as -e: refused, not waited on" "afifo: is a FIFO, not a model file" $BIN -e "$TMP/afifo" -x 1 $Q -o "$TMP/r"
 
 # --- shards: train on llm.c token shards (byte tokenizer), refusals of bad ones
 printf 'It was the best of times, it was the worst of times, it was the age of wisdom.\n%.0s' {1..200} > "$TMP/text.txt"
@@ -56,6 +59,8 @@ check "validation on the shards prints" grep -q "^val loss" "$TMP/out"
 cp "$TMP/sh_train.bin" "$TMP/bad.bin"; printf '\x00\x00\x00\x00' | dd of="$TMP/bad.bin" conv=notrunc 2>/dev/null
 refuse "shard with a wrong magic" "bad.bin" $BIN -i "$TMP/bad.bin" -x 1 $Q -o "$TMP/r"
 refuse "shard glob that matches nothing" "nothing_here" $BIN -i "$TMP/nothing_here_*.bin" -x 1 $Q -o "$TMP/r"
+refuse "a directory as -i" "adir: is a directory, not a token shard" $BIN -i "$TMP/adir" -x 1 $Q -o "$TMP/r"
+refuse "a FIFO as -i" "afifo: is a FIFO, not a token shard" $BIN -i "$TMP/afifo" -x 1 $Q -o "$TMP/r"
 
 # --- flags: each bad value names the flag; --help lists every flag with its default
 refuse "-b 0 is out of range" "^train_tdpipe: -b: 0 is out of range" $BIN -b 0
@@ -65,7 +70,7 @@ refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
 refuse "a flag without its value" "-x needs a value" $BIN -x
 refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
 refuse "--device of an unknown kind" "--device tpu: expected auto, cpu or cuda" $BIN --device tpu
-refuse "-o under a regular file" "cannot create the output directory|not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
+refuse "-o under a regular file" "cannot create the folder: Not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
 help_all() { $BIN --help > "$TMP/help" && for f in -i -j -e -o -b -t -l -u -q -c -x -v -s -g -n -y --clip --seed --grad-accum --keep --config; do grep -q -- "$f" "$TMP/help" || return 1; done; }
 check "--help lists every flag" help_all
 check "--help shows defaults" grep -q "(default: 3e-3)" "$TMP/help"
@@ -89,12 +94,15 @@ check "--config: batch and micro-batches from the file" grep -q "B 4, T 32, M 2"
 check "--config: steps from the file (3 log lines)" test "$(losses "$TMP/y" | wc -l)" -eq 3
 check "a flag overrides the file" $BIN --config "$TMP/cfg.yaml" -x 2 -o "$TMP/y2"
 check "--config: -x 2 won over steps: 3" test "$(losses "$TMP/y2" | wc -l)" -eq 2
-printf 'optimizer:\n  lr: 0.1\n  momentum: 0.9\n' > "$TMP/unknown.yaml"
-refuse "config with an unknown key names it and its line" "unknown.yaml:3: unknown key 'optimizer.momentum'" $BIN --config "$TMP/unknown.yaml"
-printf 'optimizer:\n  lr: fast\n' > "$TMP/badval.yaml"
-refuse "config with a bad value" "badval.yaml:2: optimizer.lr: 'fast' is not a valid number" $BIN --config "$TMP/badval.yaml"
-printf 'optimizer: [1, 2\n' > "$TMP/broken.yaml"
-refuse "config that is not valid YAML" "broken.yaml:.*YAML error" $BIN --config "$TMP/broken.yaml"
+# yaml_refused NAME TEXT REGEX: a config holding TEXT is refused with "NAME.yaml:REGEX"
+yaml_refused() { printf "$2" > "$TMP/$1.yaml"; refuse "config: $1" "$1.yaml:$3" $BIN --config "$TMP/$1.yaml"; }
+yaml_refused unknown 'optimizer:\n  lr: 0.1\n  momentum: 0.9\n' "3: unknown key 'optimizer.momentum'"
+yaml_refused badval 'optimizer:\n  lr: fast\n' "2: optimizer.lr: 'fast' is not a valid number"
+yaml_refused broken 'optimizer: [1, 2\n' ".*YAML error"
+yaml_refused dupkey 'model:\n  batch: 2\n  batch: 4\n' "3: key 'model.batch' appears twice \\(first at line 2\\)"
+yaml_refused dupsec 'model: {batch: 2}\nlogging: {val_every: 1}\nmodel: {seq_len: 8}\n' "3: section 'model' appears twice"
+yaml_refused twodocs 'model: {batch: 2}\n---\nmodel: {batch: 4}\n' "2: a second YAML document"
 refuse "missing config file" "missing.yaml: cannot open" $BIN --config "$TMP/missing.yaml"
+refuse "a directory as --config" "adir: is a directory, not a YAML config" $BIN --config "$TMP/adir"
 
 finish

@@ -101,7 +101,7 @@ static double zero_grad_bytes(Stage* s) {
 
 // the slot's gradient and head share after a forward and backward (with the tied sum), copied out
 static float* backward_grads(Stage* s, int step, size_t n_head) {
-    Op f = {OP_F, step, 0, s->version}, b = {OP_B, step, 0, s->version};
+    Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s->version}, b = {.kind = OP_B, .step = step, .mb = 0, .version = s->version};
     stage_forward(s, &f, 0, 1);
     stage_backward(s, &b, 0, 0.0625f);
     float* g = (float*)malloc((s->num_params + n_head) * sizeof(float));
@@ -131,6 +131,7 @@ static void check_zero_grad(void) {
     gpt2_init_full(&cfg, full, 3);
     Stage s;
     stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = 2, .T = 8, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
     for (int i = 0; i < 16; i++) {
         stage_inputs(&s, 0)[i] = (i * 7) % cfg.vocab_size;
         stage_targets(&s, 0)[i] = (i * 11 + 3) % cfg.vocab_size;

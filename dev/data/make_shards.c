@@ -54,30 +54,13 @@ static void encode_into(const Tokenizer* tok, const char* text, size_t len, int 
 }
 
 static char* read_text(const char* path, size_t* len) {
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "make_shards: %s: cannot open: %s\n", path, strerror(errno));
+    char err[1200];
+    char* text = (char*)td_read_file(path, "text file", len, err, sizeof err);
+    if (!text) {
+        fprintf(stderr, "make_shards: %s\n", err);
         exit(1);
     }
-    size_t cap = 1 << 20, n = 0, got;
-    char* buf = malloc_check(cap);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char* bigger = malloc_check(2 * cap);
-            memcpy(bigger, buf, n);
-            free(buf);
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        fprintf(stderr, "make_shards: %s: read failed\n", path);
-        exit(1);
-    }
-    fclose(f);
-    *len = n;
-    return buf;
+    return text;
 }
 
 static void write_or_die(const char* prefix, const char* suffix, const uint16_t* tokens, size_t n, int kind) {

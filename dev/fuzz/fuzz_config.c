@@ -1,0 +1,12 @@
+// libFuzzer target: the YAML config reader (tdpipe/config.c, libyaml) applying keys to TrainArgs.
+#include "dev/fuzz/fuzz_file.h"
+#include "tdpipe/config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
+    const char* path = fuzz_file(0, data, n);
+    TrainArgs a;
+    args_defaults(&a);
+    char err[1024];
+    config_load_yaml(&a, path, err, sizeof err);
+    return 0;
+}

@@ -1,0 +1,96 @@
+// The simulator over op times given on the command line (e.g. measured from a trainer's --trace by
+// scripts/plot_trace.py --op-times): the schedule the trainer ran, its steady step time and bubble
+// as the trainer reports them (between stage 0's updates; 1 - busy / time, steps 2..n-1).
+// Usage: sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..
+//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms]
+#include "llmc/common.h"
+#include "tdpipe/simulator.h"
+#include <string.h>
+
+// n comma-separated numbers >= 0 into out (n); exits naming the flag otherwise
+static void parse_list(const char* flag, const char* s, int n, double* out) {
+    const char* it = s;
+    for (int i = 0; i < n; i++) {
+        char* end;
+        out[i] = strtod(it, &end);
+        if (end == it || !(out[i] >= 0) || (i + 1 < n ? *end != ',' : *end != '\0')) {
+            fprintf(stderr, "sim_replay: %s %s: expected %d times >= 0 separated by commas (one per stage)\n", flag, s, n);
+            exit(1);
+        }
+        it = end + 1;
+    }
+}
+
+int main(int argc, char** argv) {
+    const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL;
+    int P = 0, M = 0, W = 0, n_steps = 0;
+    double latency = 0.0;
+    for (int i = 1; i < argc; i++) {
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "sim_replay: %s needs a value (usage: see dev/sim_replay.c)\n", argv[i]);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--schedule")) sched = v;
+        else if (!strcmp(argv[i], "--stages")) P = atoi(v);
+        else if (!strcmp(argv[i], "--micro-batches")) M = atoi(v);
+        else if (!strcmp(argv[i], "--aew")) W = atoi(v);
+        else if (!strcmp(argv[i], "--steps")) n_steps = atoi(v);
+        else if (!strcmp(argv[i], "--latency")) latency = atof(v) / 1e3;
+        else if (!strcmp(argv[i], "--f")) f = v;
+        else if (!strcmp(argv[i], "--b")) b = v;
+        else if (!strcmp(argv[i], "--bi")) bi = v;
+        else if (!strcmp(argv[i], "--bw")) bw = v;
+        else if (!strcmp(argv[i], "--u")) u = v;
+        else {
+            fprintf(stderr, "sim_replay: unknown option %s\n", argv[i]);
+            return 1;
+        }
+        i++;
+    }
+    SchedKind kind;
+    if (schedule_parse_kind(sched, &kind)) {
+        fprintf(stderr, "sim_replay: --schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe\n", sched);
+        return 1;
+    }
+    if (P < 1 || M < 1 || n_steps < 3 || !f || (!b && !(bi && bw))) {
+        fprintf(stderr, "sim_replay: needs --stages, --micro-batches, --steps (>= 3), --f and --b (or --bi and --bw)\n");
+        return 1;
+    }
+    double* t[5] = {NULL}; // (P) each: F, B, BI, BW, U in seconds
+    const char* lists[5] = {f, b, bi, bw, u};
+    const char* flags[5] = {"--f", "--b", "--bi", "--bw", "--u"};
+    for (int k = 0; k < 5; k++) {
+        if (!lists[k]) continue;
+        t[k] = (double*)malloc_check((size_t)P * sizeof(double));
+        parse_list(flags[k], lists[k], P, t[k]);
+        for (int s = 0; s < P; s++) t[k][s] /= 1e3;
+    }
+    Schedule sch;
+    char err[512];
+    if (schedule_build(&sch, &(ScheduleShape){.kind = kind, .P = P, .M = M, .W = W, .n_steps = n_steps}, err, sizeof(err))) {
+        fprintf(stderr, "sim_replay: %s\n", err);
+        return 1;
+    }
+    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency};
+    SimResult r;
+    if (simulator_run(&r, &sch, &cost, err, sizeof(err))) {
+        fprintf(stderr, "sim_replay: %s\n", err);
+        return 1;
+    }
+    // stage 0's update-to-update time over steps 2..n-1 (1-based), as the trainer's step line reports it
+    double first = -1.0, last = -1.0;
+    int u_seen = 0;
+    for (int i = 0; i < r.n_ops[0]; i++)
+        if (r.ops[0][i].kind == OP_U) {
+            u_seen++;
+            if (u_seen == 1) first = r.end[0][i];
+            if (u_seen == n_steps - 1) last = r.end[0][i];
+        }
+    printf("step_ms=%.4f\nbubble=%.4f\nmakespan_ms=%.4f\n", 1e3 * (last - first) / (n_steps - 2), 1.0 - r.steady_utilisation,
+           1e3 * r.makespan);
+    simulator_free(&r);
+    schedule_free(&sch);
+    for (int k = 0; k < 5; k++) free(t[k]);
+    return 0;
+}

@@ -1,0 +1,62 @@
+// Staleness compensation's elementwise kernels on the GPU, the arithmetic of llmc/compensation.c:
+// weights extrapolated along AdamW's direction into a floatX copy, DC-ASGD's sums and correction.
+#pragma once
+#include <math.h>
+#include "cuda_common.cuh"
+
+__global__ void adamw_predict_kernel(floatX* out, const float* w, const float* m, const float* v, long n, float lr_sum, float bc1,
+                                     float bc2, float eps, float weight_decay) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float mhat = m[i] / bc1, vhat = v[i] / bc2;
+    out[i] = from_float<floatX>(w[i] - lr_sum * (mhat / (sqrtf(vhat) + eps) + weight_decay * w[i]));
+}
+
+// as adamw_predict (llmc/compensation.h), the result in the compute precision: out (n) floatX
+static inline void adamw_predict_cuda(floatX* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1,
+                                      float beta2, float eps, float weight_decay, int t) {
+    if (n == 0) return;
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t); // as the CPU computes them
+    adamw_predict_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(out, w, m, v, (long)n, lr_sum, bc1, bc2, eps, weight_decay);
+    cudaCheckLaunch("adamw_predict_kernel");
+}
+
+// w: fp32 (the master weights) or floatX (a stash's compute copy), the weights the micro-batch used
+template <typename TW>
+__global__ void dc_accumulate_kernel(float* acc, float* a, float* b, const float* g, const TW* w, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = g[i], gg = gi * gi;
+    acc[i] += gi;
+    a[i] += gg;
+    b[i] += gg * to_float(w[i]);
+}
+template <typename TW>
+static inline void dc_accumulate_cuda(float* acc, float* a, float* b, const float* g, const TW* w, size_t n) {
+    if (n == 0) return;
+    dc_accumulate_kernel<TW><<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, a, b, g, w, (long)n);
+    cudaCheckLaunch("dc_accumulate_kernel");
+}
+
+__global__ void grad_add_kernel(float* acc, const float* g, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += g[i];
+}
+static inline void grad_add_cuda(float* acc, const float* g, size_t n) {
+    if (n == 0) return;
+    grad_add_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, g, (long)n);
+    cudaCheckLaunch("grad_add_kernel");
+}
+
+__global__ void dc_correct_kernel(float* acc, float* a, float* b, const float* w_now, long n, float lambda) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    acc[i] += lambda * (w_now[i] * a[i] - b[i]);
+    a[i] = 0.0f;
+    b[i] = 0.0f;
+}
+static inline void dc_correct_cuda(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda) {
+    if (n == 0) return;
+    dc_correct_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, a, b, w_now, (long)n, lambda);
+    cudaCheckLaunch("dc_correct_kernel");
+}

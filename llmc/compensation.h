@@ -1,0 +1,27 @@
+// Elementwise kernels of staleness compensation (the CPU reference; llmc/compensation.cuh mirrors
+// them): weights extrapolated along AdamW's update direction (weight prediction), DC-ASGD's
+// accumulators and first-order correction, and a micro-batch's gradient added in on its own.
+#pragma once
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out (n) = w - lr_sum * (mhat / (sqrt(vhat) + eps) + weight_decay * w), mhat = m / (1 - beta1^t),
+// vhat = v / (1 - beta2^t): the weights lr_sum's worth of AdamW steps ahead along the direction the
+// moments of t >= 1 updates give (as adamw_update computes one step, without a new gradient)
+void adamw_predict(float* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1, float beta2,
+                   float eps, float weight_decay, int t);
+
+// one micro-batch's gradient g (n) into the step's: acc += g, a += g * g, b += g * g * w, where w (n)
+// are the weights the micro-batch was computed with
+void dc_accumulate(float* acc, float* a, float* b, const float* g, const float* w, size_t n);
+// a micro-batch's gradient g (n), computed alone, into the step's: acc += g
+void grad_add(float* acc, const float* g, size_t n);
+// DC-ASGD (Zheng et al. 2017) summed over the step's micro-batches: acc += lambda * (w_now * a - b)
+// = sum_i lambda g_i^2 (w_now - w_i); then a = b = 0
+void dc_correct(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,203 @@
+// 8-bit block quantization on the GPU: llmc/quant.c's quantize (plain and with error feedback),
+// dequantize, dequantize-and-add and value histogram, bit for bit the CPU's results.
+#pragma once
+#include "cuda_common.cuh"
+#include "quant.h"
+
+// ---- exact IEEE arithmetic -------------------------------------------------------------------------
+// --use_fast_math compiles the float operations, __fadd_rn & co. and even fabsf and comparisons to
+// their .ftz forms (subnormals flushed to zero), which would change the scale, q and the residual of
+// blocks of subnormal values (and a residual that falls below FLT_MIN). The PTX instructions without
+// .ftz round exactly as the CPU does; absolute values, comparisons and finiteness use the bits. (The
+// .ftz negation and float-to-int conversion left in the kernels only ever see integer values.)
+
+__device__ __forceinline__ float quant_add_exact(float a, float b) {
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float quant_mul_exact(float a, float b) {
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float quant_div_exact(float a, float b) {
+    float r;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float quant_fma_exact(float a, float b, float c) {
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+}
+// rintf: round half to even, to an integer-valued float
+__device__ __forceinline__ float quant_rint_exact(float a) {
+    float r;
+    asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(a));
+    return r;
+}
+// |v|'s bits: for non-negative floats the unsigned order of the bits is the order of the values
+__device__ __forceinline__ unsigned quant_abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+#define QUANT_INF_BITS 0x7f800000u  // abs bits >= this: infinite or NaN
+#define QUANT_NAN_BITS 0x7fc00000u  // the C library's NAN, the scale of a refused block
+#define QUANT_QUIET_BIT 0x00400000u
+// a NaN operand comes out of x86 (and ARM) arithmetic quieted with its payload kept, while the GPU's
+// gives its canonical NaN 0x7fffffff: the dequantizing kernels pass the operand's NaN on themselves
+__device__ __forceinline__ float quant_quiet(float v) { return __uint_as_float(__float_as_uint(v) | QUANT_QUIET_BIT); }
+
+// ---- quantize ---------------------------------------------------------------------------------------
+// One warp per quantization block (a grid-stride loop over blocks; the lanes stride over the
+// block's elements, so any block size works, the design's 128-256 being 4-8 elements a lane). A
+// max is exact in any order, so the warp reduction of absmax gives block_scale's value.
+
+// x (n), residual (n) or NULL (EF false), q (n), scale (nb), bad: += the non-finite count (or NULL)
+template <bool EF>
+__global__ void quant_int8_kernel(const float* x, float* residual, size_t n, size_t nb, int block, int8_t* q, float* scale,
+                                  unsigned long long* bad) {
+    const int lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; b < nb; b += warps) { // b is the warp's: all lanes loop together
+        const size_t off = b * (size_t)block;
+        const int m = n - off < (size_t)block ? (int)(n - off) : block;
+        const float* xb = x + off;
+        float* rb = EF ? residual + off : nullptr;
+        unsigned amax = 0, nonfinite = 0;
+        for (int i = lane; i < m; i += 32) {
+            unsigned a = quant_abs_bits(EF ? quant_add_exact(xb[i], rb[i]) : xb[i]);
+            if (a >= QUANT_INF_BITS) nonfinite++;
+            else amax = max(amax, a);
+        }
+        amax = __reduce_max_sync(0xffffffffu, amax);
+        nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
+        int8_t* qb = q + off;
+        if (nonfinite) { // not quantized: scale NaN, q 0, the residual left as it was
+            if (lane == 0) {
+                scale[b] = __uint_as_float(QUANT_NAN_BITS);
+                if (bad) atomicAdd(bad, (unsigned long long)nonfinite);
+            }
+            for (int i = lane; i < m; i += 32) qb[i] = 0;
+            continue;
+        }
+        float s = quant_div_exact(__uint_as_float(amax), (float)QUANT_MAX);
+        // 127 s overflowing: one float lower (nextafterf(s, 0); s is then a large positive float)
+        if (quant_abs_bits(quant_mul_exact(s, (float)QUANT_MAX)) == QUANT_INF_BITS) s = __uint_as_float(__float_as_uint(s) - 1);
+        if (lane == 0) scale[b] = s;
+        const bool zero = __float_as_uint(s) == 0; // a block of zeros, or a scale that underflowed to 0
+        for (int i = lane; i < m; i += 32) {
+            float v = EF ? quant_add_exact(xb[i], rb[i]) : xb[i]; // the same v as in the first pass
+            int qi = 0;
+            if (!zero) {
+                qi = (int)quant_rint_exact(quant_div_exact(v, s)); // |v / s| < 192 (a rounded-down subnormal scale), exact in an int
+                qi = min(max(qi, -QUANT_MAX), QUANT_MAX);
+            }
+            qb[i] = (int8_t)qi;
+            if (EF) rb[i] = quant_fma_exact(-(float)qi, s, v); // v - q s, rounded once
+        }
+    }
+}
+
+// 256-thread blocks (8 warps) for `units` quantization blocks, one a warp, at most 65536 blocks (the
+// grid-stride loops cover the rest)
+static inline int quant_grid(size_t units) {
+    size_t blocks = (units + 7) / 8;
+    return blocks > 65536 ? 65536 : (int)blocks;
+}
+
+static inline void quant_check_block(const char* what, int block) {
+    if (block < 1) td_fatal("%s: block size %d (must be positive)", what, block);
+}
+
+// as quant_int8 (llmc/quant.h) on the device: x (n) fp32, q (n) int8, scale (quant_blocks(n, block))
+// fp32. Instead of returning the non-finite count it adds it to *d_bad (a device counter the caller
+// zeroes and reads when it wants the number, e.g. once for many buffers; NULL: not counted); the
+// NaN scales say the same per block. Asynchronous on g_cuda_stream.
+static inline void quant_int8_cuda(const float* x, size_t n, int block, int8_t* q, float* scale, unsigned long long* d_bad) {
+    quant_check_block("quant_int8_cuda", block);
+    if (n == 0) return;
+    size_t nb = quant_blocks(n, block);
+    quant_int8_kernel<false><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(x, nullptr, n, nb, block, q, scale, d_bad);
+    cudaCheckLaunch("quant_int8_kernel");
+}
+
+// as quant_int8_ef: quantizes x (n) + residual (n) and leaves in residual what the rounding dropped
+// (unchanged in a refused block); x is not written; d_bad as for quant_int8_cuda
+static inline void quant_int8_ef_cuda(const float* x, float* residual, size_t n, int block, int8_t* q, float* scale,
+                                      unsigned long long* d_bad) {
+    quant_check_block("quant_int8_ef_cuda", block);
+    if (n == 0) return;
+    size_t nb = quant_blocks(n, block);
+    quant_int8_kernel<true><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(x, residual, n, nb, block, q, scale, d_bad);
+    cudaCheckLaunch("quant_int8_kernel<ef>");
+}
+
+// ---- dequantize -------------------------------------------------------------------------------------
+// The same warp-per-block layout: the warp reads its block's scale once (no 64-bit division per element).
+
+// q (n), scale (nb), out (n): out = q s (ADD false) or fmaf(q, s, out) (ADD true)
+template <bool ADD>
+__global__ void dequant_int8_kernel(const int8_t* q, const float* scale, size_t n, size_t nb, int block, float* out) {
+    const int lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; b < nb; b += warps) {
+        const size_t off = b * (size_t)block;
+        const int m = n - off < (size_t)block ? (int)(n - off) : block;
+        const float s = scale[b];
+        const bool s_nan = quant_abs_bits(s) > QUANT_INF_BITS;
+        const int8_t* qb = q + off;
+        float* ob = out + off;
+        for (int i = lane; i < m; i += 32) {
+            float qi = (float)qb[i];
+            if (!ADD) {
+                ob[i] = s_nan ? quant_quiet(s) : quant_mul_exact(qi, s);
+            } else {
+                // a NaN already in out stays that NaN, else the scale's: the x86 order (the compiled
+                // vfmadd132ss takes q, out, scale in that precedence; q is never NaN)
+                float o = ob[i];
+                ob[i] = quant_abs_bits(o) > QUANT_INF_BITS ? quant_quiet(o) : s_nan ? quant_quiet(s) : quant_fma_exact(qi, s, o);
+            }
+        }
+    }
+}
+
+// as dequant_int8: out (n) fp32 = q (n) int8 times its block's scale (quant_blocks(n, block)) fp32
+static inline void dequant_int8_cuda(const int8_t* q, const float* scale, size_t n, int block, float* out) {
+    quant_check_block("dequant_int8_cuda", block);
+    if (n == 0) return;
+    size_t nb = quant_blocks(n, block);
+    dequant_int8_kernel<false><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(q, scale, n, nb, block, out);
+    cudaCheckLaunch("dequant_int8_kernel");
+}
+
+// as dequant_int8_add: out (n) fp32 = fmaf(q, scale, out), one rounding per element; called for
+// replica 0, 1, ... in turn on the same stream after out = 0, the sum in replica order
+static inline void dequant_int8_add_cuda(const int8_t* q, const float* scale, size_t n, int block, float* out) {
+    quant_check_block("dequant_int8_add_cuda", block);
+    if (n == 0) return;
+    size_t nb = quant_blocks(n, block);
+    dequant_int8_kernel<true><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(q, scale, n, nb, block, out);
+    cudaCheckLaunch("dequant_int8_kernel<add>");
+}
+
+// ---- histogram --------------------------------------------------------------------------------------
+
+// hist (256) += the counts of q (n)'s values at value + 128: per thread block in shared memory (32-bit
+// counts: at most n / gridDim.x values a block), then added to the device's 64-bit counts
+__global__ void quant_histogram_kernel(const int8_t* q, size_t n, unsigned long long* hist) {
+    __shared__ unsigned h[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) h[i] = 0;
+    __syncthreads();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) atomicAdd(&h[q[i] + 128], 1u);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        if (h[i]) atomicAdd(&hist[i], (unsigned long long)h[i]);
+}
+
+// as quant_histogram_add: hist (256) 64-bit counts on the device (uint64_t's layout), q (n) int8;
+// asynchronous on g_cuda_stream
+static inline void quant_histogram_add_cuda(const int8_t* q, size_t n, unsigned long long* hist) {
+    if (n == 0) return;
+    size_t blocks = (n + 4095) / 4096; // 16 values a thread; at most 2048 blocks (32-bit shared counts up to n = 8.8e12)
+    quant_histogram_kernel<<<blocks > 2048 ? 2048 : (int)blocks, 256, 0, g_cuda_stream>>>(q, n, hist);
+    cudaCheckLaunch("quant_histogram_kernel");
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# TD-Pipe's convergence price and what each staleness compensation buys back: validation loss after
+# S steps for M in {8, 16}, W in {0, M/2, M, 2M} x --stale-comp {none, predict, dcasgd, lr}, on the
+# built-in data (its entropy floor is known) and on Tiny Shakespeare with GPT-2 tokens (d6); each row
+# with its gap to W = 0, the drift monitor's mean cosine over the run, and the utilisation that window
+# reaches at beta = 0.3 with P = 8 (the simulator's figure, sim_% of scripts/bench_schedules.sh).
+# Runs at P = 1: a TD-Pipe run is bitwise the same at every P (tests/test_pipeline.sh), so one process
+# computes exactly the pipeline's stale updates. Prints a table people and awk both read. Not a test.
+# usage: scripts/bench_convergence.sh [builtin|shakespeare|both (default)] [steps (default 300)]
+#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict dcasgd lr", DC_LAMBDA=1e5,
+#   T_SHAKESPEARE=128: a subset of the table (the whole is 52 runs; Tiny Shakespeare's take minutes each)
+set -u
+WHICH=${1:-both}
+STEPS=${2:-300}
+BIN=${BIN:-./train_tdpipe}
+SIM=build/dev/sim_schedules
+[ -x "$BIN" ] && [ -x "$SIM" ] || { echo "bench_convergence: build first (make)" >&2; exit 1; }
+TMP=$(mktemp -d /tmp/bench_convergence.XXXXXX); trap 'rm -rf "$TMP"' EXIT
+DC_LAMBDA=${DC_LAMBDA:-1e5}   # the trainer's default
+MS=${MS:-8 16}                 # micro-batches per step
+WINDOWS=${WINDOWS:-half one two} # W as M/2, M, 2M
+COMPS=${COMPS:-none predict dcasgd lr}
+T_SHAKESPEARE=${T_SHAKESPEARE:-128}
+echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
+echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25)"
+echo "# gap: val loss relative to the same M's W = 0 run; cos: the drift monitor's mean cosine to the exact synchronous gradient; util: tdpipe at P = 8, beta 0.3 (simulated)"
+printf '%-12s %3s %3s %-8s %10s %9s %8s %7s\n' "#data" M W comp val_loss gap_% cos util_%
+sim_util() { "$SIM" -P 8 -M "$1" -n 12 -s 20 -W "$2" | awk -v w="$2" '/^beta / { b = $2 } b == 0.3 && $1 == "tdpipe" && $2 == w { print $6; exit }'; }
+one() { # one DATA M W COMP FLAGS...
+    local data=$1 M=$2 W=$3 comp=$4; shift 4
+    local out="$TMP/$data.$M.$W.$comp"
+    $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$comp" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
+        --drift-every 25 -s 0 "$@" -o "$out" > "$out.txt" 2>&1 || { echo "$data M=$M W=$W $comp: failed (see $out.txt)" >&2; return; }
+    local val cos
+    val=$(grep -o 'val loss [0-9.]*' "$out.txt" | tail -1 | cut -d' ' -f3)
+    cos=$(grep -o '"drift_mean_cos": [0-9.e-]*' "$out/log.jsonl" | awk '{ s += $2; n++ } END { if (n) printf "%.4f", s / n; else print "-" }')
+    [ "$W" = 0 ] && echo "$val" > "$TMP/ref.$data.$M"
+    local ref gap
+    ref=$(cat "$TMP/ref.$data.$M")
+    gap=$(awk -v a="$val" -v b="$ref" 'BEGIN { printf "%+.2f", 100 * (a - b) / b }')
+    printf '%-12s %3d %3d %-8s %10s %9s %8s %7s\n' "$data" "$M" "$W" "$comp" "$val" "$gap" "$cos" "$(sim_util "$M" "$W")"
+}
+table() { # table DATA FLAGS...
+    local data=$1; shift
+    for M in $MS; do
+        one "$data" $M 0 none "$@"
+        for w in $WINDOWS; do
+            local W=$M
+            [ "$w" = half ] && W=$((M / 2))
+            [ "$w" = two ] && W=$((2 * M))
+            for comp in $COMPS; do one "$data" $M $W $comp "$@"; done
+        done
+    done
+}
+if [ "$WHICH" = builtin ] || [ "$WHICH" = both ]; then
+    table builtin -b 1 --val-batches 32
+fi
+if [ "$WHICH" = shakespeare ] || [ "$WHICH" = both ]; then
+    bash dev/data/prepare_tinyshakespeare.sh > /dev/null || { echo "bench_convergence: no Tiny Shakespeare shards" >&2; exit 1; }
+    table shakespeare -e d6 -b 1 -t "$T_SHAKESPEARE" -i data/tinyshakespeare/ts_train.bin -j data/tinyshakespeare/ts_val.bin --val-batches 16
+fi

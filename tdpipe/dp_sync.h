@@ -1,0 +1,106 @@
+// The replicas' gradient average in buckets, two-shot, overlapped with backward: fp32 values, or
+// int8 blocks with error feedback (the DESIGN's 8-bit gradient sync). Each block has an owner
+// replica; every replica sends each owner its share, the owner sums the D shares in replica order,
+// divides by D (and requantizes), and every replica gathers the owners' results.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "tdpipe/comm.h"
+#include "tdpipe/stage.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GRAD_QUANT_NONE, GRAD_QUANT_INT8 } GradQuant;
+
+typedef struct {
+    GradQuant quant;     // NONE: fp32 values, bitwise comm_dp_average's result
+    int block;           // elements per block: the quantization block, and what an owner owns
+    int error_feedback;  // int8: what rounding dropped goes into the next step's gradient
+    size_t bucket_bytes; // fp32 gradient bytes per bucket (whole units); 0: one bucket for the stage
+} DpSyncConfig;
+
+// One block of the stage's gradient: `len` elements at `src` of the slot's gradient (or of the LM
+// head's share), owned by replica `owner`. Blocks never cross a (unit, tensor) slice and are cut
+// from each slice's start, and a block's owner is a function of its unit, tensor and index within
+// the slice: the same for every P, so a run's numerics do not depend on how layers are staged.
+typedef struct {
+    size_t src;
+    uint32_t len;
+    int head;            // 1: in the LM head's share of wte
+    int owner;
+    uint32_t idx;        // its index among its owner's blocks in the bucket
+    size_t elem;         // its first element's index among its owner's elements in the bucket
+} DpBlock;
+
+// A bucket: whole units, in the order backward completes them. Its bytes are laid out by owner, so
+// an owner's share is one segment: int8: (scales, float) then (values, int8); fp32: (values, float).
+typedef struct {
+    int n_units, units_left; // units_left: still to be completed this step
+    int first_unit;          // the lowest unit it holds (priority: the next forward needs it first)
+    DpBlock* blocks;         // (n_blocks)
+    int n_blocks;
+    size_t* seg_off;         // (D + 1) byte offset of each owner's segment in buf
+    int* seg_blocks;         // (D) blocks each owner owns here
+    size_t* seg_elems;       // (D) their elements
+    uint8_t* buf;            // (seg_off[D])
+    uint8_t* recv;           // (D - 1) segments of this replica's size: the other replicas' shares
+    CommRequest* req;        // (2 (D - 1)) this phase's sends and receives
+    int phase;               // 0 waiting for its units, 1 shares in flight, 2 results in flight, 3 done
+} DpBucket;
+
+// what one step's sync did, for the step's log record
+typedef struct {
+    double bytes;            // sent plus received by this rank
+    double wait;             // seconds dp_sync_finish waited: the communication backward did not hide
+    double span;             // seconds from the first bucket posted to the last one done
+    size_t nonfinite;        // gradient elements that were not finite (their blocks not quantized)
+    double entropy;          // bits per int8 value sent this step (measured every DP_ENTROPY_EVERY steps; NaN otherwise)
+} DpSyncStats;
+#define DP_ENTROPY_EVERY 25
+
+typedef struct {
+    DpSyncConfig cfg;
+    Comm* comm;
+    Stage* st;
+    int D, me, n_units;
+    DpBucket* buckets;       // (n_buckets)
+    int n_buckets;
+    int* bucket_of_unit;     // (L + 3) -1: not on this stage
+    float* ef_replica;       // (num_params + head share) this replica's error-feedback residual, the slot's layout
+    float* ef_owner;         // (the same) the requantization's residual, of the blocks this replica owns
+    float* scratch;          // (block) the owner's sum of one block
+    float* grads;            // the slot being synced (host memory), and its LM head's share
+    float* head;
+    int k, active, measure_entropy; // k: the slot being synced (-1: the caller's buffers)
+    uint64_t hist[256];
+    double t_first;
+    DpSyncStats stats;
+} DpSync;
+
+void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st);
+void dp_sync_free(DpSync* ds);
+// host bytes dp_sync_init takes for a stage of n gradient elements (the LM head's share included)
+double dp_sync_planned_bytes(const DpSyncConfig* cfg, size_t n, int D);
+// slot k's sync starts: each bucket goes once backward has completed its units (dp_sync_unit_done),
+// or at dp_sync_finish. step: 0-based, to pick the steps whose entropy is measured.
+void dp_sync_begin(DpSync* ds, int k, int step);
+// the same for a gradient in buffers of the caller's, laid out as a slot's (grads: num_params; head:
+// the LM head's share, on the last stage): what dev/bench_dp_sync times without a model behind it
+void dp_sync_begin_buffers(DpSync* ds, float* grads, float* head, int step);
+// backward has completed `unit` of the slot (a GPT2UnitHook's done, ctx the DpSync)
+void dp_sync_unit_done(void* ds, int unit);
+// moves the buckets in flight along (cheap; call between ops and between units)
+void dp_sync_progress(DpSync* ds);
+// posts the buckets still waiting, waits for every bucket, and leaves the replicas' average in the
+// slot, bitwise the same on every replica; returns the step's figures
+DpSyncStats dp_sync_finish(DpSync* ds);
+// the residuals back to zero: after a rollback (the refused step's rounding, and whatever the halted
+// steps after it synced, are in them; clearing them on every replica keeps the run deterministic)
+void dp_sync_clear_residuals(DpSync* ds);
+// the bytes a rank sends and receives for one step (the formula dp_sync_finish's count must meet)
+double dp_sync_step_bytes(const DpSync* ds);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,21 @@
+// What --partition auto measures at start: one transformer layer's, the embeddings' and the LM
+// head's forward + backward time on this rank's CPU (a few timed passes of one micro-batch).
+#pragma once
+#include "llmc/gpt2.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    double layer; // seconds: forward + backward of one layer of the model's shape, B x T tokens
+    double embed; // the embeddings' share (encoder forward and backward)
+    double head;  // the final LayerNorm, LM head and loss
+} LayerCosts;
+
+// the median of `reps` passes after one warm-up, each of a one-layer stage with the embeddings, with
+// the head, and with neither (the shares are the differences, at least 0)
+void profile_layer_costs(const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# TD-Pipe's asynchrony made safe: staleness compensation (none is bitwise today's run; each method
+# deterministic and bitwise equal at P = 1, 2, 4 with and without jitter; prediction at W = 0 is 1F1B),
+# per-stage windows, the drift monitor (cosine 1 at W = 0, below 1 and logged at W > 0), the gradient
+# noise scale, the guard (an injected NaN rolls back, halves W, never reaches a checkpoint or
+# model.bin; a resume afterwards is bitwise the unbroken run; the give-up path exits non-zero with the
+# last checkpoint intact), --aew auto's simulated choice, and every refusal of the new flags.
+source tests/lib.sh
+use_mpi asynchrony
+same_run() { [ "$(losses "$1" | wc -l)" -ge 1 ] && diff <(losses "$1") <(losses "$2") >/dev/null && cmp -s "$1/model.bin" "$2/model.bin"; }
+S="-e d4 -b 2 -t 16 -x 16 -v 0 -s 0 --micro-batches 4 --schedule tdpipe"
+
+# --- compensation: off is today's run; each method the same at every P, jitter or not
+check "tdpipe W = 4, no --stale-comp" $BIN $S --aew 4 -o "$TMP/plain"
+check "tdpipe W = 4, --stale-comp none" $BIN $S --aew 4 --stale-comp none -o "$TMP/none"
+check "  none is bitwise the run without the flag" same_run "$TMP/plain" "$TMP/none"
+check "--stale-comp predict at W = 0 (nothing stale)" $BIN $S --aew 0 --stale-comp predict -o "$TMP/p0"
+check "1f1b" $BIN ${S/--schedule tdpipe/--schedule 1f1b} -o "$TMP/f1b"
+check "  prediction with no stale micro-batch is 1F1B, bitwise" same_run "$TMP/p0" "$TMP/f1b"
+for c in predict dcasgd lr; do
+    check "--stale-comp $c, W = 4, P = 1" $BIN $S --aew 4 --stale-comp $c --dc-lambda 300 -o "$TMP/${c}1"
+    differs() { ! cmp -s "$TMP/${c}1/model.bin" "$TMP/plain/model.bin"; }
+    check "  $c changes the run" differs
+    for PJ in "2 0" "4 0" "4 0.3"; do
+        set -- $PJ
+        check "--stale-comp $c, P = $1, jitter $2: bitwise the P = 1 run" \
+            bash -c "$MPI -np $1 $BIN $S --aew 4 --stale-comp $c --dc-lambda 300 --stages $1 --jitter $2 -o '$TMP/${c}$1j$2' >/dev/null 2>&1"
+        check "  losses and model equal" same_run "$TMP/${c}$1j$2" "$TMP/${c}1"
+    done
+done
+check "--stale-comp predict through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $S --aew 4 --stale-comp predict --stages 2 --device cpu-staged -o "$TMP/pst"
+check "  bitwise the CPU's" same_run "$TMP/pst" "$TMP/predict1"
+check "--stale-comp dcasgd through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $S --aew 4 --stale-comp dcasgd --dc-lambda 300 --stages 2 --device cpu-staged -o "$TMP/dst"
+check "  bitwise the CPU's" same_run "$TMP/dst" "$TMP/dcasgd1"
+
+# --- a window per stage: the same windows as one W are that W; deterministic under jitter
+P4="$S --stages 4"
+check "--aew 2,2,2,2 at P = 4" $MPI -np 4 $BIN $P4 --aew 2,2,2,2 -o "$TMP/w2222"
+check "--aew 2 at P = 4" $MPI -np 4 $BIN $P4 --aew 2 -o "$TMP/w2"
+check "  bitwise equal" same_run "$TMP/w2222" "$TMP/w2"
+check "--aew 6,4,2,0 at P = 4" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 -o "$TMP/wl"
+check "--aew 6,4,2,0 at P = 4 with jitter 0.3" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 --jitter 0.3 -o "$TMP/wlj"
+check "  bitwise equal" same_run "$TMP/wl" "$TMP/wlj"
+refuse "--aew with a list of the wrong length" "--aew 2,2: 2 windows for 4 stages" $BIN --schedule tdpipe --stages 4 --aew 2,2
+refuse "--aew with a negative window in a list" "--aew 2,-1,2,2: expected a window size" $BIN --schedule tdpipe --stages 4 --aew 2,-1,2,2
+
+# --- the drift monitor
+check "--drift-every 4 at W = 0 (1F1B)" $BIN $S --aew 0 --drift-every 4 -o "$TMP/dr0"
+cos_one() { python3 - "$1/log.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"drift_cos"' in l]
+assert len(rows) == 4, len(rows)
+# the applied gradient is the exact one bitwise (same micro-batches, same order, same weights): every
+# unit's cosine is 1 to the rounding of dot / (|a| |b|) in double (a few 1e-16), the error exactly 0
+assert all(abs(c - 1) <= 1e-12 for r in rows for c in r['drift_cos']), rows
+assert all(e == 0 for r in rows for e in r['drift_rel_err']), rows
+EOF
+}
+check "  every unit's cosine 1 (within 1e-12) and relative error 0, in log.jsonl" cos_one "$TMP/dr0"
+check "--drift-every 4 at W = 4, P = 2" $MPI -np 2 $BIN $S --aew 4 --drift-every 4 --stages 2 -o "$TMP/dr4"
+cp "$TMP/out" "$TMP/dr4.txt"
+cos_below() { python3 - "$1/log.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"drift_cos"' in l]
+assert len(rows) == 4 and all(len(r['drift_cos']) == 6 for r in rows), rows  # L + 2 units
+assert all(r['drift_min_cos'] < 0.999 for r in rows), [r['drift_min_cos'] for r in rows]
+EOF
+}
+check "  stale: the lowest cosine below 1, per unit in log.jsonl" cos_below "$TMP/dr4"
+check "  the line says so" grep -q "drift at step 4 | cosine to the exact synchronous gradient: lowest" "$TMP/dr4.txt"
+check "  the drift passes are counted: every micro-batch ran once more per measurement" grep -q "every rank ran exactly forwards and backwards (expected 80 each)" "$TMP/dr4.txt"
+check "--drift-min-cos 0.999 halves the window" $MPI -np 2 $BIN $S --aew 4 --drift-every 4 --drift-min-cos 0.999 --stages 2 -o "$TMP/drh"
+check "  and says so" grep -q "below --drift-min-cos 0.999: AEW W 4 -> 2" "$TMP/out"
+check "  bitwise at every P: the same run at P = 1" $BIN $S --aew 4 --drift-every 4 --drift-min-cos 0.999 -o "$TMP/drh1"
+check "  losses and model equal" same_run "$TMP/drh" "$TMP/drh1"
+
+# --- the gradient noise scale
+check "--gns 1 at P = 2 with jitter" $MPI -np 2 $BIN $S --aew 2 --gns 1 --stages 2 --jitter 0.3 -o "$TMP/gns2"
+check "--gns 1 at P = 1" $BIN $S --aew 2 --gns 1 -o "$TMP/gns1"
+gns_same() { diff <(grep -o '"gns_b_simple": [^}]*' "$TMP/gns1/log.jsonl") <(grep -o '"gns_b_simple": [^}]*' "$TMP/gns2/log.jsonl") >/dev/null &&
+    [ "$(grep -c gns_b_simple "$TMP/gns1/log.jsonl")" -eq 16 ] && same_run "$TMP/gns1" "$TMP/gns2"; }
+check "  B_simple logged every step, bitwise the same at P = 1 and 2" gns_same
+check "--lr-gns 1 runs (the rate scaled by the measured noise)" $BIN $S --aew 2 --lr-gns 1 -o "$TMP/lrg"
+lr_moved() { ! diff <(grep -o '"lr": [^,]*' "$TMP/lrg/log.jsonl") <(grep -o '"lr": [^,]*' "$TMP/gns1/log.jsonl") >/dev/null; }
+check "  and its learning rates differ from --gns 1 alone's after the warm-up" lr_moved
+
+# --- the guard: an injected NaN at step 7 of a P = 2 run rolls back, halves W, finishes finite
+G="--device cpu -e d4 -b 2 -t 16 -x 20 -v 10 -s 0 --micro-batches 4 --stages 2 --schedule tdpipe --aew 4 --inject-nan 7 -n 5 --keep 10"
+check "--inject-nan 7 at P = 2" $MPI -np 2 ./train_tdpipe $G -o "$TMP/nan"
+cp "$TMP/out" "$TMP/nan.txt"
+check "  rolled back, the window halved: one line" grep -q "step     7/20 | not applied: the gradient norm is not finite.*AEW W 4 -> 2" "$TMP/nan.txt"
+check "  and one log.jsonl record" grep -q '"step": 7, "rollback": "the gradient norm is not finite' "$TMP/nan/log.jsonl"
+finite_end() { python3 - "$TMP/nan" <<'EOF'
+import json, math, struct, sys, glob, zlib
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(d + '/log.jsonl')]
+steps = [r for r in rows if 'loss' in r]
+assert len(steps) == 20 and all(math.isfinite(r['loss']) for r in steps), steps[-1]
+raw = open(d + '/model.bin', 'rb').read()
+w = struct.unpack('<%df' % ((len(raw) - 1024) // 4), raw[1024:])
+assert all(math.isfinite(x) for x in w), 'model.bin holds a non-finite weight'
+EOF
+}
+check "  20 applied steps, every loss finite, model.bin all finite" finite_end
+check "  every micro-batch counted (the refused chunk's run again)" grep -q "every rank ran exactly forwards and backwards" "$TMP/nan.txt"
+mkdir -p "$TMP/nanr" && cp "$TMP/nan/ckpt_00000010.tdck" "$TMP/nanr/"
+check "resume the rolled-back run from its step-10 checkpoint" $MPI -np 2 ./train_tdpipe $G -y 1 -o "$TMP/nanr"
+tail_same() { diff <(losses "$TMP/nan" | tail -10) <(losses "$TMP/nanr") >/dev/null && cmp -s "$TMP/nan/model.bin" "$TMP/nanr/model.bin"; }
+check "  steps 11..20 and the model bitwise the unbroken run's (the halved window went into the checkpoint)" tail_same
+# a run that keeps failing at W = 0 stops with the last checkpoint untouched
+check "a stable start, checkpoint at step 5" $BIN -e d2 -x 5 -v 0 -s 0 -n 5 -o "$TMP/div"
+cp "$TMP/div/ckpt_00000005.tdck" "$TMP/ckpt5.copy"
+refuse "lr 10: NaN at every retry: stops after --max-rollbacks 3 rollbacks at W = 0" "3 rollbacks in a row at W = 0 \(--max-rollbacks 3\): the run stops" \
+    $BIN -e d2 -x 40 -v 0 -s 0 -n 1 --keep 100 -l 10 -c 10 -u 0 -y 1 -o "$TMP/div"
+cp "$TMP/err" "$TMP/div.err"
+check "  the checkpoint it resumed from is as it was" cmp -s "$TMP/div/ckpt_00000005.tdck" "$TMP/ckpt5.copy"
+before_failure() { # checkpoints every step: only those of steps before the refused one exist
+    local k newest
+    k=$(grep -o "^train_tdpipe: step [0-9]*" "$TMP/div.err" | grep -o "[0-9]*$")
+    newest=$(ls "$TMP/div" | grep -o "ckpt_[0-9]*" | sort | tail -1 | grep -o "[1-9][0-9]*$")
+    [ -n "$k" ] && [ -n "$newest" ] && [ "$newest" -lt "$k" ]
+}
+check "  every checkpoint written is of a step before the refused one (a non-finite state is never written)" before_failure
+json_ok() { python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$TMP/div/log.jsonl"; }
+check "  log.jsonl is valid JSON (no NaN literal)" json_ok
+check "--spike-z 3: a run without spikes goes through" $BIN -e d2 -x 40 -v 0 -s 0 --spike-z 3 -o "$TMP/spk"
+
+# --- --aew auto: the simulator's choice, the same on every rank
+check "--aew auto with --stale-comp predict (windows up to M)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict -x 4 -o "$TMP/auto"
+check "  the simulated utilisations, the choice and the article's ceil(P (1 - beta)), the same on all 4 ranks" \
+    grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/out"
+
+# --- refusals
+refuse "an unknown --stale-comp" "--stale-comp ewma: expected none, predict, dcasgd or lr" $BIN --stale-comp ewma
+refuse "a negative --dc-lambda" "--dc-lambda: -1 is out of range" $BIN --dc-lambda -1
+refuse "a negative --stale-tau" "--stale-tau: -2 is out of range" $BIN --stale-tau -2
+refuse "--drift-min-cos above 1" "--drift-min-cos: 2 is out of range" $BIN --drift-min-cos 2
+refuse "--max-rollbacks 0" "--max-rollbacks: 0 is out of range" $BIN --max-rollbacks 0
+finish

@@ -1,0 +1,256 @@
+// Tests of tdpipe/cluster and cluster_sim: FLOPs, bytes and memory of two small shapes against
+// figures worked out by hand, the roofline's compute-bound limit, monotonicity in bandwidth and
+// size, every refusal, the presets' parameter counts, Megatron-LM's Eq. 3 against the summed matmuls.
+#include "tdpipe/cluster_sim.h"
+#include "tests/test.h"
+#include <math.h>
+#include <string.h>
+
+static ClusterHw hw_a100(void) {
+    ClusterHw hw;
+    cluster_hw_preset("dgx-a100", &hw);
+    return hw;
+}
+
+// a layout of one stage, one replica, no tensor parallelism, 1f1b (the simplest list)
+static ClusterLayout one_gpu(int b, int M) {
+    return (ClusterLayout){.gpus = 1, .tp = 1, .P = 1, .D = 1, .b = b, .M = M, .kind = SCHED_1F1B, .scatter_gather = 1};
+}
+
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fabs(b); }
+
+// shape A: L 2, C 64, NH 4, V 128, T 16; shape B: L 3, C 96, NH 6, V 200, T 32
+static void test_hand_figures(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel a = {.name = "A", .L = 2, .C = 64, .NH = 4, .V = 128, .T = 16};
+    ClusterModel bm = {.name = "B", .L = 3, .C = 96, .NH = 6, .V = 200, .T = 32};
+    // parameters: L (12 C^2 + 13 C) + (V + T) C + 2 C
+    // A: 2 (49152 + 832) + 144 * 64 + 128 = 109312; B: 3 (110592 + 1248) + 232 * 96 + 192 = 357984
+    CHECK(cluster_params(&a) == 109312.0 && cluster_params(&bm) == 357984.0, "parameters by hand: A 109312, B 357984 (got %.0f, %.0f)",
+          cluster_params(&a), cluster_params(&bm));
+    // one layer's forward matmul FLOPs, (24 b T C^2 + 4 b T^2 C) / tp:
+    // A, b 2, tp 1: 24*32*4096 + 4*2*256*64 = 3145728 + 131072 = 3276800; tp 2: 1638400
+    // B, b 1, tp 3: (24*32*9216 + 4*1024*96) / 3 = (7077888 + 393216) / 3 = 2490368
+    ClusterLayer la, la2, lb;
+    cluster_layer(&hw, &a, 1, 0, 2, &la);
+    cluster_layer(&hw, &a, 2, 0, 2, &la2);
+    cluster_layer(&hw, &bm, 3, 0, 1, &lb);
+    CHECK(la.flops_f == 3276800.0 && la2.flops_f == 1638400.0 && lb.flops_f == 2490368.0,
+          "layer forward FLOPs by hand: 3276800, 1638400 (tp 2), 2490368 (got %.0f, %.0f, %.0f)", la.flops_f, la2.flops_f, lb.flops_f);
+    // Eq. 3 over a step of B sequences equals (passes) x L x the layer's forward FLOPs x B / b + 6 B T C V
+    double eq3 = cluster_step_flops(&a, 8, 1), summed = 4.0 * a.L * la.flops_f * 8 / 2 + 6.0 * 8 * a.T * a.C * a.V;
+    double eq3n = cluster_step_flops(&bm, 4, 0), summedn = 3.0 * bm.L * lb.flops_f * 3 * 4 + 6.0 * 4 * bm.T * bm.C * bm.V;
+    CHECK(close_rel(eq3, summed, 1e-12) && close_rel(eq3n, summedn, 1e-12),
+          "Megatron-LM's Eq. 3 = the summed matmuls (4 passes with recomputation: %.6g = %.6g; 3 without: %.6g = %.6g)", eq3, summed,
+          eq3n, summedn);
+    // activations kept per layer (Korthikanti et al.): T b C (10 + 24 / tp + 5 NH T / (C tp))
+    // A, b 2, tp 1: 16*2*64 * (34 + 5*4*16/64) = 2048 * 39 = 79872
+    CHECK(la.act_bytes == 79872.0, "activation bytes per layer by hand: 79872 (got %.0f)", la.act_bytes);
+    // a tensor-parallel all-reduce of b T C bf16 = 2048 * 2 bytes over tp 2 at NVLink speed:
+    // 2 (1/2) 4096 / 216.5e9 + 2 * 2e-6
+    double ar = 4096.0 / 216.5e9 + 4e-6;
+    CHECK(la.ar == 0.0 && close_rel(la2.ar, ar, 1e-12), "TP all-reduce: none at tp 1, %.6g s at tp 2 (got %.6g)", ar, la2.ar);
+
+    // memory of shape A on one GPU without recomputation: 2 + 4 + 12 = 18 bytes a parameter, the one
+    // micro-batch in flight (1f1b at P = 1) for 2 layers, and the last stage's logits (6 b T V bytes)
+    ClusterLayout y = one_gpu(2, 4);
+    ClusterCosts c;
+    char err[512];
+    int rc = cluster_costs(&c, &hw, &a, &y, err, sizeof(err));
+    double want = 18.0 * 109312 + 2 * 79872 + 6.0 * 2 * 16 * 128;
+    CHECK(rc == 0 && c.mem[0] == want, "memory of shape A, one GPU: 18 x 109312 + 2 x 79872 + 24576 = %.0f bytes (got %.0f)", want,
+          rc ? -1.0 : c.mem[0]);
+    CHECK(rc == 0 && c.msg_bytes == 2.0 * 2 * 16 * 64, "a pipeline message is b T C bf16 = 4096 bytes (got %g)", rc ? -1.0 : c.msg_bytes);
+    if (rc == 0) cluster_costs_free(&c);
+
+    // shape B over P = 3 stages (one layer each), D = 2, fp32 ring and int8 two-shot: each GPU sends
+    // 2 (D - 1) / D x values x bytes a value in the average. Stage 1 holds one layer: 111840 values.
+    ClusterLayout y2 = {.gpus = 6, .tp = 1, .P = 3, .D = 2, .b = 1, .M = 3, .kind = SCHED_1F1B, .scatter_gather = 1};
+    rc = cluster_costs(&c, &hw, &bm, &y2, err, sizeof(err));
+    CHECK(rc == 0 && c.dp_bytes[1] == 4.0 * 111840, "fp32 ring, D 2: stage 1 sends 4 x 111840 bytes (got %.0f)", rc ? -1.0 : c.dp_bytes[1]);
+    if (rc == 0) cluster_costs_free(&c);
+    y2.grad = CLUSTER_GRAD_INT8;
+    y2.dp_algo = CLUSTER_DP_TWO_SHOT;
+    rc = cluster_costs(&c, &hw, &bm, &y2, err, sizeof(err));
+    CHECK(rc == 0 && c.dp_bytes[1] == 111840 * (1.0 + 4.0 / 256), "int8 two-shot: 111840 x (1 + 4/256) bytes, 3.94x fewer (got %.0f)",
+          rc ? -1.0 : c.dp_bytes[1]);
+    if (rc == 0) cluster_costs_free(&c);
+
+    // recomputation keeps each layer's input (2 b T C bytes) and one layer's working set
+    y = one_gpu(2, 4);
+    y.recompute = 1;
+    rc = cluster_costs(&c, &hw, &a, &y, err, sizeof(err));
+    want = 18.0 * 109312 + 2 * (2.0 * 2 * 16 * 64) + 79872 + 24576;
+    CHECK(rc == 0 && c.mem[0] == want, "memory with recomputation: %.0f bytes (got %.0f)", want, rc ? -1.0 : c.mem[0]);
+    if (rc == 0) cluster_costs_free(&c);
+}
+
+// with unbounded memory bandwidth every matmul is compute-bound: the forward takes its FLOPs at
+// matmul_eff of peak, and both backward halves twice that
+static void test_roofline(void) {
+    ClusterHw hw = hw_a100();
+    hw.gpu.hbm_bw = 1e300;
+    ClusterModel a = {.L = 2, .C = 64, .NH = 4, .V = 128, .T = 16};
+    ClusterLayer l;
+    cluster_layer(&hw, &a, 1, 0, 2, &l);
+    double rate = hw.gpu.peak_flops * hw.gpu.matmul_eff;
+    CHECK(close_rel(l.f, l.flops_f / rate, 1e-9) && close_rel(l.bi + l.bw, 2 * l.flops_f / rate, 1e-9),
+          "compute-bound: forward = FLOPs / (peak x eff), backward = 2x (%.4g s, %.4g s)", l.f, l.bi + l.bw);
+    ClusterHw slow = hw_a100();
+    ClusterLayer m;
+    cluster_layer(&slow, &a, 1, 0, 2, &m);
+    CHECK(m.f > l.f && m.bi > l.bi, "finite memory bandwidth only adds time (memory-bound attention, element-wise kernels)");
+}
+
+static double step_of(const ClusterHw* hw, const ClusterModel* m, const ClusterLayout* y) {
+    ClusterResult r;
+    char err[512];
+    if (cluster_simulate(hw, m, y, 0.0, 1, 3, &r, NULL, err, sizeof(err))) {
+        printf("  %s\n", err);
+        return -1;
+    }
+    return r.step_s;
+}
+
+// step time and memory over L = 8, 16, .., 32 (width 0) or C = 1024, 2048, 4096 (width 1): each
+// larger than the one before
+static int grows(const ClusterHw* hw, const ClusterModel* m, const ClusterLayout* y, int width) {
+    double t_prev = 0, mem_prev = 0;
+    int ok = 1;
+    for (int k = width ? 1024 : 8; k <= (width ? 4096 : 32); k = width ? 2 * k : k + 8) {
+        ClusterModel mm = *m;
+        if (width) mm.C = k;
+        else mm.L = k;
+        ClusterResult r;
+        char err[512];
+        if (cluster_simulate(hw, &mm, y, 0.0, 1, 3, &r, NULL, err, sizeof(err))) return 0;
+        ok &= r.step_s > t_prev && r.mem_gib_per_gpu > mem_prev;
+        t_prev = r.step_s, mem_prev = r.mem_gib_per_gpu;
+    }
+    return ok;
+}
+
+static void test_monotonic(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel m = {.L = 16, .C = 2048, .NH = 16, .V = 50257, .T = 1024};
+    ClusterLayout y = {.gpus = 64, .tp = 4, .P = 4, .D = 4, .b = 1, .M = 8, .kind = SCHED_1F1B, .recompute = 1, .scatter_gather = 1};
+    double base = step_of(&hw, &m, &y);
+    int ok_bw = base > 0;
+    double prev = base;
+    for (double nic = 48e9; nic <= 400e9; nic *= 2) { // faster network: never slower
+        ClusterHw h = hw;
+        h.net.nic_bw = nic;
+        double t = step_of(&h, &m, &y);
+        ok_bw &= t > 0 && t <= prev;
+        prev = t;
+    }
+    prev = base;
+    for (double nv = 300e9; nv <= 1200e9; nv *= 2) {
+        ClusterHw h = hw;
+        h.node.nvlink_bw = nv;
+        double t = step_of(&h, &m, &y);
+        ok_bw &= t > 0 && t <= prev;
+        prev = t;
+    }
+    ClusterHw fast = hw;
+    fast.gpu.hbm_bw *= 2;
+    ok_bw &= step_of(&fast, &m, &y) < base;
+    CHECK(ok_bw, "step time never grows with NIC, NVLink or HBM bandwidth (base %.4g s)", base);
+    int ok_size = grows(&hw, &m, &y, 0) && grows(&hw, &m, &y, 1);
+    CHECK(ok_size, "step time and memory grow with layers and with width");
+    // more micro-batches per step: the bubble's share shrinks
+    ClusterResult r8, r32;
+    char err[512];
+    ClusterLayout y32 = y;
+    y32.M = 32;
+    int rc = cluster_simulate(&hw, &m, &y, 0, 1, 3, &r8, NULL, err, sizeof(err)) || cluster_simulate(&hw, &m, &y32, 0, 1, 3, &r32, NULL, err, sizeof(err));
+    CHECK(rc == 0 && r32.bubble < r8.bubble && r32.tflops_per_gpu > r8.tflops_per_gpu, "M 8 -> 32: bubble %.3f -> %.3f, TFLOP/s up",
+          r8.bubble, r32.bubble);
+}
+
+static void check_refused(const ClusterModel* m, const ClusterLayout* y, const char* want, const char* what) {
+    ClusterHw hw = hw_a100();
+    ClusterCosts c;
+    char err[512] = "";
+    int rc = cluster_costs(&c, &hw, m, y, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, want), "%s refused: %s", what, err);
+    if (rc == 0) cluster_costs_free(&c);
+}
+
+static void test_refusals(void) {
+    ClusterModel m = {.L = 8, .C = 1024, .NH = 16, .V = 1000, .T = 128};
+    ClusterLayout y = {.gpus = 16, .tp = 2, .P = 4, .D = 2, .b = 1, .M = 4, .kind = SCHED_1F1B, .scatter_gather = 1};
+    ClusterLayout bad = y;
+    bad.tp = 3, bad.gpus = 24;
+    check_refused(&m, &bad, "does not divide the model's 16 heads", "TP not dividing the heads");
+    bad = y;
+    bad.P = 16, bad.gpus = 64, bad.M = 16;
+    check_refused(&m, &bad, "--pp 16 exceeds the model's 8 layers", "P > L");
+    bad = y;
+    bad.gpus = 15;
+    check_refused(&m, &bad, "--gpus 15 is not --tp 2 x --pp 4 x data-parallel 2 = 16", "D x P x TP != GPUs");
+    bad = y;
+    bad.kind = SCHED_INTERLEAVED, bad.chunks = 4;
+    check_refused(&m, &bad, "virtual stages exceed the model's 8 layers", "P x chunks > L");
+    bad = y;
+    bad.tp = 16, bad.gpus = 128;
+    check_refused(&m, &bad, "must divide the 8 GPUs of a node", "TP across nodes");
+    ClusterModel big = {.L = 8, .C = 32768, .NH = 16, .V = 1000, .T = 128};
+    check_refused(&big, &y, "GiB per GPU", "memory over the GPU's");
+    ClusterModel odd = {.L = 8, .C = 1000, .NH = 16, .V = 1000, .T = 128};
+    check_refused(&odd, &y, "--heads 16 does not divide --hidden 1000", "heads not dividing the width");
+    bad = y;
+    bad.grad = CLUSTER_GRAD_INT8;
+    check_refused(&m, &bad, "two-shot", "int8 by ring");
+    bad = y;
+    bad.M = 2;
+    check_refused(&m, &bad, "--micro-batches 2 is less than --stages 4", "a schedule its shape refuses");
+    bad = y;
+    bad.b = 0;
+    check_refused(&m, &bad, "--micro-batch must be at least 1", "micro-batch 0");
+}
+
+static void test_presets(void) {
+    ClusterModel m;
+    double want[3] = {13e9, 175e9, 530e9};
+    const char* names[3] = {"gpt3-13b", "gpt3-175b", "mtnlg-530b"};
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        ok &= cluster_model_preset(names[i], &m) == 0 && close_rel(cluster_params(&m), want[i], 0.03);
+        printf("     %s: %.4g parameters\n", names[i], cluster_params(&m));
+    }
+    ClusterHw hw;
+    CHECK(ok && cluster_model_preset("gpt4", &m) != 0, "model presets within 3%% of their names' sizes; unknown names refused");
+    CHECK(cluster_hw_preset("dgx-a100", &hw) == 0 && hw.gpu.peak_flops == 312e12 && cluster_hw_preset("tpu", &hw) != 0,
+          "the dgx-a100 preset (312 TFLOP/s); unknown hardware refused");
+}
+
+// the simulated run's figures agree with one another and with the cost model's parts
+static void test_simulate(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel m = {.L = 8, .C = 1024, .NH = 16, .V = 1000, .T = 512};
+    ClusterLayout y = one_gpu(4, 2);
+    ClusterResult r;
+    ClusterCosts c;
+    char err[512];
+    int rc = cluster_simulate(&hw, &m, &y, 0.0, 1, 3, &r, &c, err, sizeof(err));
+    // one GPU, one stage: a step is M (F + B) + U, nothing else
+    double want = 2 * (c.t_f[0] + c.t_b[0]) + c.t_u[0];
+    CHECK(rc == 0 && close_rel(r.step_s, want, 1e-12) && close_rel(r.samples_per_s, 8 / want, 1e-12),
+          "one GPU: step = M (F + B) + U = %.6g s (got %.6g), samples/s = 8 / step", want, rc ? -1.0 : r.step_s);
+    CHECK(rc == 0 && close_rel(r.mfu, 6 * cluster_params(&m) * r.tokens_per_s / 312e12, 1e-12) && r.hfu > r.mfu,
+          "mfu = 6 N tokens/s / peak; hfu (matmuls, attention) above it");
+    if (rc == 0) cluster_costs_free(&c);
+    rc = cluster_simulate(&hw, &m, &y, 0.0, 1, 2, &r, NULL, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "at least 3 steps"), "fewer than 3 steps refused: %s", err);
+}
+
+int main(void) {
+    test_hand_figures();
+    test_roofline();
+    test_monotonic();
+    test_refusals();
+    test_presets();
+    test_simulate();
+    return test_summary();
+}

@@ -1,0 +1,87 @@
+// Tests of the YAML config reader (config_load_yaml): sections applied, and every refusal with
+// its line: a repeated key or section, a second document, unknown keys, non-mapping shapes.
+#include "tdpipe/config.h"
+#include "tests/test.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// writes text to a fresh file in the test folder and loads it into *a (defaults first); returns the rc
+static int load(const char* text, TrainArgs* a, char* err, size_t errlen) {
+    static int k = 0;
+    char name[32];
+    snprintf(name, sizeof name, "c%d.yaml", k++);
+    const char* path = test_path(name);
+    FILE* f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+    args_defaults(a);
+    err[0] = 0;
+    return config_load_yaml(a, path, err, errlen);
+}
+
+static void test_accepted(void) {
+    TrainArgs a;
+    char err[1024];
+    int rc = load("pipeline: {stages: 4, micro_batch: 8}\nmodel:\n  batch: 2\n  seq_len: 16\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.stages == 4 && a.grad_accum == 8 && a.B == 2 && a.T == 16, "sections applied (%s)", err);
+    rc = load("---\noptimizer: {lr: 0.5}\n...\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.lr == 0.5f, "one document with explicit start and end markers (%s)", err);
+    rc = load("", &a, err, sizeof err);
+    CHECK(rc == 0 && a.stages == 1, "an empty file sets nothing (%s)", err);
+    rc = load("model: {batch: 2}\nlogging: {val_every: 3}\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.B == 2 && a.val_every == 3, "different sections with different keys (%s)", err);
+}
+
+static void test_duplicates(void) {
+    TrainArgs a;
+    char err[1024];
+    int rc = load("pipeline:\n  stages: 4\n  stages: 8\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:3: key 'pipeline.stages' appears twice (first at line 2)"), "duplicate key: %s", err);
+    rc = load("pipeline: {stages: 4, micro_batch: 2, stages: 8}\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:1: key 'pipeline.stages' appears twice"), "duplicate key in a flow mapping: %s", err);
+    rc = load("model:\n  batch: 2\noptimizer:\n  lr: 0.1\nmodel:\n  seq_len: 8\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:5: section 'model' appears twice (first at line 1)"), "duplicate section: %s", err);
+    rc = load("model:\n  batch: 2\n\"model\":\n  batch: 3\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:3: section 'model' appears twice"), "a quoted spelling of the same section: %s", err);
+    rc = load("model:\n  \"batch\\0x\": 2\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:2:") && strstr(err, "NUL"), "a key with a NUL inside: %s", err);
+}
+
+static void test_documents(void) {
+    TrainArgs a;
+    char err[1024];
+    int rc = load("model: {batch: 2}\n---\nmodel: {batch: 3}\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:2: a second YAML document"), "second document: %s", err);
+    CHECK(a.B == 8, "and nothing of the first is applied (B %d)", a.B);
+    rc = load("model: {batch: 2}\n---\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:2: a second YAML document"), "an empty second document: %s", err);
+    rc = load("---\nmodel: {batch: 2}\n---\n---\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:3: a second YAML document"), "a third after a second: %s", err);
+    rc = load("model: {batch: 2}\n---\n  [1, 2\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "YAML error"), "a broken second document: %s", err);
+}
+
+static void test_other_refusals(void) {
+    TrainArgs a;
+    char err[1024];
+    int rc = load("optimizer:\n  lr: 0.1\n  momentum: 0.9\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:3: unknown key 'optimizer.momentum'"), "unknown key: %s", err);
+    rc = load("- 1\n- 2\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:1: the top level must be a mapping"), "a list at the top: %s", err);
+    rc = load("model: 3\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:1: each top-level key must name a section"), "a section that is a scalar: %s", err);
+    rc = load("model: {batch: [1]}\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:1: 'model' must map keys to plain values"), "a list as a value: %s", err);
+    rc = load("model: {batch: &x 2, seq_len: *x}\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.B == 2 && a.T == 2, "an alias is the value it names (%s)", err);
+}
+
+int main(void) {
+    test_dir_make("test_config");
+    test_accepted();
+    test_duplicates();
+    test_documents();
+    test_other_refusals();
+    return test_summary();
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The trainer under bad conditions: tokens a fresh model cannot hold, a fresh run in an earlier run's
+# folder (moved aside, nothing lost), two runs sharing -o, a run too big for the memory, an unwritable
+# --trace, signals (during validation, twice, on a rank other than 0), a stopped rank under
+# --comm-timeout (and the resume afterwards), a resume past -x, log.jsonl trimmed on resume, left-over
+# temporary files removed. Each ends with one clear message and a non-zero exit, or with the run going on.
+source tests/lib.sh
+use_mpi reliability
+S="-e d2 -b 2 -t 16 -v 0 -s 0"
+# rank_pid R DIR: the process of world rank R of the run writing to DIR (Open MPI puts the rank in its environment)
+rank_pid() {
+    local p
+    for p in $(pgrep -f "^${BIN%% *} .*-o $2"); do
+        tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo $p; return; }
+    done
+}
+
+# shard DIR NAME TOKENIZER TOKEN: a shard of 4096 tokens 0..99 with TOKEN once in the middle
+# (header: 256 int32, magic 20240520, version 1, token count, tokenizer id: 1 gpt2, 2 bytes)
+shard() { python3 - "$@" <<'EOF'
+import struct, sys
+d, name, tok, bad = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+toks = [i % 100 for i in range(4096)]
+toks[2049] = bad
+hdr = [0] * 256
+hdr[0], hdr[1], hdr[2], hdr[3] = 20240520, 1, len(toks), tok
+open(f"{d}/{name}", "wb").write(struct.pack("<256i", *hdr) + struct.pack(f"<{len(toks)}H", *toks))
+EOF
+}
+
+# --- tokens a fresh model's vocabulary cannot hold: refused before training, naming file and offset
+mkdir -p "$TMP/data"
+shard "$TMP/data" bytes_train.bin 2 300
+refuse "a byte-level shard holding token 300 (a fresh model has V = 256)" "bytes_train.bin: token 300 at token offset 2049 .* is >= V = 256" \
+    $BIN $S -x 2 -i "$TMP/data/bytes_train.bin" -o "$TMP/tok1"
+shard "$TMP/data" gpt2_train.bin 1 65535
+refuse "a GPT-2 shard holding token 65535 (a fresh model has V = 50257)" "gpt2_train.bin: token 65535 at token offset 2049 .* is >= V = 50257" \
+    $BIN $S -x 2 -i "$TMP/data/gpt2_train.bin" -o "$TMP/tok2"
+shard "$TMP/data" ok_train.bin 2 99
+check "a byte-level shard within V trains" $BIN $S -x 2 -i "$TMP/data/ok_train.bin" -o "$TMP/tok3"
+
+# --- a fresh run in the folder of an earlier one: its files move to earlier-run-*/, intact
+check "a first run, checkpoint every 2 steps" $BIN $S -x 4 -n 2 -o "$TMP/again"
+sha_before=$(cd "$TMP/again" && sha256sum ckpt_*.tdck log.jsonl model.bin | sort)
+check "a second, fresh run in the same -o" $BIN $S -x 3 -o "$TMP/again"
+cp "$TMP/err" "$TMP/again.err"
+check "  says where the earlier run's files went" grep -q "an earlier run's files (2 checkpoints.*) moved to .*earlier-run-.*(nothing deleted)" "$TMP/again.err"
+moved_intact() {
+    local sub; sub=$(ls -d "$TMP/again"/earlier-run-* | head -1)
+    [ "$(cd "$sub" && sha256sum ckpt_*.tdck log.jsonl model.bin | sort)" = "$sha_before" ] &&
+        [ "$(losses "$TMP/again" | wc -l)" -eq 3 ] && ! ls "$TMP/again"/ckpt_00000002.tdck 2>/dev/null
+}
+check "  every earlier file is there byte for byte; the new log holds only the new run" moved_intact
+
+# --- two runs sharing -o: the second is refused at once and the first finishes untouched
+$BIN $S -x 400 -o "$TMP/shared" >/dev/null 2>"$TMP/first.err" & first=$!
+for _ in $(seq 100); do [ -s "$TMP/shared/log.jsonl" ] && break; sleep 0.1; done
+refuse "a second run on an -o in use" "-o .*shared is in use by process $first on host" $BIN $S -x 2 -o "$TMP/shared"
+refuse "  also with -y 1" "is in use by process $first" $BIN $S -x 2 -y 1 -o "$TMP/shared"
+wait $first; rc=$?
+check "  the first run finished (exit $rc) with all 400 steps logged" test $rc -eq 0 -a "$(losses "$TMP/shared" | wc -l)" -eq 400
+check "  and its lock is gone: a later run may use the folder" $BIN $S -x 2 -y 0 -o "$TMP/shared"
+
+# --- memory: a run that cannot fit is refused with the figures before anything is allocated
+refuse "-e d12 -b 2000 -t 64 on this machine" "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available" \
+    $BIN -e d12 -b 2000 -t 64 -x 1 -o "$TMP/big"
+check "  and did not create -o" test ! -e "$TMP/big"
+refuse "a window of 100000 micro-batches' stashes" "this run would reserve [0-9.]+ GiB .* 100001 activation slots" \
+    $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule tdpipe --aew 100000 -x 1 -o "$TMP/big"
+check "--aew 8 with M = 8: runs with a note that every micro-batch is stale" $BIN $S -x 2 --micro-batches 8 --schedule tdpipe --aew 8 -o "$TMP/stale"
+check "  the note" grep -q "note: --aew 8 with M = 8: every micro-batch of a step runs on weights at least one update old" "$TMP/err"
+
+# --- an output the run cannot write is refused before training, not at the end
+refuse "--trace into a folder that does not exist" "--trace $TMP/nowhere/trace.json: " $BIN $S -x 2 --trace "$TMP/nowhere/trace.json" -o "$TMP/tr"
+check "  nothing trained: no log" test ! -e "$TMP/tr/log.jsonl"
+
+# --- a resume with -x at or below the checkpoint's step, and a resume that trims log.jsonl
+check "a run to step 6, checkpoints at 3 and 6" $BIN $S -x 6 -n 3 -o "$TMP/res"
+refuse "-y 1 -x 6 (nothing left to do)" "-y 1: the newest checkpoint in .* is at step 6, already at or past -x 6" $BIN $S -x 6 -n 3 -y 1 -o "$TMP/res"
+rm "$TMP/res/ckpt_00000006.tdck"
+check "resume from step 3 with steps 4..6 already in log.jsonl" $BIN $S -x 8 -n 3 -y 1 -o "$TMP/res"
+check "  says so" grep -q "3 record(s) after step 3 removed" "$TMP/err"
+check "a run to step 8 without a break" $BIN $S -x 8 -n 3 -o "$TMP/res_plain"
+one_per_step() { [ "$(losses "$TMP/res" | wc -l)" -eq 8 ] && diff <(losses "$TMP/res") <(losses "$TMP/res_plain") >/dev/null; }
+check "  the resumed log has each step once, and its losses are the unbroken run's" one_per_step
+
+# --- temporary files a killed run left behind are removed by the next
+check "a run with a checkpoint" $BIN $S -x 2 -n 2 -o "$TMP/tmpf"
+echo junk > "$TMP/tmpf/.ckpt_00000004.tdck.tmp"; echo junk > "$TMP/tmpf/model.bin.tmp"; echo junk > "$TMP/tmpf/log.jsonl.tmp"
+check "a resume in a folder with .tmp left-overs" $BIN $S -x 4 -n 2 -y 1 -o "$TMP/tmpf"
+check "  the left-overs are gone and the checkpoint of step 4 is real" bash -c "test -z \"\$(ls -A '$TMP/tmpf' | grep -E 'tmp|trim')\" && test -s '$TMP/tmpf/ckpt_00000004.tdck' && ! grep -q junk '$TMP/tmpf/ckpt_00000004.tdck'"
+
+# --- signals. SIGINT during a long validation is honoured within the validation, with a checkpoint
+$BIN $S -x 20 -v 10 --val-batches 1000000 -o "$TMP/sigval" >"$TMP/sv.out" 2>"$TMP/sv.err" & pid=$!
+for _ in $(seq 200); do [ "$(losses "$TMP/sigval" 2>/dev/null | wc -l)" -ge 10 ] && break; sleep 0.1; done
+sleep 1; t0=$(date +%s.%N); kill -INT $pid; wait $pid; rc=$?; t1=$(date +%s.%N)
+check "SIGINT during a validation of a million batches: exit $rc (a graceful stop) within $(printf %.1f "$(echo "$t1 - $t0" | bc)") s" \
+    test $rc -eq 0 -a "$(echo "$t1 - $t0 < 20" | bc)" -eq 1
+check "  says which signal and how to resume" grep -q "stopped by signal 2 after step 10; resume with the same flags and -y 1" "$TMP/sv.err"
+check "  and wrote the step-10 checkpoint" test -s "$TMP/sigval/ckpt_00000010.tdck"
+# a second SIGINT ends a run at once, even when the first is being honoured
+# (a step of d8 at B = 16, T = 128 takes seconds here, so the first is still being honoured)
+$BIN -e d8 -b 16 -t 128 -x 1000 -v 0 -s 0 -n 1 -o "$TMP/sig2" >/dev/null 2>"$TMP/s2.err" & pid=$!
+for _ in $(seq 600); do [ -s "$TMP/sig2/log.jsonl" ] && break; sleep 0.1; done
+kill -INT $pid; sleep 0.05; kill -INT $pid; wait $pid; rc=$?
+check "a second SIGINT exits at once with 128 + 2 (exit $rc)" test $rc -eq 130
+# SIGTERM delivered to rank 1 only: every rank stops after the same step and rank 0 names signal 15
+$MPI -np 2 $BIN $S -x 2000 --stages 2 --micro-batches 2 -n 1 --keep 2 -o "$TMP/sigr" >/dev/null 2>"$TMP/sr.err" & mpid=$!
+for _ in $(seq 300); do [ "$(losses "$TMP/sigr" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+rank1=$(rank_pid 1 "$TMP/sigr")
+kill -TERM "$rank1"; wait $mpid; rc=$?
+check "SIGTERM to the last rank only: rank 0 reports signal 15 (exit $rc)" grep -q "stopped by signal 15 after step" "$TMP/sr.err"
+ckpt_matches_log() { local k; k=$(grep -o "stopped by signal 15 after step [0-9]*" "$TMP/sr.err" | grep -o "[0-9]*$"); test -s "$TMP/sigr/ckpt_$(printf %08d "$k").tdck"; }
+check "  the checkpoint of the step it names is there" ckpt_matches_log
+
+# --- a stopped rank: --comm-timeout 3 names what the others wait for, every rank exits non-zero
+check "a P = 2 run with a checkpoint at step 2" $MPI -np 2 $BIN $S -x 2 --stages 2 --micro-batches 2 -n 2 -o "$TMP/hang"
+$MPI -np 2 $BIN $S -x 100000 --stages 2 --micro-batches 2 -n 2 -y 1 --comm-timeout 3 -o "$TMP/hang" >/dev/null 2>"$TMP/hang.err" & mpid=$!
+for _ in $(seq 300); do [ "$(losses "$TMP/hang" | wc -l)" -ge 5 ] && break; sleep 0.1; done
+rank1=$(rank_pid 1 "$TMP/hang")
+kill -STOP "$rank1"; t0=$(date +%s); wait $mpid; rc=$?; t1=$(date +%s); kill -CONT "$rank1" 2>/dev/null; kill -KILL "$rank1" 2>/dev/null
+check "SIGSTOP of one rank under --comm-timeout 3: the run ends (exit $rc) in $((t1 - t0)) s" test $rc -ne 0 -a $((t1 - t0)) -lt 60
+check "  naming the stage, what it waited for and the timeout" grep -Eq "stage 0 \(replica 0\) waited [0-9]+ s for .* \(--comm-timeout 3\): a rank may be stopped, hung or gone" "$TMP/hang.err"
+sleep 1
+check "  a resume afterwards goes on from the newest checkpoint" $MPI -np 2 $BIN $S -x 100 --stages 2 --micro-batches 2 -n 50 -y 1 -o "$TMP/hang"
+refuse "--comm-timeout -1" "--comm-timeout: -1 is out of range" $BIN --comm-timeout -1
+finish

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# scripts/reproduce_tables.sh --quick (the simulated tables only) and the shape of what it writes:
+# every table in order, every row with its table's columns, the CSV files parse with the same
+# columns, the calibration against Megatron-LM's Table 1 within 15% on every row; sim_cluster's
+# refusals reach the user as one line and a non-zero exit.
+source tests/lib.sh
+PY=python3
+command -v $PY >/dev/null || { echo "FAIL python3 not found"; echo "0 passed, 1 failed"; exit 1; }
+R=$TMP/r
+check "reproduce_tables.sh --quick runs" bash scripts/reproduce_tables.sh --quick --out "$R"
+cp "$TMP/out" "$TMP/tables.txt"
+check "  its header names the machine and the command" grep -q "^# command: .*reproduce_tables.sh --quick" "$TMP/tables.txt"
+order=$(grep -o '^## table [0-9]*' "$TMP/tables.txt" | awk '{ printf "%s ", $3 }')
+check "  tables 0..11 in order (got: $order)" test "$order" = "0 1 2 3 4 5 6 7 8 9 10 11 "
+# every row of a table has as many ' | ' fields as the table's '#' column line
+check "  every row has its table's columns" awk -F' [|] ' '
+    /^## table/ { cols = 0; next }
+    /^#[a-z]/ && / [|] / { cols = NF; next }
+    /^#/ || /^$/ { next }
+    cols && NF != cols { print "row with " NF " fields, want " cols ": " $0; bad = 1 }
+    END { exit bad }' "$TMP/tables.txt"
+check "  no row of the article tables lacks a verdict" awk -F' [|] ' 'NF == 8 && $1 !~ /^#/ && $8 ~ /^ *$/ { bad = 1 } END { exit bad }' "$TMP/tables.txt"
+check "  the CSV files parse with their header's columns, every article table present" $PY - "$R" <<'EOF'
+import csv, os, sys
+out = sys.argv[1]
+want = {"tables.csv": 9, "calibration.csv": 12, "seq_length.csv": 7, "throughput.csv": 8}
+for name, n in want.items():
+    rows = list(csv.reader(open(os.path.join(out, name))))
+    assert len(rows[0]) == n, (name, rows[0])
+    assert len(rows) > 1, name
+    for r in rows[1:]:
+        assert len(r) == n, (name, r)
+tables = {r["table"] for r in csv.DictReader(open(os.path.join(out, "tables.csv")))}
+need = {"util", "throughput", "bubble", "comm", "memory", "async_memory", "hidden", "convergence", "cost", "whatif"}
+assert need <= tables, need - tables
+# every simulated tdpipe figure the script computes is a number (a helper that broke would leave "-")
+for r in csv.DictReader(open(os.path.join(out, "tables.csv"))):
+    if r["table"] in ("util", "bubble", "comm", "memory", "async_memory", "hidden", "whatif") or r["row"] in ("gpt3-13b", "gpt3-175b"):
+        float(r["tdpipe_sim"].lstrip("+"))
+EOF
+check "  the calibration: 10 rows of Megatron-LM's Table 1, each within 15%" awk -F, 'NR > 1 { n++; e = $10 < 0 ? -$10 : $10; if (e > 15) bad = 1 }
+    END { exit bad || n != 10 }' "$R/calibration.csv"
+check "  and most (at least 8) within 10%" awk -F, 'NR > 1 { e = $10 < 0 ? -$10 : $10; if (e <= 10) k++ } END { exit k < 8 }' "$R/calibration.csv"
+check "  the 175B claim is above the physical ceiling" grep -Eq "^gpt3-175b +[|] 62 .*cannot hold: above the physical ceiling" "$TMP/tables.txt"
+check "  530B does not fit on 64 A100 80 GB" grep -Eq "^mtnlg-530b .*does not fit" "$TMP/tables.txt"
+refuse "reproduce_tables.sh refuses an anchors folder without the table" "megatron_sc21_table1.csv not found" \
+    bash scripts/reproduce_tables.sh --quick --out "$TMP/r2" --anchors "$TMP/none"
+
+S=build/dev/sim_cluster
+check "sim_cluster --help lists every option with its default" $S --help
+check "  (--global-batch, --grad-quant, --hardware)" grep -q -- "--hardware .*(default: dgx-a100)" "$TMP/out"
+check "sim_cluster prints the key=value lines" $S --layers 24 --hidden 2048 --heads 16 --seq 1024 --gpus 16 --tp 2 --pp 4 --global-batch 64
+cp "$TMP/out" "$TMP/kv.txt"
+for k in tflops_per_gpu samples_per_s bubble mem_gib_per_gpu mfu; do
+    check "  $k=" grep -Eq "^$k=[0-9.e+-]+$" "$TMP/kv.txt"
+done
+refuse "sim_cluster: gpus not tp x pp x a whole D" "--gpus 10 is not a multiple of --tp 2 x --pp 4" \
+    $S --layers 24 --hidden 2048 --heads 16 --gpus 10 --tp 2 --pp 4 --global-batch 64
+refuse "sim_cluster: tp not dividing the heads" "does not divide the model's 16 heads" \
+    $S --layers 24 --hidden 2048 --heads 16 --gpus 24 --tp 3 --pp 1 --global-batch 64
+refuse "sim_cluster: a model over the GPU's memory" "GiB per GPU.*the GPU has" $S --model gpt3-175b --gpus 8 --tp 8 --pp 1 --global-batch 8
+refuse "sim_cluster: a missing required flag" "--gpus is required" $S --layers 24 --hidden 2048 --heads 16 --tp 2 --global-batch 64
+refuse "sim_cluster: an unknown option" "unknown option --stages" $S --stages 4
+refuse "sim_cluster: a malformed number" "--pp four: expected an integer" $S --model gpt3-13b --gpus 8 --pp four --global-batch 8
+finish
