@@ -54,6 +54,11 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
+# AdamW's loop vectorises only without errno semantics for sqrtf (IEEE-exact either way; see llmc/adamw.c)
+$(BUILD)/llmc/adamw.o: CFLAGS += -fno-math-errno
+# the vectorised tanhf rounds each multiply and add on its own, as the scalar libm code it matches (see the file)
+$(BUILD)/llmc/tanhf_vec.o: CFLAGS += -ffp-contract=off
+
 $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
@@ -73,6 +78,16 @@ $(BUILD)/dev/%: dev/%.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
+# bench_cpu times OpenBLAS's cblas_sgemm beside the hand-written SGEMM where pkg-config finds OpenBLAS
+# (Debian: libopenblas-openmp-dev, whose OpenMP threads are ours); NO_OPENBLAS=1 leaves it out
+ifneq ($(NO_OPENBLAS),1)
+  OPENBLAS_FLAGS := $(shell pkg-config --exists openblas 2>/dev/null && echo "-DTD_OPENBLAS $$(pkg-config --cflags openblas)")
+  OPENBLAS_LIBS  := $(shell pkg-config --exists openblas 2>/dev/null && pkg-config --libs openblas)
+endif
+$(BUILD)/dev/bench_cpu: dev/bench_cpu.c $(LIB) $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $(OPENBLAS_FLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) $(OPENBLAS_LIBS)
+
 # `make test`: first installs what the tests need and the machine lacks (scripts/ensure_deps.sh:
 # apt-get as root, else the command to run), then a new make (which probes mpicc again) builds
 # and runs every C test binary and every tests/test_*.sh; ends with "N passed, N failed"
@@ -83,9 +98,13 @@ test-run: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- benchmarks: programs that print figures (never part of `make test`)
-.PHONY: bench-cpu bench-checkpoint
+.PHONY: bench-cpu bench-llmc bench-checkpoint
 bench-cpu: $(BUILD)/dev/bench_cpu
 	$(BUILD)/dev/bench_cpu 5
+# llm.c's CPU trainer beside ours on the same model and shard: make bench-llmc LLMC=path/to/llm.c
+bench-llmc: train_tdpipe $(BUILD)/dev/data/make_shards
+	@test -n "$(LLMC)" || { echo "make bench-llmc: give LLMC=path/to/an/llm.c/checkout"; exit 1; }
+	bash dev/bench_llmc.sh "$(LLMC)" 6
 # checkpoint save/load MB/s and compression on a GPT-2 124M-shape model after 3 training steps on Tiny Shakespeare
 bench-checkpoint: train_tdpipe $(BUILD)/dev/bench_checkpoint $(BUILD)/dev/data/make_shards
 	bash dev/data/prepare_tinyshakespeare.sh >/dev/null
@@ -149,7 +168,7 @@ FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize
 # the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
 # built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
 FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
-FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c
+FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/expf_vec.c llmc/tanhf_vec.c llmc/profile.c
 FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 .PHONY: fuzz fuzz-build
@@ -164,6 +183,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 $(FUZZ_BUILD)/plain/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/plain/llmc/tanhf_vec.o: CFLAGS += -ffp-contract=off
 
 $(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FUZZ_BUILD)/plain/%.o)
 	ar rcs $@ $^

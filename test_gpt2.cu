@@ -164,18 +164,18 @@ static void test_matmul(Rng* rng, int N, int C, int OC, MatmulBackend backend) {
     check_x("forward out", d_out, out, (size_t)N * OC, TOL_OP);
 
     float* dinp = copy_h(dinp0, (size_t)N * C); // += onto a nonzero start
-    matmul_backward_input(dinp, dout, w, N, C, OC);
+    matmul_backward_input(dinp, dout, w, N, C, OC, 1);
     floatX* d_dinp = dev_x(dinp0, (size_t)N * C);
     matmul_backward_input_cuda(d_dinp, d_dout, d_w, N, C, OC, 1);
     check_x("backward dinp (+=)", d_dinp, dinp, (size_t)N * C, TOL_OP);
     float* dinp_z = zeros_h((size_t)N * C);
-    matmul_backward_input(dinp_z, dout, w, N, C, OC);
+    matmul_backward_input(dinp_z, dout, w, N, C, OC, 0);
     floatX* d_dinp_z = dev_x_poison((size_t)N * C);
     matmul_backward_input_cuda(d_dinp_z, d_dout, d_w, N, C, OC, 0);
     check_x("backward dinp (=)", d_dinp_z, dinp_z, (size_t)N * C, TOL_OP);
 
     float *dw = copy_h(dw0, (size_t)OC * C), *db = copy_h(db0, OC);
-    matmul_backward_weight(dw, db, dout, inp, N, C, OC);
+    matmul_backward_weight(dw, db, dout, inp, N, C, OC, 1);
     float *d_dw = dev_f(dw0, (size_t)OC * C), *d_db = dev_f(db0, OC);
     matmul_backward_weight_cuda(d_dw, d_db, d_dout, d_inp, N, C, OC, scratch);
     check_f("backward dweight (+=)", d_dw, dw, (size_t)OC * C, TOL_OP32);
@@ -265,13 +265,13 @@ static void test_layernorm(Rng* rng, int N, int C) {
     check_f("fused residual: rstd", d_rstd, rstd, N, TOL_OP32);
     // backward, from the CPU's mean/rstd of `res`
     float* dinp = copy_h(dres, n);
-    layernorm_backward_input(dinp, dout, res, w, mean, rstd, N, C);
+    layernorm_backward_input(dinp, dinp, dout, res, w, mean, rstd, N, C);
     floatX* d_dinp = dev_x(dres, n); // in place: dinp = dresidual + ...
     float *d_mean_c = dev_f(mean, N), *d_rstd_c = dev_f(rstd, N);
     layernorm_backward_input_cuda(d_dinp, d_dinp, d_dout, d_res, d_w, d_mean_c, d_rstd_c, N, C);
     check_x("backward dinp (+ dresidual)", d_dinp, dinp, n, TOL_OP);
     float *dw = copy_h(dw0, C), *db = copy_h(db0, C);
-    layernorm_backward_weight(dw, db, dout, res, mean, rstd, N, C);
+    layernorm_backward_weight(dw, db, dout, res, mean, rstd, N, C, 1);
     float *d_dw = dev_f(dw0, C), *d_db = dev_f(db0, C), *scratch;
     cudaCheck(cudaMalloc(&scratch, (size_t)COLSUM_MAX_CHUNKS * 2 * C * sizeof(float)));
     layernorm_backward_weight_cuda(d_dw, d_db, d_dout, d_res, d_mean_c, d_rstd_c, N, C, scratch);
@@ -435,7 +435,7 @@ static void cpu_run(CpuRun* c, const ModelCase* mc, const float* params) {
     c->logits = zeros_h((size_t)BT * Vp);
     matmul_forward(c->logits, c->a.lnf, p.wte, NULL, BT, C, Vp);
     gpt2_backward_input(&mc->cfg, &all, &p, &c->a, &c->g, NULL, 1.0f / BT);
-    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, NULL, &gr, c->dwte_head);
+    gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, NULL, &gr, c->dwte_head, 1);
 }
 
 static void cpu_run_free(CpuRun* c) {
@@ -608,7 +608,7 @@ static void test_steps(const ModelCase* mc, int steps) {
         memset(dwte_head, 0, (size_t)cfg->padded_vocab_size * C * sizeof(float));
         float lc = gpt2_forward(cfg, &all, &pt, &a, 1);
         gpt2_backward_input(cfg, &all, &pt, &a, &g, NULL, 1.0f / BT);
-        gpt2_backward_weight(cfg, &all, &a, &g, NULL, &gt, dwte_head);
+        gpt2_backward_weight(cfg, &all, &a, &g, NULL, &gt, dwte_head, 1);
         for (size_t i = 0; i < sizes[0]; i++) gt.wte[i] += dwte_head[i];
         size_t off = 0;
         for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {

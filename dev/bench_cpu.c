@@ -1,6 +1,7 @@
-// CPU benchmark of the training step and the matmul: ms per step and tokens/s at GPT-2 124M's shape
-// and a small shape, and the matmul's GFLOP/s beside this machine's fp32 FMA peak measured in the same run.
-// usage: build/dev/bench_cpu [steps (default 6)] [--small-only]
+// CPU benchmark: this machine's fp32 FMA peak and stream bandwidth, the matmul on GPT-2 124M's shapes
+// (beside OpenBLAS's cblas_sgemm when built with it), training steps of a small model and of 124M, and
+// where a 124M step's time goes per op family against its roofline; everything measured in one run.
+// usage: build/dev/bench_cpu [steps (default 6)] [--small-only | --no-matmul (the steps and breakdown only)]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,12 @@
 #include <sys/utsname.h>
 #include "llmc/common.h"
 #include "llmc/matmul.h"
+#include "llmc/profile.h"
 #include "llmc/rng.h"
 #include "tdpipe/stage.h"
+#ifdef TD_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include "llmc/simd.h"
 #define CHAINS 16 // independent FMA chains per thread: enough to cover FMA latency x ports
@@ -39,6 +44,34 @@ static double fma_peak_gflops(void) {
     return best;
 }
 
+// STREAM's copy (a = b) and triad (a = b + s c) on arrays far larger than the caches, all threads,
+// best of 5; bytes counted as STREAM counts them (each array read or written once). Returns triad's GB/s.
+static double stream_gbps(void) {
+    const size_t n = (size_t)32 << 20; // 128 MiB per array
+    float* a = (float*)malloc_check(n * sizeof(float));
+    float* b = (float*)malloc_check(n * sizeof(float));
+    float* c = (float*)malloc_check(n * sizeof(float));
+#pragma omp parallel for schedule(static) // first touch by the threads that use the pages
+    for (size_t i = 0; i < n; i++) { a[i] = 0.0f; b[i] = 1.0f; c[i] = 2.0f; }
+    double best_copy = 0.0, best_triad = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_seconds();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i];
+        double t1 = now_seconds();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+        double t2 = now_seconds();
+        double copy = 8.0 * n / (t1 - t0) / 1e9, triad = 12.0 * n / (t2 - t1) / 1e9;
+        if (copy > best_copy) best_copy = copy;
+        if (triad > best_triad) best_triad = triad;
+    }
+    printf("  stream  copy %.1f GB/s, triad %.1f GB/s (3 x %zu MiB arrays; triad is the bandwidth roofline below)\n", best_copy, best_triad,
+           n * sizeof(float) >> 20);
+    free(a); free(b); free(c);
+    return best_triad;
+}
+
 static float* random_floats(size_t n, uint64_t seed) {
     float* x = (float*)malloc_check(n * sizeof(float));
     Rng r;
@@ -52,8 +85,38 @@ static int cmp_double(const void* a, const void* b) {
     return x < y ? -1 : x > y;
 }
 
-// median GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape
-static void bench_matmul(int N, int C, int OC, const char* label, double peak) {
+// one pass of a linear layer (N, C) -> (N, OC): 0 forward, 1 backward input, 2 backward weight;
+// blas: through cblas_sgemm instead of llmc/matmul.c
+static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
+                        int OC) {
+#ifdef TD_OPENBLAS
+    if (blas) {
+        if (which == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+        else if (which == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, dinp, C);
+        else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, out, OC, inp, C, 1.0f, dw, C);
+        return;
+    }
+#endif
+    if (which == 0) matmul_forward(out, inp, w, NULL, N, C, OC);
+    else if (which == 1) matmul_backward_input(dinp, out, w, N, C, OC, 1);
+    else matmul_backward_weight(dw, db, out, inp, N, C, OC, 1);
+}
+
+// median ms of one pass over 7 runs
+static double time_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
+                        int OC) {
+    double t[7];
+    for (int rep = 0; rep < 7; rep++) {
+        double t0 = now_seconds();
+        matmul_pass(which, blas, out, dinp, dw, db, inp, w, N, C, OC);
+        t[rep] = now_seconds() - t0;
+    }
+    qsort(t, 7, sizeof(double), cmp_double);
+    return t[3];
+}
+
+// GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape, and OpenBLAS's beside them
+static void bench_matmul(int N, int C, int OC, const char* label, double peak, int have_blas) {
     float* inp = random_floats((size_t)N * C, 1);
     float* w = random_floats((size_t)OC * C, 2);
     float* out = random_floats((size_t)N * OC, 3);
@@ -63,23 +126,66 @@ static void bench_matmul(int N, int C, int OC, const char* label, double peak) {
     double flops = 2.0 * N * C * OC;
     const char* names[3] = {"fwd", "bwd_in", "bwd_w"};
     for (int which = 0; which < 3; which++) {
-        double t[7];
-        for (int rep = 0; rep < 7; rep++) {
-            double t0 = now_seconds();
-            if (which == 0) matmul_forward(out, inp, w, NULL, N, C, OC);
-            else if (which == 1) matmul_backward_input(dinp, out, w, N, C, OC);
-            else matmul_backward_weight(dw, db, out, inp, N, C, OC);
-            t[rep] = now_seconds() - t0;
+        double t = time_pass(which, 0, out, dinp, dw, NULL, inp, w, N, C, OC), g = flops / t / 1e9;
+        printf("  matmul  %-10s %6s %6d %6d %6d %10.3f %9.1f %6.1f%%", label, names[which], N, C, OC, t * 1e3, g, 100.0 * g / peak);
+        if (have_blas) {
+            double tb = time_pass(which, 1, out, dinp, dw, NULL, inp, w, N, C, OC), gb = flops / tb / 1e9;
+            printf(" %9.1f %6.1f%% %6.2fx", gb, 100.0 * gb / peak, tb / t);
         }
-        qsort(t, 7, sizeof(double), cmp_double);
-        double g = flops / t[3] / 1e9;
-        printf("  matmul  %-10s %6s %6d %6d %6d %10.3f %9.1f %7.1f%%\n", label, names[which], N, C, OC, t[3] * 1e3, g, 100.0 * g / peak);
+        printf("\n");
     }
     free(inp); free(w); free(out); free(dw); free(db); free(dinp);
 }
 
-// median ms of full training steps (forward, backward, tied embedding, norm, AdamW) on random tokens
-static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps) {
+// one training step as the trainer's executor runs it for P = 1, M = 1: forward, backward, the tied
+// embedding's sum, the global norm, AdamW with clipping's scale, the gradient slot zeroed
+static void train_step(Stage* s, int step, int L, const AdamWConfig* opt, double* units) {
+    Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s->version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s->version};
+    stage_forward(s, &f, 0, 1);
+    stage_backward(s, &bw, 0, 1.0f / (s->B * s->T));
+    stage_tie_local(s, 0);
+    stage_grad_unit_sumsq(s, 0, units);
+    float norm = grad_norm_from_units(units, L + 2);
+    stage_update(s, 0, opt, opt->lr, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
+    stage_zero_grad(s, 0);
+}
+
+// per-entry and per-family table of the profiled steps (profile.h's buckets), each against its roofline:
+// time at the FMA peak for FLOPs or at the stream bandwidth for bytes, whichever is longer
+static void print_breakdown(int steps, double step_s, double peak, double bw) {
+    const ProfileEntry* e;
+    int n = profile_entries(&e);
+    const char* families[] = {"matmul", "attention", "layernorm", "gelu", "residual", "softmax+CE", "encoder", "adamw",
+                              "global norm", "zero grad", "tied embedding", "copies"};
+    int nf = (int)(sizeof(families) / sizeof(families[0]));
+    double fam_s[16] = {0}, fam_roof[16] = {0}, total_s = 0.0, total_flops = 0.0; // fam_*: (nf)
+    printf("# breakdown of a 124M step: %d more steps with the profiling hook on, %.1f ms each on average; each op's time is its mean per step\n",
+           steps, step_s * 1e3);
+    printf("#         family         pass      shape                  ms   %%step      rate   %%roof\n");
+    for (int i = 0; i < n; i++) {
+        double s = e[i].seconds / steps, fl = e[i].flops / steps, by = e[i].bytes / steps;
+        double roof = fl / (peak * 1e9) > by / (bw * 1e9) ? fl / (peak * 1e9) : by / (bw * 1e9);
+        char shape[64] = "";
+        if (e[i].shape[0]) snprintf(shape, sizeof(shape), "%d %d %d", e[i].shape[0], e[i].shape[1], e[i].shape[2]);
+        int compute = fl / (peak * 1e9) >= by / (bw * 1e9);
+        printf("  op      %-14s %-8s %-18s %8.2f %6.1f%% %6.1f %s %6.1f%%\n", e[i].family, e[i].pass, shape, s * 1e3, 100.0 * s / step_s,
+               compute ? fl / s / 1e9 : by / s / 1e9, compute ? "GF/s" : "GB/s", 100.0 * roof / s);
+        for (int f = 0; f < nf; f++)
+            if (!strcmp(e[i].family, families[f])) { fam_s[f] += s; fam_roof[f] += roof; }
+        total_s += s;
+        total_flops += fl;
+    }
+    printf("#         family                 ms   %%step   %%roof\n");
+    for (int f = 0; f < nf; f++)
+        if (fam_s[f] > 0) printf("  family  %-14s %10.2f %6.1f%% %6.1f%%\n", families[f], fam_s[f] * 1e3, 100.0 * fam_s[f] / step_s, 100.0 * fam_roof[f] / fam_s[f]);
+    printf("  family  %-14s %10.2f %6.1f%%\n", "the rest", (step_s - total_s) * 1e3, 100.0 * (step_s - total_s) / step_s);
+    printf("  total   %.1f GFLOP per step: %.1f GFLOP/s over the whole step, %.1f%% of the FMA peak\n", total_flops / 1e9,
+           total_flops / step_s / 1e9, 100.0 * total_flops / step_s / 1e9 / peak);
+}
+
+// median ms of full training steps on random tokens; profiled > 0: that many more steps with the
+// profiling hook on, then their breakdown
+static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps, int profiled, double peak, double bw) {
     GPT2Config cfg = {1024, V, (V + 127) / 128 * 128, L, NH, C};
     GPT2Range all = {0, L, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
@@ -100,20 +206,21 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     double* t = (double*)calloc_check(steps + 1, sizeof(double));
     for (int step = 0; step <= steps; step++) { // step 0 warms up and is left out
         double t0 = now_seconds();
-        Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s.version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s.version};
-        stage_forward(&s, &f, 0, 1);
-        stage_backward(&s, &bw, 0, 1.0f / (B * T));
-        stage_tie_local(&s, 0);
-        stage_grad_unit_sumsq(&s, 0, units);
-        float norm = grad_norm_from_units(units, L + 2);
-        stage_update(&s, 0, &opt, 3e-4f, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
-        stage_zero_grad(&s, 0);
+        train_step(&s, step, L, &opt, units);
         t[step] = now_seconds() - t0;
     }
     qsort(t + 1, steps, sizeof(double), cmp_double);
     double med = t[1 + steps / 2];
     printf("  step    %-10s L %d C %d NH %d V %d B %d T %d: %zu params, median %.1f ms/step over %d steps, %.1f tokens/s\n", label, L, C, NH, V,
            B, T, s.num_params, med * 1e3, steps, B * T / med);
+    if (profiled > 0) { // shares of these steps' own mean time, as the ops' times are means: "the rest" is what no hook saw
+        double t0 = now_seconds();
+        profile_reset();
+        profile_on = 1;
+        for (int i = 0; i < profiled; i++) train_step(&s, steps + 1 + i, L, &opt, units);
+        profile_on = 0;
+        print_breakdown(profiled, (now_seconds() - t0) / profiled, peak, bw);
+    }
     free(units);
     free(t);
     stage_destroy(&s);
@@ -121,7 +228,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
 
 int main(int argc, char** argv) {
     int steps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 6;
-    int small_only = argc > 2 && !strcmp(argv[2], "--small-only");
+    int small_only = argc > 2 && !strcmp(argv[2], "--small-only"), no_matmul = argc > 2 && !strcmp(argv[2], "--no-matmul");
     struct utsname u;
     uname(&u);
     char cpu[256] = "unknown";
@@ -138,14 +245,29 @@ int main(int argc, char** argv) {
         fclose(f);
     }
     printf("# bench_cpu: %s, %s, %d OpenMP threads, SIMD width %d floats\n", u.machine, cpu, omp_get_max_threads(), VL);
-    printf("# command: %s %s%s\n", argv[0], argc > 1 ? argv[1] : "", argc > 2 ? " --small-only" : "");
+    printf("# command: %s %s %s\n", argv[0], argc > 1 ? argv[1] : "", argc > 2 ? argv[2] : "");
     double peak = fma_peak_gflops();
     printf("  peak    fp32 FMA (measured) %.1f GFLOP/s\n", peak);
-    printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak\n");
-    bench_matmul(256, 768, 3072, "124M-fc", peak);
-    bench_matmul(256, 768, 50304, "124M-head", peak);
-    bench_matmul(256, 128, 512, "small-fc", peak);
-    bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4);
-    if (!small_only) bench_step("124M", 12, 768, 12, 50257, 4, 64, steps);
+    double bw = stream_gbps();
+    int have_blas = 0;
+#ifdef TD_OPENBLAS
+    // 2 = OpenBLAS's OpenMP build, whose threads are ours; a pthreads build would fight them for the cores
+    have_blas = 1;
+    printf("# OpenBLAS %s, parallel mode %d (2 = OpenMP), %d threads; blas columns: cblas_sgemm on the same operands, x = its time / ours\n",
+           openblas_get_config(), openblas_get_parallel(), openblas_get_num_threads());
+#else
+    printf("# OpenBLAS: not built in (make finds it with pkg-config openblas: apt-get install libopenblas-openmp-dev)\n");
+#endif
+    if (!no_matmul) {
+        printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak%s\n", have_blas ? "  blas_GF/s  %peak  blas_x" : "");
+        bench_matmul(256, 768, 2304, "124M-qkv", peak, have_blas);
+        bench_matmul(256, 768, 768, "124M-proj", peak, have_blas);
+        bench_matmul(256, 768, 3072, "124M-fc", peak, have_blas);
+        bench_matmul(256, 3072, 768, "124M-fcproj", peak, have_blas);
+        bench_matmul(256, 768, 50304, "124M-head", peak, have_blas);
+        bench_matmul(256, 128, 512, "small-fc", peak, have_blas);
+    }
+    bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4, 0, peak, bw);
+    if (!small_only) bench_step("124M", 12, 768, 12, 50257, 4, 64, steps, 3, peak, bw);
     return 0;
 }

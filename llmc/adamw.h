@@ -18,6 +18,9 @@ typedef struct {
 // weight_decay is the effective decay for this tensor (0 for biases and LayerNorm).
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale);
+// the same step, and grads (n) zeroed in the same pass over memory (the next step accumulates into them)
+void adamw_update_zero(float* params, float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t, float grad_scale);
 
 // learning rate at 0-based step: linear warmup over `warmup` steps, then cosine decay from lr to
 // lr * final_frac at the last step (total steps `total`)

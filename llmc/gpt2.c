@@ -238,13 +238,12 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
         classifier_backward(g->dlogits, a->probs, a->targets, dloss, BT, V, Vp);
-        memset(g->dlnf, 0, BTC * sizeof(float));
-        matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp);
-        memset(dlast, 0, BTC * sizeof(float));
-        layernorm_backward_input(dlast, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+        matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp, 0);
+        layernorm_backward_input(dlast, NULL, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
     } else if (dx_out) { // NULL: the caller received it in place, in dlast
         memcpy(dlast, dx_out, BTC * sizeof(float));
     }
+    // every input gradient below is written, not added to: no buffer needs zeroing first
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
         float* dresidual = l == 0 ? g->dx_in : g->dres3 + (l - 1) * BTC; // gradient of the layer input
@@ -257,23 +256,15 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
         float* dqkv = g->dqkv + l * 3 * BTC;
         float* dln1 = g->dln1 + l * BTC;
         // the MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        memset(dfch_gelu, 0, 4 * BTC * sizeof(float));
-        matmul_backward_input(dfch_gelu, dres3, p->fcprojw + l * 4 * c * c, BT, 4 * C, C);
-        memset(dfch, 0, 4 * BTC * sizeof(float));
+        matmul_backward_input(dfch_gelu, dres3, p->fcprojw + l * 4 * c * c, BT, 4 * C, C, 0);
         gelu_backward(dfch, a->fch + l * 4 * BTC, dfch_gelu, 4 * BTC);
-        memset(dln2, 0, BTC * sizeof(float));
-        matmul_backward_input(dln2, dfch, p->fcw + l * 4 * c * c, BT, C, 4 * C);
-        memcpy(dres2, dres3, BTC * sizeof(float));
-        layernorm_backward_input(dres2, dln2, a->residual2 + l * BTC, p->ln2w + l * c, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        matmul_backward_input(dln2, dfch, p->fcw + l * 4 * c * c, BT, C, 4 * C, 0);
+        layernorm_backward_input(dres2, dres3, dln2, a->residual2 + l * BTC, p->ln2w + l * c, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         // the attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        memset(datty, 0, BTC * sizeof(float));
-        matmul_backward_input(datty, dres2, p->attprojw + l * c * c, BT, C, C);
-        memset(dqkv, 0, 3 * BTC * sizeof(float));
+        matmul_backward_input(datty, dres2, p->attprojw + l * c * c, BT, C, C, 0);
         attention_backward(dqkv, g->datt, datty, a->qkv + l * 3 * BTC, a->att + (size_t)l * B * NH * T * T, B, T, C, NH);
-        memset(dln1, 0, BTC * sizeof(float));
-        matmul_backward_input(dln1, dqkv, p->qkvw + l * 3 * c * c, BT, C, 3 * C);
-        memcpy(dresidual, dres2, BTC * sizeof(float));
-        layernorm_backward_input(dresidual, dln1, residual, p->ln1w + l * c, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+        matmul_backward_input(dln1, dqkv, p->qkvw + l * 3 * c * c, BT, C, 3 * C, 0);
+        layernorm_backward_input(dresidual, dres2, dln1, residual, p->ln1w + l * c, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
     }
 }
 
@@ -282,31 +273,33 @@ static void unit_done(const GPT2UnitHook* hook, int unit) {
 }
 
 void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
-                          ParameterTensors* grads, float* dwte_head) {
+                          ParameterTensors* grads, float* dwte_head, int accumulate) {
     int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0, L = cfg->num_layers;
     int BT = B * T, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
     if (r->has_embed) { // first: it reads only dx_in (and touches no other tensor), so its unit can travel soonest
-        encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C);
+        encoder_backward(grads->wte, grads->wpe, g->dx_in, a->inputs, B, T, C); // a scatter: always adds, whatever accumulate
         unit_done(hook, 0);
     }
     if (r->has_head) {
         const float* last = a->residual3 + (Ls - 1) * BTC;
-        matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp);
-        layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C);
+        matmul_backward_weight(dwte_head, NULL, g->dlogits, a->lnf, BT, C, Vp, accumulate);
+        layernorm_backward_weight(grads->lnfw, grads->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C, accumulate);
         unit_done(hook, L + 2);
         unit_done(hook, L + 1);
     }
     for (int l = Ls - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
-        matmul_backward_weight(grads->fcprojw + l * 4 * c * c, grads->fcprojb + l * c, g->dres3 + l * BTC, a->fch_gelu + l * 4 * BTC, BT, 4 * C, C);
-        matmul_backward_weight(grads->fcw + l * 4 * c * c, grads->fcb + l * 4 * c, g->dfch + l * 4 * BTC, a->ln2 + l * BTC, BT, C, 4 * C);
+        matmul_backward_weight(grads->fcprojw + l * 4 * c * c, grads->fcprojb + l * c, g->dres3 + l * BTC, a->fch_gelu + l * 4 * BTC, BT, 4 * C, C,
+                               accumulate);
+        matmul_backward_weight(grads->fcw + l * 4 * c * c, grads->fcb + l * 4 * c, g->dfch + l * 4 * BTC, a->ln2 + l * BTC, BT, C, 4 * C, accumulate);
         layernorm_backward_weight(grads->ln2w + l * c, grads->ln2b + l * c, g->dln2 + l * BTC, a->residual2 + l * BTC,
-                                  a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
-        matmul_backward_weight(grads->attprojw + l * c * c, grads->attprojb + l * c, g->dres2 + l * BTC, a->atty + l * BTC, BT, C, C);
-        matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C);
+                                  a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C, accumulate);
+        matmul_backward_weight(grads->attprojw + l * c * c, grads->attprojb + l * c, g->dres2 + l * BTC, a->atty + l * BTC, BT, C, C, accumulate);
+        matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C,
+                               accumulate);
         layernorm_backward_weight(grads->ln1w + l * c, grads->ln1b + l * c, g->dln1 + l * BTC, residual,
-                                  a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+                                  a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C, accumulate);
         unit_done(hook, 1 + r->l0 + l);
     }
 }

@@ -142,9 +142,12 @@ typedef struct {
 } GPT2UnitHook;
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to
 // dwte_head (Vp, C) (the tied embedding: summed with the encoder's share once per step), the
-// encoder's share to grads->wte. hook: NULL, or told of each unit as it is done.
+// encoder's share to grads->wte. hook: NULL, or told of each unit as it is done. accumulate 0 (a
+// step's first micro-batch): every tensor written, bitwise as if added to zeros, except the
+// encoder's wte and wpe, a scatter that always adds (they must hold zeros, or the sum so far; the
+// encoder runs first, but it touches no tensor the others write, so the order changes nothing).
 void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
-                          ParameterTensors* grads, float* dwte_head);
+                          ParameterTensors* grads, float* dwte_head, int accumulate);
 
 #ifdef __cplusplus
 }

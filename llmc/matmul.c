@@ -1,108 +1,103 @@
 // CPU matmul: one cache-blocked SGEMM (packed panels, an MR x NR register-blocked micro-kernel
 // written with GCC vector extensions so it compiles to FMAs on any x86/ARM SIMD width), serving
 // GPT-2's forward, input-gradient and weight-gradient products.
-// Deterministic: every output element is summed over k in the same order whatever the thread count.
+// Deterministic: each output element is the same sum whatever the thread count or the tiling: over
+// k-blocks of KC in order, each block an FMA chain from zero over its k in order, added to C.
 #include "matmul.h"
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
+#include "profile.h"
 
 #include "simd.h"
 
-#define MR 12        // rows of C per micro-kernel
-#define NR (2 * VL) // columns of C per micro-kernel: two vectors
-#define MC 128      // rows of C per task (A block: MC x KC, ~128 KiB, in L2)
-#define NC 256      // columns of C per task (B block: KC x NC, 256 KiB, in L2)
-#define KC 256      // depth of one packed block
-#define TILE_MAX 512 // widest tile of the split dimension (long depths use wide tiles)
+#define KC 256 // depth of one packed block. It fixes every element's rounding (see the top): changing it changes results
+// 8 x 3 vectors: 24 accumulators, 3 vector loads and 8 broadcasts per k; 8 divides GPT-2's token
+// counts and 48 its widths, so no partial tiles (5-7% faster than 12 x 2 on 124M's shapes)
+#ifndef MR
+#define MR 8 // rows of C per micro-kernel
+#endif
+#ifndef NV
+#define NV 3 // vectors of C per micro-kernel row
+#endif
+#define NR (NV * VL)  // columns of C per micro-kernel
+#define TILE_MAX 512  // widest tile of the split operand (rows packed per task)
+#define WHOLE_MAX (4 << 20) // floats (16 MiB): a larger shared operand is packed one k-block at a time
 
+// how a k-block's sum s meets C: C = s; C = C + s; C = 0 + s (bitwise what adding into zeroed memory
+// gave, even for a sum that rounded to -0, for the backward passes that used to start from a memset)
+enum { C_SET, C_ADD, C_ZERO_ADD };
 
-// C (MR, NR) (+)= a (kc, MR) packed · b (kc, NR) packed; m x n of it valid
-static void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc,
-                         int m, int n, int accumulate) {
-    vfloat acc0[MR], acc1[MR];
-    for (int i = 0; i < MR; i++) { acc0[i] = (vfloat){0}; acc1[i] = (vfloat){0}; }
+// C (m, n) of one MR x NR tile from Σ_k a[k][i] b[k][j] over this block's kc (the sum an FMA chain
+// from zero) as `mode` says; then + bias[j] where bias is given (a forward's last block). Full tiles go
+// straight from the registers to C; a partial tile passes through a small buffer, so that no
+// accumulator is ever indexed at run time (that would move them all out of registers).
+static inline void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc, int m, int n, int mode,
+                                const float* restrict bias) {
+    vfloat acc[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[i][v] = (vfloat){0};
     for (int k = 0; k < kc; k++) {
-        vfloat b0 = *(const vfloat*)(b + k * NR);
-        vfloat b1 = *(const vfloat*)(b + k * NR + VL);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            // vector * scalar lets the compiler fold the broadcast into a load, off the shuffle port
-            acc0[i] += b0 * a[k * MR + i];
-            acc1[i] += b1 * a[k * MR + i];
-        }
+        vfloat bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = *(const vfloat*)(b + (size_t)k * NR + v * VL);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] += bv[v] * a[k * MR + i]; // vector * scalar: the broadcast folds into a load
     }
     if (m == MR && n == NR) {
-        for (int i = 0; i < MR; i++) {
-            vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc);
-            ci[0] = accumulate ? ci[0] + acc0[i] : acc0[i];
-            ci[1] = accumulate ? ci[1] + acc1[i] : acc1[i];
-        }
-    } else {
-        for (int i = 0; i < m; i++) {
-            float* ci = c + (size_t)i * ldc;
-            for (int j = 0; j < n; j++) {
-                float v = j < VL ? acc0[i][j] : acc1[i][j - VL];
-                ci[j] = accumulate ? ci[j] + v : v;
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc + v * VL);
+                vfloat x = mode == C_ADD ? *ci + acc[i][v] : mode == C_ZERO_ADD ? (vfloat){0} + acc[i][v] : acc[i][v];
+                *ci = bias ? x + *(const vfloat_u*)(bias + v * VL) : x;
             }
+        return;
+    }
+    float tile[MR * NR] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) *(vfloat*)(tile + i * NR + v * VL) = acc[i][v];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float* cij = c + (size_t)i * ldc + j;
+            float x = mode == C_ADD ? *cij + tile[i * NR + j] : mode == C_ZERO_ADD ? 0.0f + tile[i * NR + j] : tile[i * NR + j];
+            *cij = bias ? x + bias[j] : x;
         }
-    }
 }
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
-typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
-
-// dst[j*ldd + i] = src[i*lds + j] for an 8 x 8 block: three rounds of shuffles (unpack pairs,
-// then quads, then 128-bit halves), the classic in-register transpose
-static inline void transpose8(float* restrict dst, int ldd, const float* restrict src, int lds) {
-    v8f r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = *(const v8f_u*)(src + (size_t)i * lds);
-    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
-        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
-        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
-        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
-        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
-    }
-    for (int j = 0; j < 4; j++) {
-        *(v8f_u*)(dst + (size_t)j * ldd) = __builtin_shuffle(u[j], u[j + 4], lo4);
-        *(v8f_u*)(dst + (size_t)(j + 4) * ldd) = __builtin_shuffle(u[j], u[j + 4], hi4);
-    }
-}
+// an operand as a row-major matrix of `rows` rows of depth K: X(r, k) = trans ? p[k*ld + r] : p[r*ld + k]
+typedef struct {
+    const float* p;
+    int ld, trans;
+} Operand;
 
 // Packing copies a block of an operand into micro-panels the micro-kernel reads contiguously:
-// rows [r0, r0+rows) x depth [k0, k0+kc) of X, where X(r, k) = trans ? X[k*ld + r] : X[r*ld + k],
-// into dst (ceil(rows/W), kc, W) zero-padded; W = MR for A (rows of C), NR for B (columns of C).
-static void pack_panels(float* restrict dst, const float* X, int ld, int trans, int r0, int rows, int k0, int kc, int W) {
+// rows [r0, r0+rows) x depth [k0, k0+kc) of X into dst (ceil(rows/W), kc, W) zero-padded;
+// W = MR for A (rows of C), NR for B (columns of C).
+static void pack_panels(float* restrict dst, Operand X, int r0, int rows, int k0, int kc, int W) {
     for (int rp = 0; rp < rows; rp += W) {
         float* d = dst + (size_t)rp * kc;
         int w = rows - rp < W ? rows - rp : W;
         if (w < W) memset(d, 0, sizeof(float) * (size_t)kc * W);
-        if (trans) { // X(r, k) = X[k*ld + r]: W consecutive floats per k
+        if (X.trans) { // X(r, k) = p[k*ld + r]: W consecutive floats per k
             for (int k = 0; k < kc; k++) { // a short copy per k: vector moves, not a memcpy call
-                const float* src = X + (size_t)(k0 + k) * ld + r0 + rp;
-                float* dst = d + (size_t)k * W;
+                const float* src = X.p + (size_t)(k0 + k) * X.ld + r0 + rp;
+                float* dk = d + (size_t)k * W;
                 if (w == W && W % VL == 0)
-                    for (int j = 0; j < W; j += VL) *(vfloat_u*)(dst + j) = *(const vfloat_u*)(src + j);
+                    for (int j = 0; j < W; j += VL) *(vfloat_u*)(dk + j) = *(const vfloat_u*)(src + j);
                 else
-                    memcpy(dst, src, sizeof(float) * w);
+                    memcpy(dk, src, sizeof(float) * w);
             }
-        } else { // X(r, k) = X[r*ld + k]: a transpose; whole 8 x 8 blocks in registers, the rest one by one
-            int r8 = w / 8 * 8, k8 = kc / 8 * 8;
-            for (int r = 0; r < r8; r += 8)
-                for (int k = 0; k < k8; k += 8) transpose8(d + (size_t)k * W + r, W, X + (size_t)(r0 + rp + r) * ld + k0 + k, ld);
-            for (int r = 0; r < w; r++) {
-                const float* src = X + (size_t)(r0 + rp + r) * ld + k0;
-                for (int k = r < r8 ? k8 : 0; k < kc; k++) d[(size_t)k * W + r] = src[k];
-            }
+        } else { // X(r, k) = p[r*ld + k]: a transpose
+            simd_transpose(d, W, X.p + (size_t)(r0 + rp) * X.ld + k0, X.ld, w, kc);
         }
     }
 }
@@ -119,103 +114,136 @@ static float* workspace(float** buf, size_t* cap, size_t floats) {
 }
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
 
-// C (M, N) = (accumulate ? C : 0) + op(A) (M, K) · op(B) (K, N), with op(A)(i, k) = transA ? A[k*lda + i] : A[i*lda + k]
-// and op(B)(k, j) = transB ? B[j*ldb + k] : B[k*ldb + j]. The smaller operand is packed whole
-// once; tasks split the larger one's dimension and pack their own blocks, so each operand is
-// packed exactly once per call.
-static void sgemm(int M, int N, int K, const float* A, int lda, int transA, const float* B, int ldb, int transB,
-                  float* C, int ldc, int accumulate) {
+// what one sgemm call's tasks share: the shapes, the operands, how the split operand is tiled
+typedef struct {
+    int M, N, K, nkb, ldc, mode, split_n; // mode: how the first k-block meets C (later ones add)
+    Operand sp;            // the split operand: rows in tiles, each packed by the task that owns it
+    int sp_rows, sp_w, tile, ntiles;
+    Operand sh;            // the shared operand, packed once for all tasks
+    int sh_rows, sh_w, sh_panels;
+    size_t sh_stride;      // floats per unit of depth of the packed shared operand
+    float* C;
+    const float* bias;
+} Gemm;
+
+// packs k-block kb of the shared operand into dst: panels p0, p0 + dp, ... (one thread's share)
+static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp) {
+    int k0 = kb * KC, kc = MIN(g->K - k0, KC);
+    for (int p = p0; p < g->sh_panels; p += dp)
+        pack_panels(dst + (size_t)p * g->sh_w * kc, g->sh, p * g->sh_w, MIN(g->sh_rows - p * g->sh_w, g->sh_w), k0, kc, g->sh_w);
+}
+
+// tile t of C over k-block kb: its block of the split operand packed into blk, then every micro-tile;
+// shk: the shared operand's packed k-block
+static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* blk) {
+    int k0 = kb * KC, kc = MIN(g->K - k0, KC);
+    int mode = kb > 0 ? C_ADD : g->mode;
+    const float* bias = kb == g->nkb - 1 ? g->bias : NULL;
+    int s0 = t * g->tile, sn = MIN(g->sp_rows - s0, g->tile);
+    pack_panels(blk, g->sp, s0, sn, k0, kc, g->sp_w);
+    const float* a = g->split_n ? shk : blk;
+    const float* b = g->split_n ? blk : shk;
+    int i0 = g->split_n ? 0 : s0, j0 = g->split_n ? s0 : 0, mi = g->split_n ? g->M : sn, nj = g->split_n ? sn : g->N;
+    // the A micro-panel (MR x kc, 8 KiB) stays in L1 while B's stream from L2: a few % faster here
+    // than keeping B's (48 KiB, as large as L1) and streaming A's
+    for (int ip = 0; ip < mi; ip += MR)
+        for (int jp = 0; jp < nj; jp += NR)
+            micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, g->C + (size_t)(i0 + ip) * g->ldc + j0 + jp, g->ldc, MIN(mi - ip, MR),
+                         MIN(nj - jp, NR), mode, bias ? bias + j0 + jp : NULL);
+}
+
+// C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
+// Bt given as Operands of M and N rows. One operand (the shared one, with the smaller dimension) is
+// packed once for all tasks; tasks split the other one's rows into tiles and pack their own blocks.
+// A shared operand that fits WHOLE_MAX is packed whole up front and tiles are taken dynamically,
+// each running all its k-blocks. A larger one (a long depth: the LM head's input gradient) would
+// be written out whole and read back by every thread: instead each thread packs each k-block of it
+// itself before its own tiles' share of that block. That packs it once per thread (a few % of the
+// work) but needs no barrier per block, which a thread descheduled on a shared machine would stall.
+static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias) {
     if (K == 0) {
-        if (!accumulate)
-            for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (mode == C_ADD ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
         return;
     }
-    static float* shared = NULL;
+    static float* shared_buf = NULL;
     static size_t shared_cap = 0;
-    int nkb = CEIL_DIV(K, KC);
-    int split_n = N >= M; // tasks over column tiles (A packed whole) or over row tiles (B packed whole)
-    int whole_rows = split_n ? M : N, whole_w = split_n ? MR : NR;
-    size_t whole_stride = (size_t)CEIL_DIV(whole_rows, whole_w) * whole_w; // floats per unit of depth
-    float* whole = workspace(&shared, &shared_cap, whole_stride * (size_t)nkb * KC);
+    Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .mode = mode, .split_n = N >= M, .C = C, .bias = bias};
+    g.sh = g.split_n ? A : Bt;
+    g.sp = g.split_n ? Bt : A;
+    g.sh_rows = g.split_n ? M : N;
+    g.sh_w = g.split_n ? MR : NR;
+    g.sp_rows = g.split_n ? N : M;
+    g.sp_w = g.split_n ? NR : MR;
+    g.sh_panels = CEIL_DIV(g.sh_rows, g.sh_w);
+    g.sh_stride = (size_t)g.sh_panels * g.sh_w;
+    int whole = g.sh_stride * (size_t)K <= WHOLE_MAX;
+    float* shbuf = whole ? workspace(&shared_buf, &shared_cap, g.sh_stride * (size_t)g.nkb * KC) : NULL;
+    // tiles of the split operand, whole micro-panels: 4 per thread where the size allows; a long
+    // depth sweeps the shared operand once per tile, so then one per thread
     int nthreads = omp_get_max_threads();
-    // tiles of the split dimension: at most NC (or MC) wide, at least 4 per thread when the size allows
-    int split_size = split_n ? N : M, unit = split_n ? NR : MR, cap = split_n ? NC : MC;
-    int tile = CEIL_DIV(CEIL_DIV(split_size, 4 * nthreads), unit) * unit;
-    if (tile > cap) tile = cap;
-    // a long depth streams the whole packed operand once per tile: then one tile per thread
-    if (nkb > 8) tile = CEIL_DIV(CEIL_DIV(split_size, nthreads), unit) * unit;
-    if (tile > TILE_MAX) tile = TILE_MAX / unit * unit; // whole micro-panels (MR = 12 does not divide 512)
-    if (CEIL_DIV(tile, unit) * unit > TILE_MAX) // a tile packs whole micro-panels into a TILE_MAX-row buffer
-        td_fatal("matmul: a tile of %d rows packs %d rows, more than the %d-row buffer", tile, CEIL_DIV(tile, unit) * unit, TILE_MAX);
-    int ntiles = CEIL_DIV(split_size, tile);
+    int sp_panels = CEIL_DIV(g.sp_rows, g.sp_w);
+    int want = whole && g.nkb <= 8 ? 4 * nthreads : nthreads;
+    g.tile = CEIL_DIV(sp_panels, MIN(want, sp_panels)) * g.sp_w;
+    if (g.tile > TILE_MAX) g.tile = TILE_MAX / g.sp_w * g.sp_w;
+    g.ntiles = CEIL_DIV(g.sp_rows, g.tile);
 #pragma omp parallel
     {
         static __thread float* own = NULL; // this thread's block of the split operand
         static __thread size_t own_cap = 0;
         float* blk = workspace(&own, &own_cap, (size_t)KC * TILE_MAX);
-        // the whole operand, k-block by k-block: (nkb, ceil(rows/w), KC-or-less, w)
-#pragma omp for schedule(static)
-        for (int job = 0; job < nkb * CEIL_DIV(whole_rows, whole_w); job++) {
-            int kb = job / CEIL_DIV(whole_rows, whole_w), rp = (job % CEIL_DIV(whole_rows, whole_w)) * whole_w;
-            int k0 = kb * KC, kc = K - k0 < KC ? K - k0 : KC;
-            float* dst = whole + whole_stride * (size_t)k0 + (size_t)rp * kc;
-            int rows = whole_rows - rp < whole_w ? whole_rows - rp : whole_w;
-            if (split_n) pack_panels(dst, A, lda, transA, rp, rows, k0, kc, MR);
-            else pack_panels(dst, B, ldb, !transB, rp, rows, k0, kc, NR);
-        }
-        // (implicit barrier) every task runs all k-blocks in order: each C element sums k in one fixed order
+        int th = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (whole) {
+            for (int kb = 0; kb < g.nkb; kb++) pack_shared(&g, shbuf + g.sh_stride * (size_t)kb * KC, kb, th, nt);
+#pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
-        for (int t = 0; t < ntiles; t++) {
-            int s0 = t * tile, sn = split_size - s0 < tile ? split_size - s0 : tile;
-            for (int kb = 0; kb < nkb; kb++) {
-                int k0 = kb * KC, kc = K - k0 < KC ? K - k0 : KC;
-                int acc = accumulate || kb > 0;
-                const float* wk = whole + whole_stride * (size_t)k0;
-                if (split_n) {
-                    pack_panels(blk, B, ldb, !transB, s0, sn, k0, kc, NR);
-                    for (int jp = 0; jp < sn; jp += NR)
-                        for (int ip = 0; ip < M; ip += MR)
-                            micro_kernel(kc, wk + (size_t)ip * kc, blk + (size_t)jp * kc, C + (size_t)ip * ldc + s0 + jp, ldc,
-                                         M - ip < MR ? M - ip : MR, sn - jp < NR ? sn - jp : NR, acc);
-                } else {
-                    pack_panels(blk, A, lda, transA, s0, sn, k0, kc, MR);
-                    for (int jp = 0; jp < N; jp += NR)
-                        for (int ip = 0; ip < sn; ip += MR)
-                            micro_kernel(kc, blk + (size_t)ip * kc, wk + (size_t)jp * kc, C + (size_t)(s0 + ip) * ldc + jp, ldc,
-                                         sn - ip < MR ? sn - ip : MR, N - jp < NR ? N - jp : NR, acc);
-                }
+            for (int t = 0; t < g.ntiles; t++)
+                for (int kb = 0; kb < g.nkb; kb++) tile_block(&g, t, kb, shbuf + g.sh_stride * (size_t)kb * KC, blk);
+        } else {
+            static __thread float* mine = NULL; // this thread's packed k-block of the shared operand
+            static __thread size_t mine_cap = 0;
+            float* shk = workspace(&mine, &mine_cap, g.sh_stride * KC);
+            for (int kb = 0; kb < g.nkb; kb++) { // tiles th, th + nt, ...: this thread's own across all k-blocks
+                if (th >= g.ntiles) break;
+                pack_shared(&g, shk, kb, 0, 1);
+                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk);
             }
         }
     }
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-    // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ
-    sgemm(N, OC, C, inp, C, 0, weight, C, 1, out, OC, 0);
-    if (bias) {
-#pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
-    }
+    double t0 = profile_begin();
+    // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias
+    sgemm(N, OC, C, (Operand){inp, C, 0}, (Operand){weight, C, 0}, out, OC, C_SET, bias);
+    PROFILE_END(t0, "matmul", "fwd", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
 }
 
-void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
-    // dinp (N, C) += dout (N, OC) · weight (OC, C)
-    sgemm(N, C, OC, dout, OC, 0, weight, C, 0, dinp, C, 1);
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC, int accumulate) {
+    double t0 = profile_begin();
+    // dinp (N, C) (+)= dout (N, OC) · weight (OC, C): Bt(j, k) = weight[k*C + j]
+    sgemm(N, C, OC, (Operand){dout, OC, 0}, (Operand){weight, C, 1}, dinp, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
+    PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + (accumulate ? 2.0 : 1.0) * N * C));
 }
 
-void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC) {
-    // dweight (OC, C) += dout (N, OC)ᵀ · inp (N, C)
-    sgemm(OC, C, N, dout, OC, 1, inp, C, 0, dweight, C, 1);
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC, int accumulate) {
+    double t0 = profile_begin();
+    // dweight (OC, C) (+)= dout (N, OC)ᵀ · inp (N, C): A(o, n) = dout[n*OC + o], Bt(c, n) = inp[n*C + c]
+    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
     if (dbias) {
-        // each thread owns a column range of dbias and sums n in order: deterministic
+        // each thread owns a column range of dbias and sums n in order (onto 0 when not accumulating,
+        // bitwise the old sum into zeroed memory): deterministic
 #pragma omp parallel
         {
             int nt = omp_get_num_threads(), t = omp_get_thread_num();
             int o0 = (int)((long)OC * t / nt), o1 = (int)((long)OC * (t + 1) / nt);
+            if (!accumulate)
+                for (int o = o0; o < o1; o++) dbias[o] = 0.0f;
             for (int n = 0; n < N; n++)
                 for (int o = o0; o < o1; o++) dbias[o] += dout[(size_t)n * OC + o];
         }
     }
+    PROFILE_END(t0, "matmul", "bwd_w", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)N * C + (accumulate ? 2.0 : 1.0) * OC * C));
 }

@@ -3,7 +3,13 @@
 #include "ops.h"
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include "common.h"
+#include "expf_vec.h"
+#include "profile.h"
+#include "simd.h"
+#include "tanhf_vec.h"
 
 // the calling thread's share [*c0, *c1) of n items, for loops that must own disjoint columns
 static void thread_range(int n, int* c0, int* c1) {
@@ -13,6 +19,7 @@ static void thread_range(int n, int* c0, int* c1) {
 }
 
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+    double t0 = profile_begin();
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -21,9 +28,11 @@ void encoder_forward(float* out, const int* inp, const float* wte, const float* 
             const float* wp = wpe + (size_t)t * C;
             for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
         }
+    PROFILE_END(t0, "encoder", "fwd", B * T, C, 0, 0.0, 4.0 * (2.0 * B * T * C + (double)T * C));
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+    double t0 = profile_begin();
     // tokens repeat, so rows of dwte collide: split over channels instead, positions in order
 #pragma omp parallel
     {
@@ -40,55 +49,166 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
                 }
             }
     }
+    PROFILE_END(t0, "encoder", "bwd", B * T, C, 0, 0.0, 4.0 * (3.0 * B * T * C + 2.0 * T * C));
+}
+
+// LayerNorm's per-row sums run 8 rows side by side, one row per lane of a vector, so that each row's
+// serial chain of adds (in index order, as the one-row loops added) hides the others' latency; the
+// rows come in 8 x 8 blocks, transposed. Products are rounded before they are added, as GCC's
+// in-order vector reductions of the one-row loops rounded them (bitwise those for C a multiple of 16).
+#define LN_ROWS 8
+
+// the 8 x 8 block of rows r0..r0+7 (stride ld) at column c, transposed: col[j] = column c + j of the 8 rows
+static inline void ln_columns(v8f col[8], const float* rows, size_t ld, int c) {
+    for (int j = 0; j < 8; j++) col[j] = *(const v8f_u*)(rows + (size_t)j * ld + c);
+    simd_transpose8(col);
+}
+
+// mean and 1 / sqrt(variance + eps) of LN_ROWS rows of x (stride C)
+static void ln_stats8(float m_out[LN_ROWS], float s_out[LN_ROWS], const float* x, int C) {
+    v8f acc = {0}, col[8];
+    int c8 = C / 8 * 8;
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(col, x, C, c);
+        for (int j = 0; j < 8; j++) acc += col[j];
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) acc[r] += x[(size_t)r * C + c];
+    v8f m = acc / (float)C;
+    acc = (v8f){0};
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(col, x, C, c);
+        for (int j = 0; j < 8; j++) {
+            v8f d = col[j] - m, p = d * d;
+            SIMD_ROUNDED(p);
+            acc += p;
+        }
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) {
+            float d = x[(size_t)r * C + c] - m[r], p = d * d;
+            SIMD_ROUNDED(p);
+            acc[r] += p;
+        }
+    v8f v = acc / (float)C;
+    for (int r = 0; r < LN_ROWS; r++) {
+        m_out[r] = m[r];
+        s_out[r] = 1.0f / sqrtf(v[r] + 1e-5f);
+    }
+}
+
+// the same for one row (the rows left over from groups of LN_ROWS), the same arithmetic
+static void ln_stats1(float* m_out, float* s_out, const float* x, int C) {
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m, p = d * d;
+        SIMD_ROUNDED(p);
+        v += p;
+    }
+    v /= C;
+    *m_out = m;
+    *s_out = 1.0f / sqrtf(v + 1e-5f);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int N, int C) {
-    const float eps = 1e-5f;
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= C;
-        float s = 1.0f / sqrtf(v + eps);
-        float* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+    double t0 = profile_begin();
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (N + LN_ROWS - 1) / LN_ROWS; g++) {
+        int n0 = g * LN_ROWS, rows = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
+        if (rows == LN_ROWS) ln_stats8(mean + n0, rstd + n0, inp + (size_t)n0 * C, C);
+        else
+            for (int r = 0; r < rows; r++) ln_stats1(mean + n0 + r, rstd + n0 + r, inp + (size_t)(n0 + r) * C, C);
+        for (int n = n0; n < n0 + rows; n++) {
+            const float* x = inp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float* o = out + (size_t)n * C;
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        }
+    }
+    PROFILE_END(t0, "layernorm", "fwd", N, C, 0, 8.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
+}
+
+// Σ dnorm and Σ dnorm · norm over each row, dnorm = weight · dout, norm = (x - mean) · rstd: 8 rows at once
+static void ln_grad_sums8(float sum_dnorm[LN_ROWS], float sum_dnorm_norm[LN_ROWS], const float* d, const float* x, const float* weight,
+                          const float* mean, const float* rstd, int C) {
+    v8f m, s, acc1 = {0}, acc2 = {0}, xc[8], dc[8];
+    for (int r = 0; r < LN_ROWS; r++) {
+        m[r] = mean[r];
+        s[r] = rstd[r];
+    }
+    int c8 = C / 8 * 8;
+    for (int c = 0; c < c8; c += 8) {
+        ln_columns(xc, x, C, c);
+        ln_columns(dc, d, C, c);
+        for (int j = 0; j < 8; j++) {
+            v8f norm = (xc[j] - m) * s, dnorm = weight[c + j] * dc[j], p = dnorm * norm;
+            SIMD_ROUNDED(p);
+            acc1 += dnorm;
+            acc2 += p;
+        }
+    }
+    for (int c = c8; c < C; c++)
+        for (int r = 0; r < LN_ROWS; r++) {
+            float norm = (x[(size_t)r * C + c] - m[r]) * s[r], dnorm = weight[c] * d[(size_t)r * C + c], p = dnorm * norm;
+            SIMD_ROUNDED(p);
+            acc1[r] += dnorm;
+            acc2[r] += p;
+        }
+    for (int r = 0; r < LN_ROWS; r++) {
+        sum_dnorm[r] = acc1[r];
+        sum_dnorm_norm[r] = acc2[r];
     }
 }
 
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* d = dout + (size_t)n * C;
-        const float* x = inp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
+void layernorm_backward_input(float* dinp, const float* dresidual, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C) {
+    double t0 = profile_begin();
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (N + LN_ROWS - 1) / LN_ROWS; g++) {
+        int n0 = g * LN_ROWS, rows = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
         // dnorm = weight * dout; dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float* di = dinp + (size_t)n * C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
-            di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        float dnorm_mean[LN_ROWS], dnorm_norm_mean[LN_ROWS];
+        if (rows == LN_ROWS)
+            ln_grad_sums8(dnorm_mean, dnorm_norm_mean, dout + (size_t)n0 * C, inp + (size_t)n0 * C, weight, mean + n0, rstd + n0, C);
+        for (int r = 0; r < rows; r++) {
+            size_t n = n0 + r;
+            const float* d = dout + n * C;
+            const float* x = inp + n * C;
+            float m = mean[n], s = rstd[n];
+            if (rows < LN_ROWS) { // one row at a time, the same arithmetic
+                dnorm_mean[r] = dnorm_norm_mean[r] = 0.0f;
+                for (int c = 0; c < C; c++) {
+                    float norm = (x[c] - m) * s, dnorm = weight[c] * d[c], p = dnorm * norm;
+                    SIMD_ROUNDED(p);
+                    dnorm_mean[r] += dnorm;
+                    dnorm_norm_mean[r] += p;
+                }
+            }
+            float dm = dnorm_mean[r] / C, dnm = dnorm_norm_mean[r] / C;
+            float* di = dinp + n * C;
+            const float* dr = dresidual ? dresidual + n * C : NULL;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dnorm = weight[c] * d[c];
+                // the sum onto 0 when there is no residual: bitwise the old accumulation into zeroed memory
+                di[c] = (dr ? dr[c] : 0.0f) + (dnorm - dm - norm * dnm) * s;
+            }
         }
     }
+    PROFILE_END(t0, "layernorm", "bwd_in", N, C, 0, 14.0 * N * C, 4.0 * ((dresidual ? 4.0 : 3.0) * N * C + 2.0 * N));
 }
 
-void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C,
+                               int accumulate) {
+    double t0 = profile_begin();
 #pragma omp parallel
     {
         int c0, c1;
         thread_range(C, &c0, &c1);
+        if (!accumulate) // then added onto zeros, bitwise the old sum into zeroed memory
+            for (int c = c0; c < c1; c++) dweight[c] = dbias[c] = 0.0f;
         for (int n = 0; n < N; n++) {
             const float* d = dout + (size_t)n * C;
             const float* x = inp + (size_t)n * C;
@@ -99,131 +219,271 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
             }
         }
     }
+    PROFILE_END(t0, "layernorm", "bwd_w", N, C, 0, 5.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
+}
+
+// One head's keys (or values) of batch row b, transposed: kt (hs, Tp)[i][t2] = qkv's head slice of
+// token t2 at offset `part` (C: keys, 2C: values), zero past T (Tp, T rounded up to VL)
+static void head_transposed(float* kt, const float* qkv, int b, int h, int part, int T, int Tp, int C, int hs) {
+    simd_transpose(kt, Tp, qkv + (size_t)b * T * 3 * C + part + h * hs, 3 * C, T, hs);
+    for (int i = 0; i < hs; i++)
+        for (int t2 = T; t2 < Tp; t2++) kt[(size_t)i * Tp + t2] = 0.0f;
+}
+
+// dots (n rounded up to VL) [t2] = Σ_i x[i] kt[i][t2] for t2 < n: VL dot products side by side, one per
+// lane, each adding its rounded products x[i] k[i] in order of i, as the per-pair scalar loop did
+// (GCC compiled it to an in-order vector reduction, products rounded); four vectors at a time hide
+// the add latency
+static void head_dots(float* dots, const float* x, const float* kt, int hs, int Tp, int n) {
+    int t0 = 0;
+    for (; t0 + 4 * VL <= n; t0 += 4 * VL) {
+        vfloat acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
+        for (int i = 0; i < hs; i++) {
+            const vfloat* k = (const vfloat*)(kt + (size_t)i * Tp + t0);
+            vfloat p0 = k[0] * x[i], p1 = k[1] * x[i], p2 = k[2] * x[i], p3 = k[3] * x[i];
+            SIMD_ROUNDED(p0);
+            SIMD_ROUNDED(p1);
+            SIMD_ROUNDED(p2);
+            SIMD_ROUNDED(p3);
+            acc0 += p0;
+            acc1 += p1;
+            acc2 += p2;
+            acc3 += p3;
+        }
+        vfloat* d = (vfloat*)(dots + t0);
+        d[0] = acc0;
+        d[1] = acc1;
+        d[2] = acc2;
+        d[3] = acc3;
+    }
+    for (; t0 < n; t0 += VL) {
+        vfloat acc = {0};
+        for (int i = 0; i < hs; i++) {
+            vfloat p = *(const vfloat*)(kt + (size_t)i * Tp + t0) * x[i];
+            SIMD_ROUNDED(p);
+            acc += p;
+        }
+        *(vfloat*)(dots + t0) = acc;
+    }
+}
+
+// o (hs) = Σ_{j < n} w[j] x_j with x_j = x + j ldx (nv vectors of VL floats: hs = nv VL): each element
+// an FMA chain over j in order from zero, as the loop over o in memory computed it, here in registers
+static inline __attribute__((always_inline)) void weighted_sum_vec(float* o, const float* w, const float* x, size_t ldx, int n, int nv) {
+    vfloat acc[4] = {{0}, {0}, {0}, {0}};
+    for (int j = 0; j < n; j++)
+        for (int v = 0; v < nv; v++) acc[v] += *(const vfloat_u*)(x + (size_t)j * ldx + v * VL) * w[j];
+    for (int v = 0; v < nv; v++) *(vfloat_u*)(o + v * VL) = acc[v];
+}
+
+// the same for any hs: specialised (registers) for up to 4 vectors, else one element at a time
+static void head_weighted_sum(float* o, const float* w, const float* x, size_t ldx, int n, int hs) {
+    switch (hs % VL ? 0 : hs / VL) {
+    case 1: weighted_sum_vec(o, w, x, ldx, n, 1); return;
+    case 2: weighted_sum_vec(o, w, x, ldx, n, 2); return;
+    case 3: weighted_sum_vec(o, w, x, ldx, n, 3); return;
+    case 4: weighted_sum_vec(o, w, x, ldx, n, 4); return;
+    }
+    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < hs; i++) o[i] += w[j] * x[(size_t)j * ldx + i];
+}
+
+// per-thread buffers of the attention kernels: a head's transposed keys or values (hs, Tp) and a row of dots (Tp)
+static float* head_scratch(int hs, int Tp) {
+    float* buf = (float*)aligned_alloc(64, sizeof(float) * (size_t)(hs + 1) * Tp);
+    if (!buf) td_fatal("attention: out of memory for a %d x %d head buffer", hs + 1, Tp);
+    return buf;
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
+    double t0 = profile_begin();
+    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+#pragma omp parallel
+    {
+        float* kt = head_scratch(hs, Tp); // (hs, Tp) this head's keys, transposed
+        float* dots = kt + (size_t)hs * Tp; // (Tp)
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    dot *= scale;
-                    a[t2] = dot;
-                    if (dot > maxv) maxv = dot;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxv);
-                    sum += a[t2];
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                head_transposed(kt, qkv, b, h, C, T, Tp, C, hs);
+                for (int t = 0; t < T; t++) {
+                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                    head_dots(dots, q, kt, hs, Tp, t + 1);
+                    float maxv = -INFINITY;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dot = dots[t2] * scale;
+                        a[t2] = dot;
+                        if (dot > maxv) maxv = dot;
+                    }
+                    for (int t2 = 0; t2 <= t; t2++) a[t2] -= maxv;
+                    expf_vec(a, a, t + 1);
+                    float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) sum += a[t2];
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                    head_weighted_sum(out + ((size_t)b * T + t) * C + h * hs, a, qkv + (size_t)b * T * 3 * C + 2 * C + h * hs, 3 * C, t + 1, hs);
                 }
             }
+        free(kt);
+    }
+    PROFILE_END(t0, "attention", "fwd", B * T, C, NH, 4.0 * B * C * T * (T + 1) / 2, 4.0 * (4.0 * B * T * C + (double)B * NH * T * T));
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
-    int hs = C / NH;
+    double t0 = profile_begin();
+    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     float scale = 1.0f / sqrtf((float)hs);
-    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations, t in order within
-#pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
-                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                // through out = att · v
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        s += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
-                    }
-                    da[t2] = s;
+    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations. Each row of dq, dk
+    // and dv is one weighted sum of rows, an FMA chain from zero in order of the summed index, as the
+    // loops that added into zeroed rows one query at a time computed them.
+#pragma omp parallel
+    {
+        float* vt = head_scratch(hs, Tp); // (hs, Tp) this head's values, transposed
+        float* s = vt + (size_t)hs * Tp;  // (Tp) one query's v · dout for each key
+        float* w = (float*)malloc_check(sizeof(float) * T); // (T) one key's column of att or dpre
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                const float* a_bh = att + ((size_t)b * NH + h) * T * T; // (T, T)
+                float* dpre = datt + ((size_t)b * NH + h) * T * T;      // (T, T) the gradient before the scaled dot product
+                const float* q0 = qkv + (size_t)b * T * 3 * C + h * hs;
+                head_transposed(vt, qkv, b, h, 2 * C, T, Tp, C, hs);
+                for (int t = 0; t < T; t++) { // through out = att · v and the softmax; dq
+                    const float* a = a_bh + (size_t)t * T;
+                    float* dp = dpre + (size_t)t * T;
+                    head_dots(s, dout + ((size_t)b * T + t) * C + h * hs, vt, hs, Tp, t + 1);
+                    float dot = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * s[t2];
+                    for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (s[t2] - dot) * scale;
+                    head_weighted_sum(dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dp, q0 + C, 3 * C, t + 1, hs);
                 }
-                // through the softmax, then the scaled dot product
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dpre = a[t2] * (da[t2] - dot) * scale;
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dpre * k[i];
-                        dk[i] += dpre * q[i];
-                    }
+                for (int t2 = 0; t2 < T; t2++) { // dv and dk of key t2: sums over the queries t >= t2
+                    int n = T - t2;
+                    float* drow = dqkv + ((size_t)b * T + t2) * 3 * C + h * hs;
+                    for (int j = 0; j < n; j++) w[j] = a_bh[(size_t)(t2 + j) * T + t2];
+                    head_weighted_sum(drow + 2 * C, w, dout + ((size_t)b * T + t2) * C + h * hs, C, n, hs);
+                    for (int j = 0; j < n; j++) w[j] = dpre[(size_t)(t2 + j) * T + t2];
+                    head_weighted_sum(drow + C, w, q0 + (size_t)t2 * 3 * C, 3 * C, n, hs);
                 }
             }
-        }
+        free(w);
+        free(vt);
+    }
+    PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (7.0 * B * T * C + 3.0 * B * NH * T * T));
 }
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+#define GELU_BLOCK 512                 // elements per tanhf_vec call (a few KiB on the stack)
+
+// th = tanh(sqrt(2/pi) (x + 0.044715 x^3)) for block [b, b + GELU_BLOCK) of x (N); returns its length.
+// fmaf stands where GCC's contraction fused the textbook expression when GELU was a scalar loop
+// around libm's tanhf, so the vectorised GELU rounds exactly as that loop did; tanhf_vec is bitwise
+// libm's tanhf.
+static int gelu_tanh_block(float* th, const float* x, long N, long b) {
+    int n = N - b < GELU_BLOCK ? (int)(N - b) : GELU_BLOCK;
+    for (int i = 0; i < n; i++) th[i] = GELU_SCALE * fmaf(0.044715f * x[b + i] * x[b + i], x[b + i], x[b + i]);
+    tanhf_vec(th, th, n);
+    return n;
+}
 
 void gelu_forward(float* out, const float* inp, long N) {
-#pragma omp parallel for
-    for (long i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    double t0 = profile_begin();
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < N; b += GELU_BLOCK) {
+        float th[GELU_BLOCK];
+        int n = gelu_tanh_block(th, inp, N, b);
+        for (int i = 0; i < n; i++) out[b + i] = 0.5f * inp[b + i] * (1.0f + th[i]);
     }
+    PROFILE_END(t0, "gelu", "fwd", (int)N, 0, 0, 0.0, 8.0 * N);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
-#pragma omp parallel for
-    for (long i = 0; i < N; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+    double t0 = profile_begin();
+    const float k3 = 3.0f * 0.044715f; // folded in float, as the compiler folded it
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < N; b += GELU_BLOCK) {
+        float th[GELU_BLOCK];
+        int n = gelu_tanh_block(th, inp, N, b);
+        const float* x = inp + b;
+        for (int i = 0; i < n; i++) {
+            float sech2 = fmaf(-th[i], th[i], 1.0f);
+            float slope = 0.5f * x[i] * sech2 * GELU_SCALE * fmaf(k3 * x[i], x[i], 1.0f);
+            float grad = fmaf(1.0f + th[i], 0.5f, slope);
+            dinp[b + i] = fmaf(grad, dout[b + i], 0.0f); // onto 0: bitwise the old accumulation into zeroed memory
+        }
     }
+    PROFILE_END(t0, "gelu", "bwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
 void residual_forward(float* out, const float* inp1, const float* inp2, long N) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (long i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+    PROFILE_END(t0, "residual", "fwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
-void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
-#pragma omp parallel for
-    for (int n = 0; n < BT; n++) {
-        const float* l = logits + (size_t)n * Vp;
-        float* p = probs + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++) maxv = l[i] > maxv ? l[i] : maxv;
-        float target_logit = targets ? l[targets[n]] : 0.0f; // read before probs (may alias logits) overwrite it
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(l[i] - maxv);
-            sum += p[i];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int i = 0; i < V; i++) p[i] *= inv;
-        for (int i = V; i < Vp; i++) p[i] = 0.0f;
-        // -log softmax from the log-sum-exp, exact even where the probability underflows
-        if (targets) losses[n] = (float)(log(sum) - (double)(target_logit - maxv));
+// max over l[0..n): vector lanes keep running maxima that are then folded; the same value as a
+// one-at-a-time scan (NaNs skipped alike) up to the sign of a zero maximum, which cannot change
+// what it is used for (l - max and expf of it, target - max in the loss)
+static float row_max(const float* l, int n) {
+    typedef int vint __attribute__((vector_size(VL * sizeof(int))));
+    vfloat m = (vfloat){0} - INFINITY;
+    int i = 0;
+    for (; i + VL <= n; i += VL) {
+        vfloat x = *(const vfloat_u*)(l + i);
+        vint gt = x > m;
+        m = (vfloat)(((vint)x & gt) | ((vint)m & ~gt));
     }
+    float maxv = -INFINITY;
+    for (int j = 0; j < VL; j++) maxv = m[j] > maxv ? m[j] : maxv;
+    for (; i < n; i++) maxv = l[i] > maxv ? l[i] : maxv;
+    return maxv;
+}
+
+// Rows in groups of 8: each row's exponentials through expf_vec (bitwise libm's expf), then the 8
+// rows' sums in double side by side (simd_sum8_rows), each still in index order
+void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
+    double t0 = profile_begin();
+#pragma omp parallel for schedule(static)
+    for (int g = 0; g < (BT + 7) / 8; g++) {
+        int n0 = g * 8, rows = BT - n0 < 8 ? BT - n0 : 8;
+        float maxv[8], target_logit[8];
+        double sum[8];
+        for (int r = 0; r < rows; r++) {
+            const float* l = logits + (size_t)(n0 + r) * Vp;
+            float* p = probs + (size_t)(n0 + r) * Vp;
+            maxv[r] = row_max(l, V);
+            target_logit[r] = targets ? l[targets[n0 + r]] : 0.0f; // read before probs (may alias logits) overwrite it
+            for (int i = 0; i < V; i++) p[i] = l[i] - maxv[r];
+            expf_vec(p, p, V);
+        }
+        if (rows == 8) {
+            v8d s8 = simd_sum8_rows(probs + (size_t)n0 * Vp, Vp, V, 0);
+            for (int r = 0; r < 8; r++) sum[r] = s8[r];
+        } else {
+            for (int r = 0; r < rows; r++) {
+                const float* p = probs + (size_t)(n0 + r) * Vp;
+                sum[r] = 0.0;
+                for (int i = 0; i < V; i++) sum[r] += p[i];
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            float* p = probs + (size_t)(n0 + r) * Vp;
+            float inv = (float)(1.0 / sum[r]);
+            for (int i = 0; i < V; i++) p[i] *= inv;
+            for (int i = V; i < Vp; i++) p[i] = 0.0f;
+            // -log softmax from the log-sum-exp, exact even where the probability underflows
+            if (targets) losses[n0 + r] = (float)(log(sum[r]) - (double)(target_logit[r] - maxv[r]));
+        }
+    }
+    PROFILE_END(t0, "softmax+CE", "fwd", BT, Vp, 0, 0.0, 8.0 * BT * Vp);
 }
 
 void classifier_backward(float* dlogits, const float* probs, const int* targets, float dloss, int BT, int V, int Vp) {
+    double t0 = profile_begin();
 #pragma omp parallel for
     for (int n = 0; n < BT; n++) {
         const float* p = probs + (size_t)n * Vp;
@@ -232,4 +492,5 @@ void classifier_backward(float* dlogits, const float* probs, const int* targets,
         d[targets[n]] -= dloss;
         for (int i = V; i < Vp; i++) d[i] = 0.0f;
     }
+    PROFILE_END(t0, "softmax+CE", "bwd", BT, Vp, 0, 0.0, 8.0 * BT * Vp);
 }

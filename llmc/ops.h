@@ -1,5 +1,6 @@
 // CPU reference operations of GPT-2 other than matmul: encoder, layernorm, causal attention,
-// GELU, residual, fused softmax + cross-entropy. Forward and backward; backward passes accumulate (+=).
+// GELU, residual, fused softmax + cross-entropy. Forward and backward; weight gradients accumulate
+// (+=), input gradients are written (as the CUDA kernels in llmc/*.cuh do).
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -12,19 +13,21 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 
 // out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C); eps = 1e-5
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int N, int C);
-// dinp (N,C) += ..., from dout (N,C)
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C);
-// dweight (C), dbias (C) += ...
-void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C);
+// dinp (N,C) = dresidual (N,C; NULL: 0; may be dinp) + the LayerNorm's input gradient for dout (N,C)
+void layernorm_backward_input(float* dinp, const float* dresidual, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C);
+// dweight (C), dbias (C) += ...; accumulate 0: written, bitwise as if added to zeros
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C,
+                               int accumulate);
 
 // out (B,T,C), att (B,NH,T,T) softmax probabilities (causal; entries t2 > t are 0), from qkv (B,T,3C)
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) += ..., from dout (B,T,C); datt (B,NH,T,T) is scratch, overwritten
+// dqkv (B,T,3C) = ... (overwritten), from dout (B,T,C); datt (B,NH,T,T) is scratch, overwritten
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH);
 
 // out (N) = GELU_tanh(inp (N))
 void gelu_forward(float* out, const float* inp, long N);
-// dinp (N) += GELU'(inp) * dout
+// dinp (N) = GELU'(inp) * dout (overwritten; dinp may be dout)
 void gelu_backward(float* dinp, const float* inp, const float* dout, long N);
 
 // out (N) = inp1 + inp2

@@ -1,7 +1,9 @@
-// The CPU's SIMD width as GCC vector types: VL floats per vector (16 with AVX-512, 8 with AVX, else 4).
-// The matmul's micro-kernel and the FMA-peak benchmark are written with these, so the compiler
-// emits the widest FMAs the -march allows.
+// The CPU's SIMD width as GCC vector types: VL floats per vector (16 with AVX-512, 8 with AVX, else 4),
+// transposes, and a way to keep a product rounded. The matmul's micro-kernel, the kernels that
+// vectorise across rows, keys or chunks, and the FMA-peak benchmark are written with these, so the
+// compiler emits the widest instructions the -march allows.
 #pragma once
+#include <stddef.h>
 
 #if defined(__AVX512F__)
 #define VL 16
@@ -12,3 +14,78 @@
 #endif
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 typedef float vfloat_u __attribute__((vector_size(VL * sizeof(float)), aligned(4))); // unaligned access
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef double v8d __attribute__((vector_size(64)));
+
+// r[j][i] = old r[i][j]: three rounds of shuffles (unpack pairs, then quads, then 128-bit halves)
+static inline void simd_transpose8(v8f r[8]) {
+    v8f t[8], u[8];
+    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = __builtin_shuffle(u[j], u[j + 4], lo4);
+        r[j + 4] = __builtin_shuffle(u[j], u[j + 4], hi4);
+    }
+}
+
+// dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols: whole 8 x 8 blocks in registers, the edges one by one
+static inline void simd_transpose(float* restrict dst, int ldd, const float* restrict src, int lds, int rows, int cols) {
+    int r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+    for (int r = 0; r < r8; r += 8)
+        for (int c = 0; c < c8; c += 8) {
+            v8f b[8];
+            for (int i = 0; i < 8; i++) b[i] = *(const v8f_u*)(src + (size_t)(r + i) * lds + c);
+            simd_transpose8(b);
+            for (int j = 0; j < 8; j++) *(v8f_u*)(dst + (size_t)(c + j) * ldd + r) = b[j];
+        }
+    for (int r = 0; r < rows; r++)
+        for (int c = r < r8 ? c8 : 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+// Σ_i x[r][i] in double over i < n (squares: Σ x[r][i]²) for the 8 rows x[r] = base + r ld, summed side by
+// side in the lanes of one vector, each row in index order: bitwise each row's one-at-a-time sum (a
+// float squared is exact in double, so fusing that product into the add rounds the same). A serial
+// chain of adds is latency-bound; eight of them side by side are not.
+static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squares) {
+    v8d acc = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f r[8];
+        for (int j = 0; j < 8; j++) r[j] = *(const v8f_u*)(base + (size_t)j * ld + i);
+        simd_transpose8(r); // row j now holds element i + j of every row
+        for (int j = 0; j < 8; j++) {
+            v8d d = __builtin_convertvector(r[j], v8d);
+            acc += squares ? d * d : d;
+        }
+    }
+    for (; i < n; i++) {
+        v8d d;
+        for (int j = 0; j < 8; j++) d[j] = base[(size_t)j * ld + i];
+        acc += squares ? d * d : d;
+    }
+    return acc;
+}
+
+// x (a vector of products) stays rounded: the compiler cannot fuse it into the add that follows (FMA
+// contraction), for sums that must add rounded products, as GCC's in-order vector reductions do
+#if defined(__x86_64__) || defined(__i386__)
+#define SIMD_ROUNDED(x) __asm__("" : "+v"(x))
+#elif defined(__aarch64__)
+#define SIMD_ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define SIMD_ROUNDED(x) __asm__("" : "+m"(x))
+#endif

@@ -5,6 +5,7 @@
 #include "llmc/common.h"
 #include "llmc/compensation.h"
 #include "llmc/global_norm.h"
+#include "llmc/profile.h"
 
 typedef struct {
     GPT2Acts* acts;            // (n_acts) one per activation slot
@@ -17,6 +18,7 @@ typedef struct {
     float** stash;             // (n_stash)[num_params] older weight versions (or predicted ones), allocated when first used
     ParameterTensors* sviews;  // (n_stash)
     float** dx_send;           // (n_acts)[B*T*C] input gradients being sent upstream (off the first stage)
+    unsigned char* state;      // (n_grads) SLOT_* below: what each gradient slot holds
     // DC-ASGD: one micro-batch's gradient alone, and per gradient slot the sums of g^2 and g^2 * w_used
     float* dc_g;               // (num_params + Vp*C on the last stage) the micro-batch's gradient, then its head share
     float** dc_a;              // (n_grads)[same] sum of g^2 per element
@@ -24,7 +26,37 @@ typedef struct {
     int n_acts, n_gacts, n_grads, n_stash, n_dc, has_sample;
 } CpuStage;
 
+// What gradient slot k holds, so that zeroing it touches no more memory than it must. After AdamW
+// it is FRESH: zero by definition, yet only the embeddings' gradients (wte, wpe: the encoder's
+// scatter adds into them) are zeroed in memory, by AdamW itself as it reads them; the rest, the
+// head's share included, keeps the last step's values, which the next backward_weight overwrites
+// (accumulate 0) instead of adding to. Anything else that reads or hands out the slot first makes
+// its memory match (slot_materialize), so only the executor's update -> zero_grad -> backward path
+// skips the sweeps.
+enum {
+    SLOT_LIVE,  // holds a gradient (a backward, a tied sum, or a caller through an accessor wrote it)
+    SLOT_ZERO,  // all zero in memory (as allocated, or materialized)
+    SLOT_FRESH, // zero by definition, only the embeddings' tensors zero in memory
+};
+
 static CpuStage* cpu_of(const Stage* st) { return (CpuStage*)st->dev; }
+static size_t embedding_floats(const Stage* st) { return st->sizes[0] + st->sizes[1]; } // wte, wpe: the slot's first tensors
+
+// a FRESH slot's memory zeroed where it still holds last step's values
+static void slot_materialize(Stage* st, int k) {
+    CpuStage* c = cpu_of(st);
+    if (c->state[k] != SLOT_FRESH) return;
+    size_t e = embedding_floats(st);
+    memset(c->grads[k] + e, 0, (st->num_params - e) * sizeof(float));
+    if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+    c->state[k] = SLOT_ZERO;
+}
+
+// slot k is about to be written, or handed out to a caller who may: exact in memory, then live
+static void slot_written(Stage* st, int k) {
+    slot_materialize(st, k);
+    cpu_of(st)->state[k] = SLOT_LIVE;
+}
 static size_t cpu_btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
 
 GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
@@ -36,9 +68,18 @@ GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
     return &c->acts[slot];
 }
 GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
-float* stage_cpu_grads(Stage* st, int k) { return cpu_of(st)->grads[k]; }
-ParameterTensors* stage_cpu_grad_views(Stage* st, int k) { return &cpu_of(st)->gviews[k]; }
-float* stage_cpu_dwte_head(Stage* st, int k) { return cpu_of(st)->dwte_head[k]; }
+float* stage_cpu_grads(Stage* st, int k) {
+    slot_written(st, k);
+    return cpu_of(st)->grads[k];
+}
+ParameterTensors* stage_cpu_grad_views(Stage* st, int k) {
+    slot_written(st, k);
+    return &cpu_of(st)->gviews[k];
+}
+float* stage_cpu_dwte_head(Stage* st, int k) {
+    slot_written(st, k);
+    return cpu_of(st)->dwte_head[k];
+}
 
 // n pointers in *arr (holding have), grown to n; new entries NULL
 static void grow_ptrs(void*** arr, int have, int n) {
@@ -77,6 +118,8 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->grads, c->n_grads, n);
         grow_ptrs((void***)&c->dwte_head, c->n_grads, n);
         grow_ptrs((void***)&c->tied_other, c->n_grads, n);
+        c->state = (unsigned char*)realloc(c->state, n);
+        if (!c->state) td_fatal("out of memory for %d gradient slots", n);
         c->gviews = (ParameterTensors*)realloc(c->gviews, n * sizeof(ParameterTensors));
         if (!c->gviews) td_fatal("out of memory for %d gradient slots", n);
         for (int k = c->n_grads; k < n; k++) {
@@ -84,6 +127,7 @@ static void cpu_reserve(Stage* st) {
             gpt2_point_params(&c->gviews[k], c->grads[k], st->sizes);
             if (r->has_head) c->dwte_head[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
             if (pipelined && (r->has_embed || r->has_head)) c->tied_other[k] = (float*)calloc_check(st->sizes[0], sizeof(float));
+            c->state[k] = SLOT_ZERO; // calloc'ed
         }
         c->n_grads = n;
     }
@@ -123,6 +167,7 @@ static void cpu_destroy(Stage* st) {
     free(c->gviews);
     free(c->dwte_head);
     free(c->tied_other);
+    free(c->state);
     free(c->stash);
     free(c->sviews);
     free(c);
@@ -143,9 +188,13 @@ static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int
     gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
 }
 
+// a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter,
+// which gpt2_backward_weight runs first: it adds into them, the other tensors are written)
 static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
     CpuStage* c = cpu_of(st);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook, &c->gviews[k], c->dwte_head[k]);
+    int accumulate = c->state[k] != SLOT_FRESH;
+    c->state[k] = SLOT_LIVE;
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook, &c->gviews[k], c->dwte_head[k], accumulate);
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -163,7 +212,11 @@ static float* stash_buf(Stage* st, int i) {
     return c->stash[i];
 }
 
-static void cpu_stash(Stage* st, int i) { memcpy(stash_buf(st, i), st->params, st->num_params * sizeof(float)); }
+static void cpu_stash(Stage* st, int i) {
+    double t0 = profile_begin();
+    memcpy(stash_buf(st, i), st->params, st->num_params * sizeof(float));
+    PROFILE_END(t0, "copies", "stash", 0, 0, 0, 0.0, 8.0 * st->num_params);
+}
 
 static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
     float* out = stash_buf(st, i);
@@ -193,17 +246,19 @@ static void alone_alloc(Stage* st, int dc) {
 }
 
 // The micro-batch's weight gradient alone (into dc_g, its LM-head share after it), its per-unit
-// squared norms, then into slot k (and the DC-ASGD sums). The head share belongs to the tied wte: its
-// weights are the version's wte, the first tensor.
+// squared norms, then into slot k (and the DC-ASGD sums), which is added to: a FRESH slot is made
+// exact in memory first. The head share belongs to the tied wte: its weights are the version's wte,
+// the first tensor.
 static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
     CpuStage* c = cpu_of(st);
     int dc = dc_stash != STAGE_NO_DC;
     alone_alloc(st, dc);
+    slot_written(st, k);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], NULL, &g, vc ? c->dc_g + n : NULL);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], NULL, &g, vc ? c->dc_g + n : NULL, 1);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);
@@ -220,17 +275,23 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     }
 }
 
-static void cpu_head_share_sumsq(Stage* st, int k, double* out) { *out = sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]); }
+static void cpu_head_share_sumsq(Stage* st, int k, double* out) {
+    slot_materialize(st, k);
+    *out = sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]);
+}
 
 static void cpu_dc_correct(Stage* st, int k, float lambda) {
     CpuStage* c = cpu_of(st);
     alone_alloc(st, 1);
+    slot_written(st, k);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
     if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
 }
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
+    double t0 = profile_begin();
+    slot_materialize(st, k);
     StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
     int n = stage_slices(st, sl);
     const float* g = cpu_of(st)->grads[k];
@@ -238,38 +299,67 @@ static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
         if (i == 0 || sl[i].unit != sl[i - 1].unit) out[sl[i].unit] = 0.0; // 0 + x is x: the same sums as unit by unit
         out[sl[i].unit] += sumsq(g + sl[i].off, sl[i].n);
     }
+    PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * st->num_params, 4.0 * st->num_params);
 }
 
+// AdamW over every tensor, each with its decay. The slot is left FRESH: the embeddings' gradients
+// zeroed as AdamW reads them, the rest to be overwritten by the next backward, so the zero_grad that
+// follows has nothing to sweep
 static void cpu_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
-    const float* grads = cpu_of(st)->grads[k];
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    slot_materialize(st, k);
+    float* grads = c->grads[k];
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        if (st->sizes[i])
-            adamw_update(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
-                         opt->eps, gpt2_param_decays(i) ? opt->weight_decay : 0.0f, t, grad_scale);
+        float decay = gpt2_param_decays(i) ? opt->weight_decay : 0.0f;
+        if (st->sizes[i] && i < 2) // wte, wpe: first in the slot
+            adamw_update_zero(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2,
+                              opt->eps, decay, t, grad_scale);
+        else if (st->sizes[i])
+            adamw_update(st->params + off, grads + off, st->adam_m + off, st->adam_v + off, st->sizes[i], lr, opt->beta1, opt->beta2, opt->eps,
+                         decay, t, grad_scale);
         off += st->sizes[i];
     }
+    c->state[k] = SLOT_FRESH;
+    PROFILE_END(t0, "adamw", "update", 0, 0, 0, 0.0, 28.0 * st->num_params + 4.0 * embedding_floats(st));
 }
 
-// slot k empty again: its gradient, its head share, and its DC-ASGD sums if any (a refused step's may hold NaN)
+// slot k empty again. A live slot: its embeddings' tensors zeroed and the rest left for the next
+// backward to overwrite (FRESH: a refused step's NaN is overwritten, never added to); a zero or
+// fresh one: nothing to do. Its DC-ASGD sums, if any, are zeroed in memory.
 static void cpu_zero_grad(Stage* st, int k) {
+    double t0 = profile_begin();
     CpuStage* c = cpu_of(st);
-    memset(c->grads[k], 0, st->num_params * sizeof(float));
-    if (c->dwte_head[k]) memset(c->dwte_head[k], 0, st->sizes[0] * sizeof(float));
+    double bytes = 0.0;
+    if (c->state[k] == SLOT_LIVE) {
+        memset(c->grads[k], 0, embedding_floats(st) * sizeof(float));
+        bytes = 4.0 * embedding_floats(st);
+        c->state[k] = SLOT_FRESH;
+    }
     if (k < c->n_dc) {
         size_t n = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
         memset(c->dc_a[k], 0, n * sizeof(float));
         memset(c->dc_b[k], 0, n * sizeof(float));
+        bytes += 8.0 * n;
     }
+    PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
 
+// wte's gradient += the head's share
 static void cpu_tie_local(Stage* st, int k) {
-    float* wte = cpu_of(st)->gviews[k].wte;
-    const float* head = cpu_of(st)->dwte_head[k];
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    slot_written(st, k);
+    float* wte = c->gviews[k].wte;
+    const float* head = c->dwte_head[k];
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < st->sizes[0]; i++) wte[i] += head[i];
+    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
 }
 
 static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
+    slot_written(st, k);
     if (dwte_head) *dwte_head = cpu_of(st)->dwte_head[k];
     return cpu_of(st)->grads[k];
 }
@@ -286,11 +376,19 @@ static const void* cpu_dx_in_msg(Stage* st, int gacts, int slot) {
     return dst;
 }
 
-static float* cpu_tied_share(Stage* st, int k) { return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k]; }
+static float* cpu_tied_share(Stage* st, int k) {
+    slot_written(st, k);
+    return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k];
+}
 static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
 static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last) {
-    float* wte = cpu_of(st)->gviews[k].wte;
+    double t0 = profile_begin();
+    CpuStage* c = cpu_of(st);
+    slot_written(st, k);
+    float* wte = c->gviews[k].wte;
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first[i] + last[i];
+    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
 }
 
 static void cpu_memory(const Stage* st, double bytes[4]) {

@@ -119,12 +119,13 @@ static void test_executor(Comm* comm) {
     gpt2_point_params(&g1v, g1, ref.sizes);
     GPT2Acts* a = stage_cpu_acts(&ref, 0);
     GPT2GradActs* ga = stage_cpu_gacts(&ref, 0);
-    float* acc = stage_cpu_grads(&ref, 0);
-    float* head = stage_cpu_dwte_head(&ref, 0);
     GnsState gs = {0};
     int same = 1;
     double worst = 0.0;
     for (int t = 0; t < STEPS; t++) {
+        // the slot's buffers, fetched each step: an accessor makes a slot left FRESH by the update exact in memory
+        float* acc = stage_cpu_grads(&ref, 0);
+        float* head = stage_cpu_dwte_head(&ref, 0);
         double small = 0.0, small_u[8] = {0}, big_u[8] = {0}; // (L + 3) per unit, summed over micro-batches as the executor does
         for (int m = 0; m < M; m++) {
             if (dataloader_next(&dl2, a->inputs, a->targets)) td_fatal("%s", dl2.err);
@@ -132,7 +133,7 @@ static void test_executor(Comm* comm) {
             gpt2_backward_input(&CFG, &all, &ref.p, a, ga, NULL, 1.0f / ((float)B * T * M));
             memset(g1, 0, n * sizeof(float));
             memset(h1, 0, ref.sizes[0] * sizeof(float));
-            gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, h1);
+            gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, h1, 1);
             small = units_sumsq(&ref, g1, h1, small_u);
             for (size_t i = 0; i < n; i++) acc[i] += g1[i];
             for (size_t i = 0; i < ref.sizes[0]; i++) head[i] += h1[i];

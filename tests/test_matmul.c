@@ -1,7 +1,7 @@
 // The CPU matmul against a plain double-precision reference on shapes that take every path of
 // the blocked SGEMM (tiles split by rows or by columns, short and long depths, partial panels,
-// the widest tiles), forward and both backward halves, with 1 and 2 threads, bitwise equal
-// across thread counts. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
+// the widest tiles, a shared operand packed one k-block at a time), forward and both backward halves, with 1 and 2 threads, bitwise equal
+// across thread counts, and the written backward halves bitwise the ones added into zeros. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -36,8 +36,11 @@ static void check_shape(int N, int C, int OC) {
     float* w = randn((size_t)OC * C, 2);
     float* bias = randn(OC, 3);
     float* dout = randn((size_t)N * OC, 4);
-    double* ref = (double*)malloc(sizeof(double) * (size_t)(N > OC ? N : OC) * (OC > C ? OC : C));
-    double* mag = (double*)malloc(sizeof(double) * (size_t)(N > OC ? N : OC) * (OC > C ? OC : C));
+    size_t most = (size_t)N * OC; // the largest of the three outputs (N, OC), (N, C), (OC, C)
+    if ((size_t)N * C > most) most = (size_t)N * C;
+    if ((size_t)OC * C > most) most = (size_t)OC * C;
+    double* ref = (double*)malloc(sizeof(double) * most);
+    double* mag = (double*)malloc(sizeof(double) * most);
     float* got[2];
     double worst;
     for (int pass = 0; pass < 3; pass++) {
@@ -60,13 +63,29 @@ static void check_shape(int N, int C, int OC) {
             omp_set_num_threads(t + 1);
             got[t] = (float*)calloc((size_t)rows * cols, sizeof(float)); // backward halves accumulate into zeros
             if (pass == 0) matmul_forward(got[t], inp, w, bias, N, C, OC);
-            else if (pass == 1) matmul_backward_input(got[t], dout, w, N, C, OC);
-            else matmul_backward_weight(got[t], NULL, dout, inp, N, C, OC);
+            else if (pass == 1) matmul_backward_input(got[t], dout, w, N, C, OC, 1);
+            else matmul_backward_weight(got[t], NULL, dout, inp, N, C, OC, 1);
         }
         const char* names[3] = {"forward", "backward input", "backward weight"};
         int ok = close_enough(got[0], ref, mag, (size_t)rows * cols, K, &worst);
         CHECK(ok, "%-15s N %5d C %4d OC %5d: within the bound (worst %.2f of it)", names[pass], N, C, OC, worst);
         CHECK(memcmp(got[0], got[1], sizeof(float) * rows * cols) == 0, "%-15s N %5d C %4d OC %5d: 1 and 2 threads bitwise equal", names[pass], N, C, OC);
+        if (pass > 0) { // written (accumulate 0) over garbage: bitwise the sum into zeros, dbias too
+            float* set = (float*)malloc(sizeof(float) * rows * cols);
+            float *db_add = (float*)calloc(OC, sizeof(float)), *db_set = (float*)malloc(sizeof(float) * OC);
+            for (size_t i = 0; i < (size_t)rows * cols; i++) set[i] = NAN;
+            for (int i = 0; i < OC; i++) db_set[i] = NAN;
+            if (pass == 1) matmul_backward_input(set, dout, w, N, C, OC, 0);
+            else {
+                float* dw_add = (float*)calloc((size_t)rows * cols, sizeof(float));
+                matmul_backward_weight(dw_add, db_add, dout, inp, N, C, OC, 1);
+                matmul_backward_weight(set, db_set, dout, inp, N, C, OC, 0);
+                CHECK(memcmp(db_set, db_add, sizeof(float) * OC) == 0, "%-15s N %5d C %4d OC %5d: dbias written = added into zeros, bitwise", names[pass], N, C, OC);
+                free(dw_add);
+            }
+            CHECK(memcmp(set, got[0], sizeof(float) * rows * cols) == 0, "%-15s N %5d C %4d OC %5d: written = added into zeros, bitwise", names[pass], N, C, OC);
+            free(set); free(db_add); free(db_set);
+        }
         free(got[0]);
         free(got[1]);
     }
@@ -80,6 +99,7 @@ int main(void) {
     check_shape(1100, 40, 2100); // backward input: tiles split by rows, a long depth, the widest row tiles
     check_shape(40, 2100, 1100); // tiles split by columns, a long depth, the widest column tiles
     check_shape(130, 20, 2600); // backward weight: long depth 130 is short, rows 2600 split
+    check_shape(37, 60, 120001); // backward input: a shared operand too large to pack whole, packed per k-block (partial panels, a partial last block)
     omp_set_num_threads(2);
     return test_summary();
 }

@@ -88,9 +88,10 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
     double units[8];
     GPT2Acts* a = stage_cpu_acts(&s, 0);
     GPT2GradActs* ga = stage_cpu_gacts(&s, 0);
-    float* grads = stage_cpu_grads(&s, 0);
-    float* head = stage_cpu_dwte_head(&s, 0);
     for (int t = 0; t < STEPS; t++) {
+        // the slot's buffers, fetched each step: an accessor makes a slot left FRESH by the update exact in memory
+        float* grads = stage_cpu_grads(&s, 0);
+        float* head = stage_cpu_dwte_head(&s, 0);
         memcpy(versions + (size_t)t * n, s.params, n * sizeof(float));
         memcpy(mom_m + (size_t)t * n, s.adam_m, n * sizeof(float));
         memcpy(mom_v + (size_t)t * n, s.adam_v, n * sizeof(float));
@@ -108,12 +109,12 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
             if (comp_on && comp->method == STALE_DCASGD) { // this micro-batch's gradient alone, then into the step's and the sums
                 memset(g1, 0, (n + vc) * sizeof(float));
-                gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n);
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n, 1);
                 dc_accumulate(grads, dc_a, dc_b, g1, w, n);
                 dc_accumulate(head, dc_a + n, dc_b + n, g1 + n, w, vc);
                 dc_any = 1;
             } else {
-                gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head);
+                gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head, 1);
             }
             lr_factor += comp_on && comp->method == STALE_LR ? 1.0 / (1.0 + delta) : 1.0;
         }

@@ -67,11 +67,11 @@ int main(int argc, char** argv) {
         g = get_f(rstd, N);
         compare("forward rstd", g, r_rstd, N, 1e-3);
         free(g);
-        layernorm_backward_input(h_dres, h_dout, h_res, h_w, r_mean, r_rstd, N, C); // h_dres becomes dinp
+        layernorm_backward_input(h_dres, h_dres, h_dout, h_res, h_w, r_mean, r_rstd, N, C); // h_dres becomes dinp
         g = get_x(dinp, n);
         compare("backward dinp", g, h_dres, n, 1e-2);
         free(g);
-        layernorm_backward_weight(r_dw, r_db, h_dout, h_res, r_mean, r_rstd, N, C);
+        layernorm_backward_weight(r_dw, r_db, h_dout, h_res, r_mean, r_rstd, N, C, 1);
         g = get_f(dw, C);
         compare("backward dweight", g, r_dw, C, 1e-3);
         free(g);

@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
         float *ref_out = (float*)calloc_check((size_t)R * OC, 4), *ref_dinp = (float*)calloc_check((size_t)R * K, 4);
         float* ref_dw = (float*)calloc_check((size_t)R * K, 4);
         matmul_forward(ref_out, h_inp, h_w, h_bias, R, K, OC);
-        matmul_backward_input(ref_dinp, h_dout_rows, h_w, R, K, OC);
-        matmul_backward_weight(ref_dw, NULL, h_dout_cols, h_inp, N, K, R);
+        matmul_backward_input(ref_dinp, h_dout_rows, h_w, R, K, OC, 1);
+        matmul_backward_weight(ref_dw, NULL, h_dout_cols, h_inp, N, K, R, 1);
         float *g_out = (float*)malloc_check((size_t)R * OC * 4), *g_dinp = (float*)malloc_check((size_t)R * K * 4);
         float* g_dw = (float*)malloc_check((size_t)R * K * 4);
 
