@@ -8,6 +8,7 @@
 # Tiny Shakespeare (GPT-2 tokens). On one machine the exchange runs through shared memory: the times say
 # little about a network; the bytes and the hidden fraction feed the cluster simulator. Not a test.
 # usage: scripts/bench_dp_sync.sh [--quick]   (--quick: the small shape only, fewer steps)
+#   PARTS="1 2 3" (env): which parts to run
 set -u
 QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
 BIN=${BIN:-./train_tdpipe}
@@ -17,16 +18,20 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
 TMP=$(mktemp -d /tmp/bench_dp_sync.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 echo "# bench_dp_sync.sh: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
-echo "# command: scripts/bench_dp_sync.sh $*"
+PARTS=${PARTS:-1 2 3}
+echo "# command: PARTS=\"$PARTS\" scripts/bench_dp_sync.sh $*"
 
-echo "## 1. the average alone"
+part() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+part 1 && echo "## 1. the average alone"
 for D in 2 4; do
+    part 1 || part 2 || break
     $MPI -np $D $BENCH 5 $([ $QUICK = 1 ] && echo --small-only) | tee "$TMP/alone.$D" | grep -v '^# bytes/rank'
 done
 alone_ms() { # alone_ms D SHAPE_WORD MODE: the time column of bench_dp_sync's row
     awk -v s="$2" -v m="$3" '$0 ~ s && $0 ~ m { print $(NF - 1); exit }' "$TMP/alone.$1"
 }
 
+if part 2; then
 echo "## 2. inside training: the exposed communication (stage 0 of replica 0, steps after the first)"
 printf '%-30s %2s %-14s %10s %10s %10s %10s %9s %8s\n' "#shape" D mode step_ms exposed_ms span_ms alone_ms hidden_% bytes
 run_modes() { # run_modes NAME SHAPE_WORD D FLAGS...
@@ -58,6 +63,8 @@ if [ $QUICK = 0 ]; then
 fi
 echo "# exposed: seconds from the end of the step's last backward until the average is in place; span: from its first bucket sent"
 echo "# alone: part 1's time for the same shape, mode and D; hidden = 1 - exposed / alone (blocking fp32 hides nothing by construction)"
+fi
+part 3 || exit 0
 
 echo "## 3. convergence (D = 2): val loss"
 printf '%-26s %6s %-22s %10s %9s\n' "#data" steps mode val_loss gap_%
