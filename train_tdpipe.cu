@@ -30,6 +30,7 @@
 #include "tdpipe/pipeline.h"
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
+#include "tdpipe/run_data.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
@@ -37,10 +38,6 @@
 #include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
 #include "tdpipe/trace.h"
-
-#define BUILTIN_TRAIN_TOKENS 2000000
-#define BUILTIN_VAL_TOKENS 131072
-#define BUILTIN_SOURCE_SEED 20241130ULL
 
 // an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1. The
 // other ranks first give rank 0 two seconds: the launcher ends the job at the first exit, and a
@@ -58,80 +55,6 @@
         }                                                       \
         exit(1);                                                \
     } while (0)
-
-// ----------------------------------------------------------------------------------------------
-// data: the built-in Markov corpus or llm.c shards; read on the first and last stage
-
-typedef struct {
-    DataLoader train, val;
-    int has_train, has_val;
-    int tokenizer;        // SHARD_TOKENIZER_*: decides V for fresh models and how samples decode
-    int builtin;          // 1 when training on the built-in dataset
-    MarkovSource source;  // the built-in dataset's source (its entropy floor)
-    int first_token;      // where samples start: the first validation (or training) token
-} Data;
-
-// every replica reads its own slice of the training data (rank = replica of D); validation is
-// the same for all. Ranks that need no data (middle stages) still learn the tokenizer.
-// the vocabulary a fresh model gets from the data: 256 for bytes (the built-in data too), 50257 for
-// GPT-2's tokens, from the first shard's header (every shard's tokenizer is checked equal later)
-static int data_vocab(const TrainArgs* a) {
-    if (!a->train_pattern[0]) return 256;
-    glob_t g;
-    int V = 50257;
-    if (glob(a->train_pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
-        ShardInfo info;
-        char err[512];
-        if (shard_read_header(g.gl_pathv[0], &info, err, sizeof(err)) == 0 && info.tokenizer == SHARD_TOKENIZER_BYTES) V = 256;
-        globfree(&g);
-    }
-    return V; // (an unreadable pattern is refused by data_init with its own message)
-}
-
-// V_limit: every token must be below it (the model's vocabulary, decided before the data is read)
-static void data_init(Data* d, const TrainArgs* a, int V_limit, int needs_data, int replica, int D) {
-    char err[1024];
-    memset(d, 0, sizeof(*d));
-    uint64_t seed = (uint64_t)a->seed;
-    if (!a->train_pattern[0]) {
-        d->builtin = 1;
-        d->tokenizer = SHARD_TOKENIZER_BYTES;
-        markov_init(&d->source, BUILTIN_SOURCE_SEED);
-        uint16_t* tokens = (uint16_t*)malloc_check(sizeof(uint16_t) * (BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS));
-        markov_generate(&d->source, tokens, BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS, BUILTIN_SOURCE_SEED + 1);
-        d->first_token = tokens[BUILTIN_TRAIN_TOKENS];
-        d->has_val = 1;
-        if (needs_data) {
-            if (dataloader_init_memory(&d->train, tokens, BUILTIN_TRAIN_TOKENS, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)) ||
-                dataloader_init_memory(&d->val, tokens + BUILTIN_TRAIN_TOKENS, BUILTIN_VAL_TOKENS, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
-                td_fatal("built-in dataset: %s", err);
-            d->has_train = 1;
-        }
-        free(tokens);
-        return;
-    }
-    // every rank validates the shards (the same verdict everywhere); middle stages then drop them
-    if (dataloader_init(&d->train, a->train_pattern, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)))
-        fatal_all("-i %s: %s", a->train_pattern, err);
-    d->tokenizer = d->train.tokenizer == SHARD_TOKENIZER_BYTES ? SHARD_TOKENIZER_BYTES : SHARD_TOKENIZER_GPT2;
-    d->has_train = 1;
-    if (a->val_pattern[0]) {
-        if (dataloader_init(&d->val, a->val_pattern, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
-            fatal_all("-j %s: %s", a->val_pattern, err);
-        d->has_val = 1;
-    }
-    // samples start from the first validation (or training) token
-    DataLoader* src = d->has_val ? &d->val : &d->train;
-    int* in = (int*)malloc_check(sizeof(int) * a->B * a->T * 2);
-    if (dataloader_next(src, in, in + a->B * a->T) == 0) d->first_token = in[0];
-    dataloader_reset(src);
-    free(in);
-}
-
-static void data_free(Data* d) {
-    if (d->has_train) dataloader_free(&d->train);
-    if (d->has_val) dataloader_free(&d->val);
-}
 
 // ----------------------------------------------------------------------------------------------
 // model: a fresh GPT-2 of depth N ("dN") or an llm.c model file
@@ -245,41 +168,6 @@ static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config
 }
 
 // ----------------------------------------------------------------------------------------------
-// decoding samples
-
-typedef struct {
-    Tokenizer tok;
-    int ready;
-} Decoder;
-
-static void decoder_init(Decoder* dec, const Data* d, const TrainArgs* a) {
-    memset(dec, 0, sizeof(*dec));
-    if (d->tokenizer == SHARD_TOKENIZER_BYTES) {
-        dec->ready = tokenizer_init_bytes(&dec->tok) == 0;
-        return;
-    }
-    char enc[1100], bpe[1100], err[1024];
-    snprintf(enc, sizeof(enc), "%s/encoder.json", a->tokenizer_dir);
-    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", a->tokenizer_dir);
-    if (tokenizer_init_gpt2(&dec->tok, enc, bpe, err, sizeof(err)) == 0) dec->ready = 1;
-    else fprintf(stderr, "note: samples print token ids: %s (see --tokenizer-dir)\n", err);
-}
-
-static void print_sample(const Decoder* dec, const char* kind, const int* ids, int n) {
-    printf("sample (%s): ", kind);
-    for (int i = 0; i < n; i++) {
-        if (!dec->ready) {
-            printf("%d ", ids[i]);
-            continue;
-        }
-        size_t len;
-        const uint8_t* bytes = tokenizer_decode(&dec->tok, ids[i], &len);
-        for (size_t j = 0; j < len; j++) putchar(bytes[j] == '\n' ? ' ' : bytes[j]); // one sample, one line
-    }
-    printf("\n");
-}
-
-// ----------------------------------------------------------------------------------------------
 // the run: what the phases make, handed from one to the next
 
 typedef struct {
@@ -296,7 +184,7 @@ typedef struct {
     GPT2Range* ranges;      // (P) every stage's layers
     const StageDevice* device;
     int use_cuda, synthetic;
-    Data data;
+    RunData data;
     Stage stage;
     CommLink mpi_link;      // MPI between host buffers: the link unless a device keeps its messages
     const CommLink* link;
@@ -309,7 +197,7 @@ typedef struct {
     FILE* log;
     Reporter rep;
     Trace trace;
-    Decoder dec;
+    RunDecoder dec;
     Executor ex;
     Pipeline pl;
     RunCheckpoint ckpt;
@@ -401,7 +289,7 @@ static void parse_grad_sync(Trainer* tr) {
 static void read_model_config(Trainer* tr) {
     char err[1024];
     memset(&tr->cfg, 0, sizeof(tr->cfg));
-    tr->from_file = !fresh_config(tr->a.init, data_vocab(&tr->a), &tr->cfg);
+    tr->from_file = !fresh_config(tr->a.init, run_data_vocab(&tr->a), &tr->cfg);
     if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
     if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
 }
@@ -513,7 +401,8 @@ static void make_stage(Trainer* tr) {
     int s = tr->comm.stage, P = tr->comm.P;
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
-    data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D);
+    char err[1024];
+    if (run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err))) fatal_all("%s", err);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
     init.full = full;
@@ -569,7 +458,7 @@ static void print_startup(const Trainer* tr) {
     const TrainArgs* a = &tr->a;
     const GPT2Config* cfg = &tr->cfg;
     const Comm* c = &tr->comm;
-    const Data* d = &tr->data;
+    const RunData* d = &tr->data;
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     printf("+----------------------+--------------------------------------------------------------\n");
@@ -702,7 +591,7 @@ static void open_outputs(Trainer* tr) {
     }
     if (g_rank == 0) {
         print_startup(tr);
-        decoder_init(&tr->dec, &tr->data, a);
+        run_decoder_init(&tr->dec, &tr->data, a);
         if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
             int dropped = 0;
             if (outdir_trim_log(log_path, tr->start_step, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
@@ -801,7 +690,7 @@ static int aew_measured(Trainer* tr) {
 // (a stop asked for during the validation ends it there and skips the samples; *stopping then says so)
 static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     TrainArgs* a = &tr->a;
-    Data* d = &tr->data;
+    RunData* d = &tr->data;
     Stage* st = &tr->stage;
     if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) {
         float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches, (const volatile int*)&g_stop_signal);
@@ -815,7 +704,7 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
         const char* kind[2] = {"temperature 1", "greedy"};
         for (int i = 0; i < 2; i++) {
             pipeline_sample(&tr->pl, d->first_token, n, temperature[i], (uint64_t)a->seed ^ (uint64_t)step, ids);
-            if (g_rank == 0) print_sample(&tr->dec, kind[i], ids, n);
+            if (g_rank == 0) run_decoder_print(&tr->dec, kind[i], ids, n);
         }
         free(ids);
     }
@@ -1046,7 +935,7 @@ static void teardown(Trainer* tr) {
     free(tr->profiled);
     free(tr->ranges);
     free(tr->stage_W);
-    data_free(&tr->data);
+    run_data_free(&tr->data);
     if (g_rank == 0 && tr->dec.ready) tokenizer_free(&tr->dec.tok);
     if (g_rank == 0) outdir_close(&tr->outdir);
     comm_finalize(&tr->comm);

@@ -1,0 +1,97 @@
+// A run's data (see run_data.h): the built-in Markov corpus or llm.c shards, and samples' decoding.
+#include "tdpipe/run_data.h"
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/common.h"
+#include "llmc/shard.h"
+
+#define BUILTIN_TRAIN_TOKENS 2000000
+#define BUILTIN_VAL_TOKENS 131072
+#define BUILTIN_SOURCE_SEED 20241130ULL
+
+int run_data_vocab(const TrainArgs* a) {
+    if (!a->train_pattern[0]) return 256;
+    glob_t g;
+    int V = 50257;
+    if (glob(a->train_pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+        ShardInfo info;
+        char err[512];
+        if (shard_read_header(g.gl_pathv[0], &info, err, sizeof(err)) == 0 && info.tokenizer == SHARD_TOKENIZER_BYTES) V = 256;
+        globfree(&g);
+    }
+    return V; // (an unreadable pattern is refused by run_data_init with its own message)
+}
+
+int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, int replica, int D, char* why, size_t whylen) {
+    char err[1024];
+    memset(d, 0, sizeof(*d));
+    uint64_t seed = (uint64_t)a->seed;
+    if (!a->train_pattern[0]) {
+        d->builtin = 1;
+        d->tokenizer = SHARD_TOKENIZER_BYTES;
+        markov_init(&d->source, BUILTIN_SOURCE_SEED);
+        uint16_t* tokens = (uint16_t*)malloc_check(sizeof(uint16_t) * (BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS));
+        markov_generate(&d->source, tokens, BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS, BUILTIN_SOURCE_SEED + 1);
+        d->first_token = tokens[BUILTIN_TRAIN_TOKENS];
+        d->has_val = 1;
+        if (needs_data) {
+            if (dataloader_init_memory(&d->train, tokens, BUILTIN_TRAIN_TOKENS, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)) ||
+                dataloader_init_memory(&d->val, tokens + BUILTIN_TRAIN_TOKENS, BUILTIN_VAL_TOKENS, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
+                return td_error(why, whylen, "built-in dataset: %s", err);
+            d->has_train = 1;
+        }
+        free(tokens);
+        return 0;
+    }
+    // every rank validates the shards (the same verdict everywhere); middle stages then drop them
+    if (dataloader_init(&d->train, a->train_pattern, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)))
+        return td_error(why, whylen, "-i %s: %s", a->train_pattern, err);
+    d->tokenizer = d->train.tokenizer == SHARD_TOKENIZER_BYTES ? SHARD_TOKENIZER_BYTES : SHARD_TOKENIZER_GPT2;
+    d->has_train = 1;
+    if (a->val_pattern[0]) {
+        if (dataloader_init(&d->val, a->val_pattern, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
+            return td_error(why, whylen, "-j %s: %s", a->val_pattern, err);
+        d->has_val = 1;
+    }
+    // samples start from the first validation (or training) token
+    DataLoader* src = d->has_val ? &d->val : &d->train;
+    int* in = (int*)malloc_check(sizeof(int) * a->B * a->T * 2);
+    if (dataloader_next(src, in, in + a->B * a->T) == 0) d->first_token = in[0];
+    dataloader_reset(src);
+    free(in);
+    return 0;
+}
+
+void run_data_free(RunData* d) {
+    if (d->has_train) dataloader_free(&d->train);
+    if (d->has_val) dataloader_free(&d->val);
+}
+
+void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a) {
+    memset(dec, 0, sizeof(*dec));
+    if (d->tokenizer == SHARD_TOKENIZER_BYTES) {
+        dec->ready = tokenizer_init_bytes(&dec->tok) == 0;
+        return;
+    }
+    char enc[1100], bpe[1100], err[1024];
+    snprintf(enc, sizeof(enc), "%s/encoder.json", a->tokenizer_dir);
+    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", a->tokenizer_dir);
+    if (tokenizer_init_gpt2(&dec->tok, enc, bpe, err, sizeof(err)) == 0) dec->ready = 1;
+    else fprintf(stderr, "note: samples print token ids: %s (see --tokenizer-dir)\n", err);
+}
+
+void run_decoder_print(const RunDecoder* dec, const char* kind, const int* ids, int n) {
+    printf("sample (%s): ", kind);
+    for (int i = 0; i < n; i++) {
+        if (!dec->ready) {
+            printf("%d ", ids[i]);
+            continue;
+        }
+        size_t len;
+        const uint8_t* bytes = tokenizer_decode(&dec->tok, ids[i], &len);
+        for (size_t j = 0; j < len; j++) putchar(bytes[j] == '\n' ? ' ' : bytes[j]); // one sample, one line
+    }
+    printf("\n");
+}
