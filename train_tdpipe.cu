@@ -548,6 +548,25 @@ static void check_memory(Trainer* tr) {
         }
     }
     free(all);
+    // a device's own memory, checked by each rank against its device: what is in use now (this rank's
+    // weights and AdamW, and whatever the ranks sharing the device hold already) plus this plan for
+    // each rank that shares it, against the device's total (never against what is free this instant,
+    // which other ranks still allocating would make look smaller than it will be)
+    double dev = stage_planned_device_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    if (dev > 0 && tr->stage.be->device_memory) {
+        double total, used;
+        int devices;
+        tr->stage.be->device_memory(&tr->stage, &total, &used, &devices);
+        int sharing = devices > 0 ? (tr->comm.local_ranks + devices - 1) / devices : 1;
+        if (used + dev * sharing > total) {
+            double gib = 1024.0 * 1024.0 * 1024.0;
+            fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
+                            "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
+                            "lower -b, -t, --aew or the model\n",
+                    g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib);
+            bad = 1;
+        }
+    }
     if (comm_any(&tr->comm, bad)) exit(1);
     if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
         fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,

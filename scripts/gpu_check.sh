@@ -115,6 +115,12 @@ if run build 300 make -j"$(nproc)" cuda; then
                 run gpu_d2_nccl_used 5 said gpu_d2_nccl "averaged over the 2 replicas in GPU memory, NCCL" &&
                 run gpu_d2_nccl_equal 5 same "D = 2: average over NCCL vs over host memory" build/gpu_d2_mpi build/gpu_d2_nccl
         fi
+        # a run that cannot fit the GPU is refused with its figures before anything is reserved
+        # (d12 at B 512, T 1024: about 150 GiB of activations for one slot)
+        gpu_mem_refused() { ./train_tdpipe --device cuda -e d12 -b 512 -t 1024 -x 1 -v 0 -s 0 -o build/gpu_mem 2>&1 | tee /dev/stderr |
+            grep -q "GiB of GPU memory .* but the GPU has" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
+        export -f gpu_mem_refused
+        run gpu_memory_refusal 60 gpu_mem_refused
         # the cluster simulator's replay against the GPU: each stage's op times from a trace of a real
         # pipeline (two ranks sharing the GPU), replayed through the same schedules (issue 12's goal: 10%)
         if [ $QUICK = 0 ] && command -v mpirun >/dev/null; then

@@ -397,6 +397,13 @@ StageMemory stage_memory(const Stage* st) {
     return m;
 }
 
+double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
+    if (st->be->host_memory || !st->be->memory) return 0.0;
+    double b[4] = {0.0, 0.0, 0.0, 0.0};
+    st->be->memory(st, b);
+    return b[0] * slots + b[1] * gacts + b[2] * stashes + b[3] * (grad_slots > 1 ? grad_slots - 1 : 0);
+}
+
 double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
     double b[4] = {0.0, 0.0, 0.0, 0.0}, host = st->params ? 12.0 * (double)st->num_params : 0.0;
     if (st->be->memory && st->be->host_memory) {

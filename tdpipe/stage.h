@@ -72,6 +72,9 @@ typedef struct {
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
     void (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
+    // device backends: the device's bytes in all, in use now (by anyone), and how many devices this
+    // host has; NULL where the buffers are host memory
+    void (*device_memory)(const Stage* st, double* total, double* used, int* devices);
     // staleness compensation (tdpipe/staleness.h); NULL: the backend has none
     void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum); // stash i = the current weights lr_sum of AdamW steps ahead
     // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
@@ -278,6 +281,9 @@ StageMemory stage_memory(const Stage* st);
 // buffers, gradient slots and stashes: its host weights and AdamW moments, and the backend's
 // buffers where they are host memory (a GPU's are the GPU's)
 double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes);
+// the device memory the same plan adds to what stage_create already took (0 for host-memory backends):
+// activation slots, gacts buffers, stashes, and gradient slots beyond the model's own
+double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes);
 
 // global norm from every unit's sum of squares (L + 2 of them), folded in model order
 float grad_norm_from_units(const double* units, int n_units);

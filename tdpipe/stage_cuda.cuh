@@ -278,6 +278,15 @@ static void cuda_memory(const Stage* st, double bytes[4]) {
     bytes[3] = (double)(st->num_params * 4 + head * Vp * C * 4);
 }
 
+static void cuda_device_memory(const Stage* st, double* total, double* used, int* devices) {
+    (void)st;
+    size_t free_b, total_b;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    cudaCheck(cudaGetDeviceCount(devices));
+    *total = (double)total_b;
+    *used = (double)(total_b - free_b);
+}
+
 static void cuda_destroy(Stage* st) {
     CudaStage* c = cuda_of(st);
     for (int i = 0; i < c->n_acts; i++) gpt2_cuda_acts_free(&c->acts[i]);
@@ -342,6 +351,7 @@ static const StageBackend CUDA_BACKEND = {
     .tied_other = cuda_tied_other,
     .tied_sum = cuda_tied_sum,
     .memory = cuda_memory,
+    .device_memory = cuda_device_memory,
     .predict = cuda_predict,
     .backward_weight_alone = cuda_backward_weight_alone,
     .head_share_sumsq = cuda_head_share_sumsq,
