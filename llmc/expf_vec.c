@@ -13,6 +13,7 @@
 
 typedef double v8d_e __attribute__((vector_size(64)));
 typedef int64_t v8l __attribute__((vector_size(64)));
+typedef uint64_t v8ul __attribute__((vector_size(64))); // for the exponent's add and shift: wrapping, as glibc's uint64_t
 typedef float v8f_e __attribute__((vector_size(32)));
 typedef float v8f_eu __attribute__((vector_size(32), aligned(4)));
 typedef int v8i_e __attribute__((vector_size(32)));
@@ -54,7 +55,7 @@ static v8f_e expf8(v8f_e x) {
     v8l ki = (v8l)kd;
     kd -= splatd(SHIFT);
     v8d_e r = splatd(INVLN2_32) * xd - kd;
-    v8l t = table_lookup(ki & 31) + (ki << 47);
+    v8l t = (v8l)((v8ul)table_lookup(ki & 31) + ((v8ul)ki << 47)); // unsigned: the sum wraps (2^k's exponent bits)
     v8d_e s = (v8d_e)t;
     v8d_e z = splatd(C0) * r + splatd(C1);
     v8d_e r2 = r * r;
