@@ -200,7 +200,7 @@ row bubble "175B, 64 A100 (vs DeepSpeed-like)" -76 -100 "$(bred "$b_mg" "$b_ds")
 # ---- table 5: communication ----------------------------------------------------------------------
 table_header "table 5: gradient communication (article: -43%, and -40% from the gradient cache)"
 echo "# 13B as 8 stages x 8 replicas (tp 1) on 64 A100, T $T, M 16: bytes each GPU sends per step for its stage's average, and the time that average"
-echo "# adds to a step (step with it - step without it); fp32 ring is the reference; int8 is issue 11's format (256 int8 + an fp32 scale a block)"
+echo "# adds to a step (step with it - step without it); fp32 ring is the reference; int8 is the trainer's format (256 int8 + an fp32 scale a block)"
 columns
 dp_bytes() { sim dp_mb_sent "${DPLAYOUT[@]}" "$@"; }
 # (an average that leaves the step no longer counts as hidden: 0; the event-driven policy may then order ops
