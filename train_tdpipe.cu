@@ -528,7 +528,8 @@ static void check_memory(Trainer* tr) {
     schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
     schedule_free(&sch);
     if (tr->comp.method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
-    double mine = stage_planned_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
+    double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
@@ -552,7 +553,7 @@ static void check_memory(Trainer* tr) {
     // weights and AdamW, and whatever the ranks sharing the device hold already) plus this plan for
     // each rank that shares it, against the device's total (never against what is free this instant,
     // which other ranks still allocating would make look smaller than it will be)
-    double dev = stage_planned_device_bytes(&tr->stage, slots, shape.kind == SCHED_ZBH1 ? slots : 1, grad_slots, stashes);
+    double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (dev > 0 && tr->stage.be->device_memory) {
         double total, used;
         int devices;

@@ -94,17 +94,6 @@ static int synthetic_sections(Section* s, double scale) {
 
 // ---- measurement ---------------------------------------------------------------------------------
 
-static double median3(double* x) {
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
-            if (x[j] < x[i]) {
-                double t = x[i];
-                x[i] = x[j];
-                x[j] = t;
-            }
-    return x[1];
-}
-
 static void save(const char* dir, const Section* s, int n, int level, int shuffle, char* path) {
     char err[8192];
     CkptWriter* w = ckpt_writer_open(dir, 1, level, shuffle, err, sizeof err);
@@ -228,7 +217,7 @@ int main(int argc, char** argv) {
             }
             unlink(path);
             printf("%8s %6s %10.2f %10.2f %8.3f %10.1f %10.1f\n", modes[mi], level_names[li], raw / 1e6, st.st_size / 1e6,
-                   (double)raw / (double)st.st_size, raw / 1e6 / median3(ts), raw / 1e6 / median3(tl));
+                   (double)raw / (double)st.st_size, raw / 1e6 / td_median(ts, 3), raw / 1e6 / td_median(tl, 3));
             fflush(stdout);
         }
     if (!dir_arg) rmdir(dir);

@@ -80,11 +80,6 @@ static float* random_floats(size_t n, uint64_t seed) {
     return x;
 }
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
 // one pass of a linear layer (N, C) -> (N, OC): 0 forward, 1 backward input, 2 backward weight;
 // blas: through cblas_sgemm instead of llmc/matmul.c
 static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
@@ -111,8 +106,7 @@ static double time_pass(int which, int blas, float* out, float* dinp, float* dw,
         matmul_pass(which, blas, out, dinp, dw, db, inp, w, N, C, OC);
         t[rep] = now_seconds() - t0;
     }
-    qsort(t, 7, sizeof(double), cmp_double);
-    return t[3];
+    return td_median(t, 7);
 }
 
 // GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape, and OpenBLAS's beside them
@@ -209,8 +203,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
         train_step(&s, step, L, &opt, units);
         t[step] = now_seconds() - t0;
     }
-    qsort(t + 1, steps, sizeof(double), cmp_double);
-    double med = t[1 + steps / 2];
+    double med = td_median(t + 1, steps);
     printf("  step    %-10s L %d C %d NH %d V %d B %d T %d: %zu params, median %.1f ms/step over %d steps, %.1f tokens/s\n", label, L, C, NH, V,
            B, T, s.num_params, med * 1e3, steps, B * T / med);
     if (profiled > 0) { // shares of these steps' own mean time, as the ops' times are means: "the rest" is what no hook saw

@@ -12,11 +12,6 @@
 #include "tdpipe/dp_sync.h"
 #include "tdpipe/stage.h"
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 // one mode: 0 blocking fp32, 1 fp32 buckets, 2 int8 buckets; returns the median seconds until every rank is done
 static double time_mode(Comm* c, Stage* st, int mode, size_t bucket, int reps, float* g, float* h, const float* g0, double* bytes) {
     size_t n = st->num_params, vc = st->sizes[0];
@@ -40,8 +35,7 @@ static double time_mode(Comm* c, Stage* st, int mode, size_t bucket, int reps, f
         comm_barrier(c); // done when the slowest rank is
         if (r) t[r - 1] = now_seconds() - t0;
     }
-    qsort(t, reps, sizeof(double), cmp_double);
-    double med = t[reps / 2];
+    double med = td_median(t, reps);
     free(t);
     if (mode) dp_sync_free(&ds);
     return med;

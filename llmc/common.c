@@ -182,6 +182,16 @@ unsigned char* td_read_file(const char* path, const char* what, size_t* len, cha
     return buf;
 }
 
+int td_cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+double td_median(double* v, int n) {
+    qsort(v, (size_t)n, sizeof(double), td_cmp_double);
+    return v[n / 2];
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -59,6 +59,10 @@ int td_create_regular(const char* path, const char* what, char* err, size_t errl
 unsigned char* td_read_file(const char* path, const char* what, size_t* len, char* err, size_t errlen);
 
 double now_seconds(void); // monotonic clock
+// qsort's comparator for doubles, ascending
+int td_cmp_double(const void* a, const void* b);
+// v (n) sorted in place; returns v[n / 2] (the median for odd n, the upper one for even n)
+double td_median(double* v, int n);
 void sleep_seconds(double s); // returns after s seconds (at once for s <= 0)
 
 #ifdef __cplusplus

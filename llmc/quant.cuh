@@ -139,23 +139,24 @@ __global__ void dequant_int8_kernel(const int8_t* q, const float* scale, size_t 
     }
 }
 
-// as dequant_int8: out (n) fp32 = q (n) int8 times its block's scale (quant_blocks(n, block)) fp32
-static inline void dequant_int8_cuda(const int8_t* q, const float* scale, size_t n, int block, float* out) {
-    quant_check_block("dequant_int8_cuda", block);
+template <bool ADD>
+static inline void dequant_int8_launch(const char* fn, const int8_t* q, const float* scale, size_t n, int block, float* out) {
+    quant_check_block(fn, block);
     if (n == 0) return;
     size_t nb = quant_blocks(n, block);
-    dequant_int8_kernel<false><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(q, scale, n, nb, block, out);
-    cudaCheckLaunch("dequant_int8_kernel");
+    dequant_int8_kernel<ADD><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(q, scale, n, nb, block, out);
+    cudaCheckLaunch(ADD ? "dequant_int8_kernel<add>" : "dequant_int8_kernel");
+}
+
+// as dequant_int8: out (n) fp32 = q (n) int8 times its block's scale (quant_blocks(n, block)) fp32
+static inline void dequant_int8_cuda(const int8_t* q, const float* scale, size_t n, int block, float* out) {
+    dequant_int8_launch<false>("dequant_int8_cuda", q, scale, n, block, out);
 }
 
 // as dequant_int8_add: out (n) fp32 = fmaf(q, scale, out), one rounding per element; called for
 // replica 0, 1, ... in turn on the same stream after out = 0, the sum in replica order
 static inline void dequant_int8_add_cuda(const int8_t* q, const float* scale, size_t n, int block, float* out) {
-    quant_check_block("dequant_int8_add_cuda", block);
-    if (n == 0) return;
-    size_t nb = quant_blocks(n, block);
-    dequant_int8_kernel<true><<<quant_grid(nb), 256, 0, g_cuda_stream>>>(q, scale, n, nb, block, out);
-    cudaCheckLaunch("dequant_int8_kernel<add>");
+    dequant_int8_launch<true>("dequant_int8_add_cuda", q, scale, n, block, out);
 }
 
 // ---- histogram --------------------------------------------------------------------------------------

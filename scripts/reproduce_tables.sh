@@ -281,37 +281,29 @@ echo "# measured: ./train_tdpipe --schedule tdpipe --aew W --micro-batches 8 -b 
 echo "# computes exactly what any P does), val loss relative to W 0 (1F1B); W 8 also with weight prediction (--stale-comp predict);"
 echo "# int8: two replicas (mpirun -np 2, M 2, the rest the same) with --grad-quant int8 (error feedback on) against fp32"
 columns
-base=""
-for W in 0 1 2 4; do
-    v="skipped (--quick)"
-    if [ $QUICK = 0 ]; then
-        "$BIN" --device cpu --schedule tdpipe --aew $W --micro-batches 8 -b 1 -x 150 -v 150 --val-batches 32 -s 0 -o "$TMP/conv$W" > "$TMP/conv$W.log" 2>&1
-        v=$(grep -o 'val loss [0-9.]*' "$TMP/conv$W.log" | tail -1 | awk '{ print $3 }')
+# val_of RUN CMD...: the final val loss of CMD -o $TMP/RUN (skipped under --quick)
+val_of() {
+    local run=$1; shift
+    if [ $QUICK = 1 ]; then echo "skipped (--quick)"; return; fi
+    "$@" -o "$TMP/$run" > "$TMP/$run.log" 2>&1
+    grep -o 'val loss [0-9.]*' "$TMP/$run.log" | tail -1 | awk '{ print $3 }'
+}
+# convrow NAME REF LIMIT VAL: one row, VAL's gap to REF against the article's LIMIT (%)
+convrow() {
+    local name=$1 ref=$2 lim=$3 v=$4 rel=$4 vd="skipped (--quick)"
+    if num "$v" && num "$ref"; then
+        local r; r=$(calc "100 * ($v - $ref) / $ref" 2)
+        rel="$r% ($v vs $ref)"
+        vd=$(awk -v r="$r" -v l="$lim" 'BEGIN { if (r <= l) printf "reproduced: %.2f%%", r; else printf "not reproduced: ours is +%.2f%%", r }')
     fi
-    if [ $W = 0 ]; then base=$v; continue; fi
-    rel="$v"; num "$v" && num "$base" && rel="$(calc "100 * ($v - $base) / $base" 2)% ($v vs $base)"
-    vd="skipped (--quick)"
-    num "$v" && vd=$(awk -v r="$(calc "100 * ($v - $base) / $base" 2)" 'BEGIN { if (r <= 0.2) printf "reproduced: %.2f%%", r; else printf "not reproduced: ours is +%.2f%%", r }')
-    row convergence "W $W of M 8 ($W stale a step)" 0.2 - - - - "$rel" "$vd"
-done
-convrow() { # convrow NAME RUN_NAME REF_VAL CMD...: one row from a run's final val loss against REF_VAL
-    local name=$1 run=$2 ref=$3 lim=$4; shift 4
-    local v="skipped (--quick)" rel vd="skipped (--quick)"
-    if [ $QUICK = 0 ]; then
-        "$@" -o "$TMP/$run" > "$TMP/$run.log" 2>&1
-        v=$(grep -o 'val loss [0-9.]*' "$TMP/$run.log" | tail -1 | awk '{ print $3 }')
-    fi
-    rel="$v"; num "$v" && num "$ref" && rel="$(calc "100 * ($v - $ref) / $ref" 2)% ($v vs $ref)"
-    num "$v" && num "$ref" && vd=$(awk -v r="$(calc "100 * ($v - $ref) / $ref" 2)" -v l="$lim" 'BEGIN { if (r <= l) printf "reproduced: %+.2f%%", r; else printf "not reproduced: ours is +%.2f%%", r }')
     row convergence "$name" "$lim" - - - - "$rel" "$vd"
 }
-convrow "W 8 of M 8, --stale-comp predict" conv8p "$base" 0.2 "$BIN" --device cpu --schedule tdpipe --aew 8 --stale-comp predict --micro-batches 8 -b 1 -x 150 -v 150 --val-batches 32 -s 0
-ref8="skipped (--quick)"
-if [ $QUICK = 0 ]; then
-    $MPI -np 2 "$BIN" --device cpu --micro-batches 2 -b 1 -x 150 -v 150 --val-batches 32 -s 0 -o "$TMP/convfp32" > "$TMP/convfp32.log" 2>&1
-    ref8=$(grep -o 'val loss [0-9.]*' "$TMP/convfp32.log" | tail -1 | awk '{ print $3 }')
-fi
-convrow "int8 gradients (D 2, error feedback)" convint8 "$ref8" 0.5 $MPI -np 2 "$BIN" --device cpu --micro-batches 2 -b 1 -x 150 -v 150 --val-batches 32 -s 0 --grad-quant int8
+CONV=("$BIN" --device cpu --schedule tdpipe --micro-batches 8 -b 1 -x 150 -v 150 --val-batches 32 -s 0)
+base=$(val_of conv0 "${CONV[@]}" --aew 0)
+for W in 1 2 4; do convrow "W $W of M 8 ($W stale a step)" "$base" 0.2 "$(val_of "conv$W" "${CONV[@]}" --aew $W)"; done
+convrow "W 8 of M 8, --stale-comp predict" "$base" 0.2 "$(val_of conv8p "${CONV[@]}" --aew 8 --stale-comp predict)"
+DP2=($MPI -np 2 "$BIN" --device cpu --micro-batches 2 -b 1 -x 150 -v 150 --val-batches 32 -s 0)
+convrow "int8 gradients (D 2, error feedback)" "$(val_of convfp32 "${DP2[@]}")" 0.5 "$(val_of convint8 "${DP2[@]}" --grad-quant int8)"
 
 # ---- table 10: compute cost ----------------------------------------------------------------------
 table_header "table 10: compute cost for the same training (article: -37%)"

@@ -208,11 +208,6 @@ static double place_within(const PlacementCost* c, int G, double limit, int* gro
     return opt;
 }
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 int partition_place(int* group, const PlacementCost* c, double* worst, char* err, size_t errlen) {
     int P = c->P, cap = c->per_group, G = c->groups > 0 ? c->groups : P;
     if (P < 1) return td_error(err, errlen, "--stages must be at least 1 (got %d)", P);
@@ -228,7 +223,7 @@ int partition_place(int* group, const PlacementCost* c, double* worst, char* err
     double* cand = (double*)malloc_check((size_t)(2 * P + 1) * sizeof(double)); // (2P - 1) candidate worst costs
     cand[nc++] = 0.0;
     for (int b = 0; b + 1 < P; b++) cand[nc++] = c->near[b], cand[nc++] = c->far[b];
-    qsort(cand, nc, sizeof(double), cmp_double);
+    qsort(cand, nc, sizeof(double), td_cmp_double);
     int rc = -1;
     for (int i = 0; i < nc && rc; i++)
         if (!isinf(place_within(c, G, cand[i], group))) {

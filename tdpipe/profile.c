@@ -6,11 +6,6 @@
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cpu.h"
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 // median seconds of forward + backward of one micro-batch through a one-layer stage of range r
 static double time_stage(const GPT2Config* one, const float* full, GPT2Range r, int B, int T, int reps) {
     Stage s;
@@ -31,8 +26,7 @@ static double time_stage(const GPT2Config* one, const float* full, GPT2Range r, 
         t[i] = now_seconds() - t0;
         stage_zero_grad(&s, 0);
     }
-    qsort(t + 1, reps, sizeof(double), cmp_double);
-    double med = t[1 + reps / 2];
+    double med = td_median(t + 1, reps);
     free(t);
     stage_destroy(&s);
     return med;
