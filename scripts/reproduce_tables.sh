@@ -6,12 +6,12 @@
 # (tdpipe/cluster: the trainer's schedule code over a cost model of DGX A100 nodes), the utilisation
 # figures from build/dev/sim_schedules and from the trainer itself (--synthetic-compute).
 # Prints tables that people and awk (-F' [|] ') both read; writes CSV files and, with matplotlib, plots.
-# usage: scripts/reproduce_tables.sh [--quick] [--out DIR (default out/reproduce)] [--anchors DIR (default ../shared/data/anchors)]
+# usage: scripts/reproduce_tables.sh [--quick] [--out DIR (default out/reproduce)] [--anchors DIR (default dev/anchors: the published figures with their sources)]
 #   --quick: no trainer runs (the measured column says so) and fewer jitter seeds; seconds
 #   PYTHON=interpreter: one with matplotlib for the plots (default python3)
 set -u
 cd "$(dirname "$0")/.." || exit 1
-QUICK=0; OUT=out/reproduce; ANCHORS=../shared/data/anchors
+QUICK=0; OUT=out/reproduce; ANCHORS=dev/anchors
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) QUICK=1; shift;;

@@ -4,7 +4,7 @@
 # Run from the repository root after `make`.
 source tests/lib.sh
 MS=${MS:-build/dev/data/make_shards}
-GPT2=../shared/data/gpt2
+GPT2=data/gpt2 # filled by dev/data/get_gpt2_tokenizer.sh (GPT2_DIR, ../shared, or a download)
 FIX=tests/fixtures
 
 header() { od -A n -t d4 -N 16 -v "$1" | xargs; }         # magic version count tokenizer
@@ -31,7 +31,7 @@ check "bytes shard sizes agree with their counts" bytes_sizes_ok
 check "bytes: val then train tokens are the input's bytes, in order" bytes_tokens_ok
 
 # --- gpt2 on the tokenizer fixture: an EOT to start the document, then tiktoken's ids
-if [ -f "$GPT2/encoder.json" ]; then
+if bash dev/data/get_gpt2_tokenizer.sh ${GPT2_DIR:-} 2>"$TMP/gpt2.err"; then
     check "gpt2 tokenizer runs" "$MS" --gpt2-dir "$GPT2" --allow-special -o "$TMP/g" "$FIX/tokenizer_text.txt"
     total=$(( $(xargs -n1 < "$FIX/tokenizer_ids.txt" | wc -l) + 1 ))
     gval=$(( (total + 5) / 10 ))  # round(0.1 total), total = 1170
@@ -48,7 +48,7 @@ if [ -f "$GPT2/encoder.json" ]; then
         test "$(tokens "$TMP/d_train.bin" | xargs)" = "50256 64 628 50256 65 628 50256 198 66"
     check "--val-tokens 2 takes exactly the first 2 tokens" val_tokens_ok
 else
-    fail "$GPT2/encoder.json is missing (shared/ must sit beside the repository)"
+    fail "GPT-2's tokenizer files: $(tail -1 "$TMP/gpt2.err") (GPT2_DIR=folder, ../shared/data/gpt2, or a network)"
 fi
 
 # --- refusals

@@ -12,7 +12,6 @@
 set -euo pipefail
 
 TEXT_URL=https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
-GPT2_URL=https://openaipublic.blob.core.windows.net/gpt-2/models/124M
 
 die() { echo "prepare_tinyshakespeare: $*" >&2; exit 1; }
 usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -43,15 +42,12 @@ if [ -n "$TEXT" ]; then
     [ -f "$TEXT" ] || die "$TEXT: not found"
     TEXT=$(absolute "$TEXT")
 fi
-if [ -n "$GPT2_SRC" ]; then
-    [ -d "$GPT2_SRC" ] || die "$GPT2_SRC: not a folder"
-    GPT2_SRC=$(absolute "$GPT2_SRC")
-fi
+if [ -n "$GPT2_SRC" ]; then GPT2_SRC=$(absolute "$GPT2_SRC"); fi
 cd "$(dirname "$0")/../.."
 
 make build/dev/data/make_shards
 MS=build/dev/data/make_shards
-mkdir -p data/tinyshakespeare data/gpt2
+mkdir -p data/tinyshakespeare
 
 if [ -z "$TEXT" ] && [ -f ../shared/data/tinyshakespeare.txt ]; then
     TEXT=../shared/data/tinyshakespeare.txt
@@ -60,16 +56,7 @@ elif [ -z "$TEXT" ]; then
     [ -f "$TEXT" ] || fetch "$TEXT_URL" "$TEXT"
 fi
 
-for f in encoder.json vocab.bpe; do
-    if [ -n "$GPT2_SRC" ]; then
-        [ -f "$GPT2_SRC/$f" ] || die "$GPT2_SRC/$f: not found"
-        install -m 644 "$GPT2_SRC/$f" "data/gpt2/$f"
-    elif [ -f "../shared/data/gpt2/$f" ]; then
-        install -m 644 "../shared/data/gpt2/$f" "data/gpt2/$f"
-    elif [ ! -f "data/gpt2/$f" ]; then
-        fetch "$GPT2_URL/$f" "data/gpt2/$f"
-    fi
-done
+bash dev/data/get_gpt2_tokenizer.sh $GPT2_SRC || exit 1
 
 echo "text: $TEXT"
 "$MS" --tokenizer gpt2 --gpt2-dir data/gpt2 --eot-at-blank-lines --val-tokens 32768 -o data/tinyshakespeare/ts "$TEXT"
