@@ -8,6 +8,8 @@ shell_tests=tests/test_*.sh
 if [ "${1:-}" = "--c-only" ]; then shell_tests=; shift; fi
 build=${1:-build}
 total_p=0; total_f=0
+# GPT-2's tokenizer files for the tests that read them (GPT2_DIR, ../shared/data/gpt2 or a download)
+bash dev/data/get_gpt2_tokenizer.sh ${GPT2_DIR:-} || echo "note: the tests that need GPT-2's tokenizer files will fail"
 for t in "$build"/tests/test_* $shell_tests; do
     [ -e "$t" ] || continue
     case "$t" in *.d) continue;; esac

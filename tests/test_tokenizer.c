@@ -1,6 +1,7 @@
 // Tokenizer tests: GPT-2 ids equal tiktoken's (fixture from dev/data/tiktoken_reference.py), round
 // trips of Tiny Shakespeare, the byte tokenizer, and refusals of missing or malformed vocab files.
-// Run from the repository root: the data is read from ../shared/data (beside the clone).
+// Run from the repository root: GPT-2's files from data/gpt2 (tests/run_all.sh fills it through
+// dev/data/get_gpt2_tokenizer.sh), the text from ../shared/data or data/tinyshakespeare/input.txt.
 #include "llmc/tokenizer.h"
 #include "llmc/shard.h"
 #include "tests/test.h"
@@ -9,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GPT2_DIR "../shared/data/gpt2"
-#define SHAKESPEARE "../shared/data/tinyshakespeare.txt"
+#define GPT2_DIR "data/gpt2"
+#define SHAKESPEARE (access("../shared/data/tinyshakespeare.txt", R_OK) == 0 ? "../shared/data/tinyshakespeare.txt" : "data/tinyshakespeare/input.txt")
 
 static char* read_file(const char* path, size_t* len) {
     FILE* f = fopen(path, "rb");
@@ -104,7 +105,7 @@ static void test_fixture(const Tokenizer* tok) {
 static void test_shakespeare(const Tokenizer* gpt2) {
     size_t len;
     char* text = read_file(SHAKESPEARE, &len);
-    CHECK(text != NULL, "%s exists (shared/ must sit beside the repository; run from the repo root)", SHAKESPEARE);
+    CHECK(text != NULL, "%s exists (../shared beside the repository, or dev/data/prepare_tinyshakespeare.sh's download; run from the repo root)", SHAKESPEARE);
     if (!text) return;
     int* ids = malloc(len * sizeof(int));
     size_t n = tokenizer_encode(gpt2, text, len, 0, ids, len);
