@@ -1,7 +1,8 @@
 // Tokenizer tests: GPT-2 ids equal tiktoken's (fixture from dev/data/tiktoken_reference.py), round
 // trips of Tiny Shakespeare, the byte tokenizer, and refusals of missing or malformed vocab files.
 // Run from the repository root: GPT-2's files from data/gpt2 (tests/run_all.sh fills it through
-// dev/data/get_gpt2_tokenizer.sh), the text from ../shared/data or data/tinyshakespeare/input.txt.
+// dev/data/get_gpt2_tokenizer.sh), the text from $TINYSHAKESPEARE, ../shared/data or
+// data/tinyshakespeare/input.txt.
 #include "llmc/tokenizer.h"
 #include "llmc/shard.h"
 #include "tests/test.h"
@@ -11,7 +12,13 @@
 #include <unistd.h>
 
 #define GPT2_DIR "data/gpt2"
-#define SHAKESPEARE (access("../shared/data/tinyshakespeare.txt", R_OK) == 0 ? "../shared/data/tinyshakespeare.txt" : "data/tinyshakespeare/input.txt")
+// the text: $TINYSHAKESPEARE, else ../shared's copy, else the one prepare_tinyshakespeare.sh downloads
+static const char* shakespeare_path(void) {
+    const char* env = getenv("TINYSHAKESPEARE");
+    if (env && env[0]) return env;
+    return access("../shared/data/tinyshakespeare.txt", R_OK) == 0 ? "../shared/data/tinyshakespeare.txt" : "data/tinyshakespeare/input.txt";
+}
+#define SHAKESPEARE shakespeare_path()
 
 static char* read_file(const char* path, size_t* len) {
     FILE* f = fopen(path, "rb");
@@ -105,7 +112,7 @@ static void test_fixture(const Tokenizer* tok) {
 static void test_shakespeare(const Tokenizer* gpt2) {
     size_t len;
     char* text = read_file(SHAKESPEARE, &len);
-    CHECK(text != NULL, "%s exists (../shared beside the repository, or dev/data/prepare_tinyshakespeare.sh's download; run from the repo root)", SHAKESPEARE);
+    CHECK(text != NULL, "%s exists (TINYSHAKESPEARE=file, ../shared beside the repository, or dev/data/prepare_tinyshakespeare.sh's download; run from the repo root)", SHAKESPEARE);
     if (!text) return;
     int* ids = malloc(len * sizeof(int));
     size_t n = tokenizer_encode(gpt2, text, len, 0, ids, len);
