@@ -314,7 +314,8 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
-    if (staleness_parse(a->stale_comp, &tr->comp.method)) fatal_all("--stale-comp %s: expected none, predict, dcasgd or lr", a->stale_comp);
+    if (staleness_parse(a->stale_comp, &tr->comp.methods))
+        fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
     tr->comp.tau = a->stale_tau;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
@@ -412,7 +413,7 @@ static void make_stage(Trainer* tr) {
     }
     stage_create(&tr->stage, tr->device, &init);
     free(full);
-    if (!tr->synthetic && tr->comp.method != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
+    if (!tr->synthetic && tr->comp.methods != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
     tr->stage.gns = !tr->synthetic && (a->gns || a->lr_gns); // (a GPU stage reserves the buffers it needs for it)
     tr->ex.data = needs_data ? &tr->data.train : NULL;
 }
@@ -478,8 +479,8 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
     if (tr->kind == SCHED_TDPIPE) printf(", AEW W = %s", a->aew);
     printf("\n");
-    if (tr->comp.method != STALE_NONE)
-        printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.method), tr->comp.tau,
+    if (tr->comp.methods != STALE_NONE)
+        printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.methods), tr->comp.tau,
                tr->kind == SCHED_TDPIPE ? "" : " (a synchronous schedule has none: nothing to compensate)");
     if (c->P > 1) printf("| %-20s | activations and gradients between stages in %s\n", "pipeline messages", tr->msg_where);
     if (c->D > 1 && !tr->use_sync) printf("| %-20s | gradients averaged over the %d replicas in %s (fp32, after the step's last backward)\n", "data-parallel", c->D, tr->dp.where);
@@ -527,7 +528,7 @@ static void check_memory(Trainer* tr) {
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
     schedule_free(&sch);
-    if (tr->comp.method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    if (tr->comp.methods & STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
     int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);
@@ -571,7 +572,7 @@ static void check_memory(Trainer* tr) {
     if (comm_any(&tr->comm, bad)) exit(1);
     if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
         fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
-                tr->comp.method == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)" : "");
+                tr->comp.methods == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)" : "");
 }
 
 // phase 5: the memory check, then the output folder (rank 0: its lock, left-over temporary files, an
@@ -645,7 +646,7 @@ static void make_executor(Trainer* tr) {
     ex->dp = tr->dp;
     ex->sync = tr->use_sync ? &tr->sync : NULL;
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
-    ex->comp = tr->synthetic || tr->comp.method == STALE_NONE ? NULL : &tr->comp;
+    ex->comp = tr->synthetic || tr->comp.methods == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
     ex->spike_z = a->spike_z;
     ex->gns = tr->stage.gns;
@@ -678,7 +679,7 @@ static int aew_measured(Trainer* tr) {
     comm_wait(&tr->comm, &r);
     double beta = 0.0;
     for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
-    int W_max = tr->comp.method == STALE_NONE ? M / 2 : M, article = (int)ceil(P * (1.0 - beta));
+    int W_max = tr->comp.methods == STALE_NONE ? M / 2 : M, article = (int)ceil(P * (1.0 - beta));
     if (article < 0) article = 0;
     double* util = (double*)calloc_check(W_max + 1, sizeof(double));
     char err[512];
@@ -697,7 +698,7 @@ static int aew_measured(Trainer* tr) {
         for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
         printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles); "
                "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
-               W, 100.0 * util[W], W_max, staleness_name(tr->comp.method), P, beta, article, 100.0 * u_article, tr->comm.world_size);
+               W, 100.0 * util[W], W_max, staleness_name(tr->comp.methods), P, beta, article, 100.0 * u_article, tr->comm.world_size);
     }
     free(chosen);
     free(util);

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # TD-Pipe's convergence price and what each staleness compensation buys back: validation loss after
-# S steps for M in {8, 16}, W in {0, M/2, M, 2M} x --stale-comp {none, predict, dcasgd, lr}, on the
+# S steps for M in {8, 16}, W in {0, M/2, M, 2M} x --stale-comp {none, predict, dcasgd, lr, predict+lr}, on the
 # built-in data (its entropy floor is known) and on Tiny Shakespeare with GPT-2 tokens (d6); each row
 # with its gap to W = 0, the drift monitor's mean cosine over the run, and the utilisation that window
 # reaches at beta = 0.3 with P = 8 (the simulator's figure, sim_% of scripts/bench_schedules.sh).
+# With SEEDS="1337 1 2" each row is the mean over those seeds (initialisation and data order), and
+# spread_% is (max - min) / mean of its val losses: single runs this short differ by about a percent.
 # Runs at P = 1: a TD-Pipe run is bitwise the same at every P (tests/test_pipeline.sh), so one process
 # computes exactly the pipeline's stale updates. Prints a table people and awk both read. Not a test.
 # usage: scripts/bench_convergence.sh [builtin|shakespeare|both (default)] [steps (default 300)]
-#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict dcasgd lr", DC_LAMBDA=1e5,
-#   T_SHAKESPEARE=128: a subset of the table (the whole is 52 runs; Tiny Shakespeare's take minutes each)
+#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict dcasgd lr predict+lr", DC_LAMBDA=1e5,
+#   T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 64 runs a seed; Tiny Shakespeare's take minutes each)
 set -u
 WHICH=${1:-both}
 STEPS=${2:-300}
@@ -19,26 +21,33 @@ TMP=$(mktemp -d /tmp/bench_convergence.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 DC_LAMBDA=${DC_LAMBDA:-1e5}   # the trainer's default
 MS=${MS:-8 16}                 # micro-batches per step
 WINDOWS=${WINDOWS:-half one two} # W as M/2, M, 2M
-COMPS=${COMPS:-none predict dcasgd lr}
+COMPS=${COMPS:-none predict dcasgd lr predict+lr}
+SEEDS=${SEEDS:-1337}
 T_SHAKESPEARE=${T_SHAKESPEARE:-128}
 echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
-echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25)"
+echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25, seeds $SEEDS)"
 echo "# gap: val loss relative to the same M's W = 0 run; cos: the drift monitor's mean cosine to the exact synchronous gradient; util: tdpipe at P = 8, beta 0.3 (simulated)"
-printf '%-12s %3s %3s %-8s %10s %9s %8s %7s\n' "#data" M W comp val_loss gap_% cos util_%
+printf '%-12s %3s %3s %-10s %10s %9s %8s %7s %9s\n' "#data" M W comp val_loss gap_% cos util_% spread_%
 sim_util() { "$SIM" -P 8 -M "$1" -n 12 -s 20 -W "$2" | awk -v w="$2" '/^beta / { b = $2 } b == 0.3 && $1 == "tdpipe" && $2 == w { print $6; exit }'; }
-one() { # one DATA M W COMP FLAGS...
+one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     local data=$1 M=$2 W=$3 comp=$4; shift 4
-    local out="$TMP/$data.$M.$W.$comp"
-    $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$comp" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
-        --drift-every 25 -s 0 "$@" -o "$out" > "$out.txt" 2>&1 || { echo "$data M=$M W=$W $comp: failed (see $out.txt)" >&2; return; }
-    local val cos
-    val=$(grep -o 'val loss [0-9.]*' "$out.txt" | tail -1 | cut -d' ' -f3)
-    cos=$(grep -o '"drift_mean_cos": [0-9.e-]*' "$out/log.jsonl" | awk '{ s += $2; n++ } END { if (n) printf "%.4f", s / n; else print "-" }')
+    local vals="" coss="" seed
+    for seed in $SEEDS; do
+        local out="$TMP/$data.$M.$W.$comp.$seed"
+        $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$comp" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
+            --drift-every 25 -s 0 --seed "$seed" "$@" -o "$out" > "$out.txt" 2>&1 || { echo "$data M=$M W=$W $comp seed $seed: failed (see $out.txt)" >&2; return; }
+        vals="$vals $(grep -o 'val loss [0-9.]*' "$out.txt" | tail -1 | cut -d' ' -f3)"
+        coss="$coss $(grep -o '"drift_mean_cos": [0-9.e-]*' "$out/log.jsonl" | awk '{ s += $2; n++ } END { if (n) printf "%.6f", s / n; else print "-" }')"
+    done
+    local val cos spread
+    val=$(echo $vals | awk '{ for (i = 1; i <= NF; i++) s += $i; printf "%.6f", s / NF }')
+    spread=$(echo $vals | awk '{ lo = hi = $1; for (i = 1; i <= NF; i++) { s += $i; if ($i < lo) lo = $i; if ($i > hi) hi = $i } printf "%.2f", 100 * (hi - lo) / (s / NF) }')
+    cos=$(echo $coss | awk '{ for (i = 1; i <= NF; i++) { if ($i == "-") { print "-"; exit } s += $i } printf "%.4f", s / NF }')
     [ "$W" = 0 ] && echo "$val" > "$TMP/ref.$data.$M"
     local ref gap
     ref=$(cat "$TMP/ref.$data.$M")
     gap=$(awk -v a="$val" -v b="$ref" 'BEGIN { printf "%+.2f", 100 * (a - b) / b }')
-    printf '%-12s %3d %3d %-8s %10s %9s %8s %7s\n' "$data" "$M" "$W" "$comp" "$val" "$gap" "$cos" "$(sim_util "$M" "$W")"
+    printf '%-12s %3d %3d %-10s %10s %9s %8s %7s %9s\n' "$data" "$M" "$W" "$comp" "$val" "$gap" "$cos" "$(sim_util "$M" "$W")" "$spread"
 }
 table() { # table DATA FLAGS...
     local data=$1; shift

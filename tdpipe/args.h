@@ -59,7 +59,7 @@ typedef struct {
     char comm[8];             // --comm auto|mpi: where a device stage's data-parallel average runs
     float comm_timeout;       // --comm-timeout S: seconds a rank may wait for another before every rank stops (0 = forever)
     // asynchrony: staleness compensation, drift monitor, gradient noise scale, guard and rollback
-    char stale_comp[16];      // --stale-comp none|predict|dcasgd|lr
+    char stale_comp[24];      // --stale-comp none, or predict, dcasgd, lr joined by +
     int stale_tau;            // --stale-tau  compensate micro-batches staler than this
     float dc_lambda;          // --dc-lambda  DC-ASGD's lambda
     int drift_every;          // --drift-every N  the drift monitor every N steps (0 = off)

@@ -202,11 +202,11 @@ static void weights_done(Run* r, int slot) {
 
 // weight prediction: the current version extrapolated for every forward still to come that will run
 // on it, made as soon as the version is current (at the chunk's start, after each update); each
-// holds as many scheduled learning rates as it runs ahead
+// holds as many learning rates as it runs ahead, as the updates will apply them
 static void predict_weights(Run* r) {
     Stage* st = r->st;
     const OptimConfig* o = &r->ex->optim;
-    if (!r->ex->comp || r->ex->comp->method != STALE_PREDICT || st->version == 0) return;
+    if (!r->ex->comp || !(r->ex->comp->methods & STALE_PREDICT) || st->version == 0) return;
     int nM = r->sch->n_steps * r->sch->M;
     for (int g = r->next_f; g < nM; g++) {
         Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
@@ -214,7 +214,8 @@ static void predict_weights(Run* r) {
         int ahead = ahead_of(r, &f);
         if (f.version < st->version || !ahead || stage_has_weights(st, f.version, ahead)) continue;
         float lr_sum = 0.0f;
-        for (int j = f.version; j < f.version + ahead; j++) lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+        for (int j = f.version; j < f.version + ahead; j++) // the rates those updates will apply (LR scaling's too)
+            lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac) * (float)staleness_lr_factor(r->ex->comp, r->sch, r->s, j);
         stage_predict(st, ahead, &o->adamw, lr_sum);
     }
 }
@@ -681,7 +682,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
     // weight prediction holds each stale version's extrapolations instead of (and, while the
     // versions of two steps overlap, beside) its plain copy: at most one per (version, ahead) in flight
-    if (ex->comp && ex->comp->method == STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    if (ex->comp && (ex->comp->methods & STALE_PREDICT)) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
     if (ex->drift_step >= sch->first_step && ex->drift_step < sch->first_step + sch->n_steps) stashes++; // the drift monitor's copy
     stage_reserve(r->st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     run_reserve(r, r->n_slots, sch->n_steps, n_mb);

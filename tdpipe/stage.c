@@ -360,10 +360,9 @@ void stage_release_stash(Stage* st, int version, int ahead) {
 }
 
 void stage_use_compensation(Stage* st, const StaleComp* comp) {
-    int needs = comp && comp->method != STALE_NONE && comp->method != STALE_LR;
-    int has = comp && comp->method == STALE_PREDICT ? st->be->predict != NULL : st->be->backward_weight_alone != NULL;
-    if (needs && !has)
-        td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(comp->method), st->be->name);
+    unsigned m = comp ? comp->methods : STALE_NONE;
+    if (((m & STALE_PREDICT) && !st->be->predict) || ((m & STALE_DCASGD) && !st->be->backward_weight_alone))
+        td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(m), st->be->name);
     st->comp = comp;
 }
 

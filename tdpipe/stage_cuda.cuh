@@ -83,7 +83,7 @@ static void cuda_reserve(Stage* st) {
     }
     size_t n_dc = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
     if (st->gns && !c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float))); // between chunks, never inside a step
-    if (st->comp && st->comp->method == STALE_DCASGD && st->n_grad_slots > c->n_dc) {
+    if (st->comp && (st->comp->methods & STALE_DCASGD) && st->n_grad_slots > c->n_dc) {
         if (!c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float)));
         c->dc_a = (float**)realloc(c->dc_a, st->n_grad_slots * sizeof(float*));
         c->dc_b = (float**)realloc(c->dc_b, st->n_grad_slots * sizeof(float*));

@@ -9,23 +9,27 @@
 extern "C" {
 #endif
 
-typedef enum { STALE_NONE, STALE_PREDICT, STALE_DCASGD, STALE_LR } StaleMethod;
+// the methods are bits: a run may combine them ("predict+lr": prediction, and LR scaling for the
+// staleness that prediction leaves)
+typedef enum { STALE_NONE = 0, STALE_PREDICT = 1, STALE_DCASGD = 2, STALE_LR = 4 } StaleMethod;
 
 typedef struct {
-    StaleMethod method;
+    unsigned methods; // StaleMethod bits, STALE_NONE for none
     int tau;          // micro-batches with staleness delta = step - version > tau are compensated
     float dc_lambda;  // DC-ASGD's lambda
 } StaleComp;
 
-// "none", "predict", "dcasgd", "lr" -> method; 0, or -1 for an unknown name
-int staleness_parse(const char* name, StaleMethod* method);
-const char* staleness_name(StaleMethod method);
+// "none", or methods among predict, dcasgd, lr joined by '+' in any order -> bits; 0, or -1 for an
+// unknown or repeated name
+int staleness_parse(const char* name, unsigned* methods);
+// the bits' name, in the order predict+dcasgd+lr
+const char* staleness_name(unsigned methods);
 
 // the staleness of a forward or backward op: step - version (0 for an update)
 static inline int staleness_of(const Op* op) { return op->kind == OP_U ? 0 : op->step - op->version; }
 // 1 when op's micro-batch is compensated by method m: stale beyond tau
 static inline int staleness_applies(const StaleComp* c, StaleMethod m, const Op* op) {
-    return c->method == m && staleness_of(op) > c->tau;
+    return (c->methods & m) && staleness_of(op) > c->tau;
 }
 // weight prediction: how many updates ahead of its version a micro-batch's forward (and backward)
 // extrapolates its weights, 0 for the plain version. Version 0 has no optimizer state to extrapolate
@@ -34,8 +38,12 @@ static inline int staleness_ahead(const StaleComp* c, const Op* op) {
     return staleness_applies(c, STALE_PREDICT, op) && op->version > 0 ? staleness_of(op) : 0;
 }
 // LR by staleness: the learning-rate factor of update t on stage s, the mean over the step's
-// micro-batches of 1 / (1 + delta) for those stale beyond tau, 1 for the rest. A factor on
-// the gradients instead would cancel in AdamW's m / sqrt(v) whenever a whole step is equally stale.
+// micro-batches of 1 / (1 + delta) for those stale beyond tau, 1 for the rest; with prediction as
+// well, 1 / delta for the predicted ones (1 at delta = 1, where prediction alone trains within half
+// a percent: README): a linearised delayed-AdamW model (dev/stale_stability.py) gives prediction about
+// one update of staleness' worth of stability, and the rate scaled so keeps the margin of delta - 1.
+// A factor on the gradients instead would cancel in AdamW's m / sqrt(v) whenever a whole step is
+// equally stale.
 double staleness_lr_factor(const StaleComp* c, const Schedule* sch, int s, int t);
 
 #ifdef __cplusplus

@@ -28,6 +28,18 @@ for c in predict dcasgd lr; do
         check "  losses and model equal" same_run "$TMP/${c}$1j$2" "$TMP/${c}1"
     done
 done
+# combined methods (tests/test_stale.c holds each against the method written out): the same at every P
+for c in predict+lr predict+dcasgd; do
+    check "--stale-comp $c, W = 8 (two updates stale), P = 1" $BIN $S --aew 8 --stale-comp $c --dc-lambda 300 -o "$TMP/${c}w8"
+    check "--stale-comp predict, W = 8, P = 1" $BIN $S --aew 8 --stale-comp predict -o "$TMP/pw8"
+    differs8() { ! cmp -s "$TMP/${c}w8/model.bin" "$TMP/pw8/model.bin"; }
+    check "  $c is not predict alone there" differs8
+    check "--stale-comp $c, W = 8, P = 2, jitter 0.3: bitwise the P = 1 run" \
+        bash -c "$MPI -np 2 $BIN $S --aew 8 --stale-comp $c --dc-lambda 300 --stages 2 --jitter 0.3 -o '$TMP/${c}w8p2' >/dev/null 2>&1"
+    check "  losses and model equal" same_run "$TMP/${c}w8p2" "$TMP/${c}w8"
+done
+check "--stale-comp lr+predict names the same method" $BIN $S --aew 8 --stale-comp lr+predict -o "$TMP/lpw8"
+check "  bitwise predict+lr" same_run "$TMP/lpw8" "$TMP/predict+lrw8"
 check "--stale-comp predict through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $S --aew 4 --stale-comp predict --stages 2 --device cpu-staged -o "$TMP/pst"
 check "  bitwise the CPU's" same_run "$TMP/pst" "$TMP/predict1"
 check "--stale-comp dcasgd through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $S --aew 4 --stale-comp dcasgd --dc-lambda 300 --stages 2 --device cpu-staged -o "$TMP/dst"
@@ -131,7 +143,10 @@ check "  the simulated utilisations, the choice and the article's ceil(P (1 - be
     grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/out"
 
 # --- refusals
-refuse "an unknown --stale-comp" "--stale-comp ewma: expected none, predict, dcasgd or lr" $BIN --stale-comp ewma
+refuse "an unknown --stale-comp" "--stale-comp ewma: expected none, or predict, dcasgd and lr alone or joined by \+ \(predict\+lr\)" $BIN --stale-comp ewma
+refuse "a --stale-comp method twice" "--stale-comp predict\+predict: expected none" $BIN --stale-comp predict+predict
+refuse "a --stale-comp with an empty method" "--stale-comp lr\+: expected none" $BIN --stale-comp lr+
+refuse "none joined with a method" "--stale-comp none\+lr: expected none" $BIN --stale-comp none+lr
 refuse "a negative --dc-lambda" "--dc-lambda: -1 is out of range" $BIN --dc-lambda -1
 refuse "a negative --stale-tau" "--stale-tau: -2 is out of range" $BIN --stale-tau -2
 refuse "--drift-min-cos above 1" "--drift-min-cos: 2 is out of range" $BIN --drift-min-cos 2

@@ -49,12 +49,29 @@ static void loader(DataLoader* dl) {
     if (dataloader_init_memory(dl, g_tokens, TOKENS, B, T, 0, 1, 1, 7, CFG.vocab_size, err, sizeof(err))) td_fatal("%s", err);
 }
 
-// weights version v extrapolated `ahead` updates along AdamW's direction, tensor by tensor (the
-// reference's weight prediction, from that version's weights and moments)
-static void predicted(const size_t* sizes, const float* w, const float* m, const float* v, int version, int ahead, float* out) {
+// the reference's version of micro-batch g: max(0, floor((g - W) / M))
+static int ref_version(int W, int g) { return g < W ? 0 : (g - W) / M; }
+
+// LR scaling's factor for update t: the mean over its micro-batches of 1 / (1 + delta) for those
+// compensated, counting one update less where prediction ran them ahead, and 1 for the rest
+static double ref_lr_factor(int W, const StaleComp* comp, int t) {
+    if (!comp || !(comp->methods & STALE_LR)) return 1.0;
+    double sum = 0.0;
+    for (int m = 0; m < M; m++) {
+        int v = ref_version(W, t * M + m), delta = t - v, on = delta > comp->tau;
+        int predict = on && (comp->methods & STALE_PREDICT) && v > 0;
+        sum += on ? 1.0 / (1.0 + delta - predict) : 1.0;
+    }
+    return sum / M;
+}
+
+// weights version v extrapolated `ahead` updates along AdamW's direction, tensor by tensor, by the
+// rates those updates apply (the reference's weight prediction, from that version's weights and moments)
+static void predicted(int W, const StaleComp* comp, const size_t* sizes, const float* w, const float* m, const float* v, int version, int ahead,
+                      float* out) {
     AdamWConfig o = adamw();
     float lr_sum = 0.0f;
-    for (int j = version; j < version + ahead; j++) lr_sum += lr_schedule(j, STEPS, WARMUP, LR, FINAL);
+    for (int j = version; j < version + ahead; j++) lr_sum += lr_schedule(j, STEPS, WARMUP, LR, FINAL) * (float)ref_lr_factor(W, comp, j);
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         adamw_predict(out + off, w + off, m + off, v + off, sizes[i], lr_sum, o.beta1, o.beta2, o.eps, gpt2_param_decays(i) ? o.weight_decay : 0.0f,
@@ -95,19 +112,20 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
         memcpy(versions + (size_t)t * n, s.params, n * sizeof(float));
         memcpy(mom_m + (size_t)t * n, s.adam_m, n * sizeof(float));
         memcpy(mom_v + (size_t)t * n, s.adam_v, n * sizeof(float));
-        double loss_sum = 0.0, lr_factor = 0.0;
+        double loss_sum = 0.0;
         int dc_any = 0;
         for (int m = 0; m < M; m++) {
-            int g = t * M + m, v = g < W ? 0 : (g - W) / M, delta = t - v;
+            int v = ref_version(W, t * M + m), delta = t - v;
             int comp_on = comp && delta > comp->tau;
             const float* wv = versions + (size_t)v * n;
-            if (comp_on && comp->method == STALE_PREDICT && v > 0) predicted(s.sizes, wv, mom_m + (size_t)v * n, mom_v + (size_t)v * n, v, delta, w);
+            int predict = comp_on && (comp->methods & STALE_PREDICT) && v > 0;
+            if (predict) predicted(W, comp, s.sizes, wv, mom_m + (size_t)v * n, mom_v + (size_t)v * n, v, delta, w);
             else memcpy(w, wv, n * sizeof(float));
             gpt2_point_params(&view, w, s.sizes);
             if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
             loss_sum += gpt2_forward(&CFG, &all, &view, a, 1);
             gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
-            if (comp_on && comp->method == STALE_DCASGD) { // this micro-batch's gradient alone, then into the step's and the sums
+            if (comp_on && (comp->methods & STALE_DCASGD)) { // this micro-batch's gradient alone, then into the step's and the sums
                 memset(g1, 0, (n + vc) * sizeof(float));
                 gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n, 1);
                 dc_accumulate(grads, dc_a, dc_b, g1, w, n);
@@ -116,7 +134,6 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             } else {
                 gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head, 1);
             }
-            lr_factor += comp_on && comp->method == STALE_LR ? 1.0 / (1.0 + delta) : 1.0;
         }
         losses[t] = (float)(loss_sum / M);
         if (dc_any) { // corrected towards the weights this update applies to
@@ -130,7 +147,7 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
         for (int i = 0; i < CFG.num_layers + 2; i++) sq += units[i];
         float norm = (float)sqrt(sq), scale = norm > CLIP ? CLIP / norm : 1.0f;
         float lr = lr_schedule(t, STEPS, WARMUP, LR, FINAL);
-        if (comp && comp->method == STALE_LR) lr *= (float)(lr_factor / M);
+        if (comp && (comp->methods & STALE_LR)) lr *= (float)ref_lr_factor(W, comp, t);
         stage_update(&s, 0, &opt, lr, t + 1, scale);
         stage_zero_grad(&s, 0);
     }
@@ -203,9 +220,9 @@ int main(int argc, char** argv) {
     }
     // each compensation method against its written-out reference, for windows making some, half and
     // every micro-batch of a step stale (and two updates stale), tau 0 and 1
-    const StaleMethod methods[3] = {STALE_PREDICT, STALE_DCASGD, STALE_LR};
+    const unsigned methods[] = {STALE_PREDICT, STALE_DCASGD, STALE_LR, STALE_PREDICT | STALE_LR, STALE_PREDICT | STALE_DCASGD};
     int comp_windows[] = {1, M / 2, M, 2 * M};
-    for (int mi = 0; mi < 3; mi++)
+    for (size_t mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++)
         for (int tau = 0; tau <= 1; tau++)
             for (size_t k = 0; k < sizeof(comp_windows) / sizeof(comp_windows[0]); k++) {
                 int W = comp_windows[k];
@@ -229,7 +246,7 @@ int main(int argc, char** argv) {
                 executor_run(&ex, &sch);
                 CHECK(memcmp(g_losses, ref_losses, sizeof(g_losses)) == 0 && memcmp(st.params, ref, n * sizeof(float)) == 0,
                       "--stale-comp %s, tau %d, W = %d: losses and final weights bitwise equal to the method written out (last loss %.7f vs %.7f)",
-                      staleness_name(comp.method), tau, W, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
+                      staleness_name(comp.methods), tau, W, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
                 float plain[STEPS];
                 reference(W, NULL, init, n, ref, plain);
                 int stale_beyond_tau = schedule_max_staleness(&sch) > tau;
