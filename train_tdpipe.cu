@@ -317,6 +317,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
         fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
     tr->comp.tau = a->stale_tau;
+    tr->comp.curvature = a->predict_order == 2;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
     partition_make(&tr->part, a, &tr->cfg, P, NULL);

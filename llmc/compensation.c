@@ -12,6 +12,19 @@ void adamw_predict(float* out, const float* w, const float* m, const float* v, s
     }
 }
 
+void predict_curvature(float* out, const float* w, const float* w_prev, const float* u_prev, size_t n, float c) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = fmaf(c, (w[i] - w_prev[i]) - u_prev[i], out[i]);
+}
+
+void trajectory_track(float* w_prev, float* u_prev, const float* w, size_t n, int first) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        if (!first) u_prev[i] = w[i] - w_prev[i];
+        w_prev[i] = w[i];
+    }
+}
+
 void dc_accumulate(float* acc, float* a, float* b, const float* g, const float* w, size_t n) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {

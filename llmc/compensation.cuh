@@ -1,24 +1,43 @@
 // Staleness compensation's elementwise kernels on the GPU, the arithmetic of llmc/compensation.c:
-// weights extrapolated along AdamW's direction into a floatX copy, DC-ASGD's sums and correction.
+// weights extrapolated along AdamW's direction (and the trajectory's change) into a floatX copy, the
+// trajectory kept, DC-ASGD's sums and correction.
 #pragma once
 #include <math.h>
 #include "cuda_common.cuh"
 
-__global__ void adamw_predict_kernel(floatX* out, const float* w, const float* m, const float* v, long n, float lr_sum, float bc1,
-                                     float bc2, float eps, float weight_decay) {
+// w_prev, u_prev: the trajectory (second order, times c), or NULL (first order)
+__global__ void adamw_predict_kernel(floatX* out, const float* w, const float* m, const float* v, const float* w_prev, const float* u_prev,
+                                     long n, float lr_sum, float bc1, float bc2, float eps, float weight_decay, float c) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float mhat = m[i] / bc1, vhat = v[i] / bc2;
-    out[i] = from_float<floatX>(w[i] - lr_sum * (mhat / (sqrtf(vhat) + eps) + weight_decay * w[i]));
+    float p = w[i] - lr_sum * (mhat / (sqrtf(vhat) + eps) + weight_decay * w[i]);
+    if (w_prev) p = fmaf(c, (w[i] - w_prev[i]) - u_prev[i], p); // predict_curvature's arithmetic
+    out[i] = from_float<floatX>(p);
 }
 
-// as adamw_predict (llmc/compensation.h), the result in the compute precision: out (n) floatX
-static inline void adamw_predict_cuda(floatX* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1,
-                                      float beta2, float eps, float weight_decay, int t) {
+// as adamw_predict, then predict_curvature when w_prev (llmc/compensation.h), the result in the
+// compute precision: out (n) floatX
+static inline void adamw_predict_cuda(floatX* out, const float* w, const float* m, const float* v, const float* w_prev, const float* u_prev,
+                                      size_t n, float lr_sum, float beta1, float beta2, float eps, float weight_decay, int t, float c) {
     if (n == 0) return;
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t); // as the CPU computes them
-    adamw_predict_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(out, w, m, v, (long)n, lr_sum, bc1, bc2, eps, weight_decay);
+    adamw_predict_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(out, w, m, v, w_prev, u_prev, (long)n, lr_sum, bc1, bc2, eps,
+                                                                             weight_decay, c);
     cudaCheckLaunch("adamw_predict_kernel");
+}
+
+__global__ void trajectory_track_kernel(float* w_prev, float* u_prev, const float* w, long n, int first) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (!first) u_prev[i] = w[i] - w_prev[i];
+    w_prev[i] = w[i];
+}
+// as trajectory_track (llmc/compensation.h)
+static inline void trajectory_track_cuda(float* w_prev, float* u_prev, const float* w, size_t n, int first) {
+    if (n == 0) return;
+    trajectory_track_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(w_prev, u_prev, w, (long)n, first);
+    cudaCheckLaunch("trajectory_track_kernel");
 }
 
 // w: fp32 (the master weights) or floatX (a stash's compute copy), the weights the micro-batch used

@@ -1,6 +1,7 @@
 // Elementwise kernels of staleness compensation (the CPU reference; llmc/compensation.cuh mirrors
-// them): weights extrapolated along AdamW's update direction (weight prediction), DC-ASGD's
-// accumulators and first-order correction, and a micro-batch's gradient added in on its own.
+// them): weights extrapolated along AdamW's update direction (weight prediction) and along the
+// change between the last two updates (its second order), DC-ASGD's accumulators and first-order
+// correction, and a micro-batch's gradient added in on its own.
 #pragma once
 #include <stddef.h>
 #ifdef __cplusplus
@@ -12,6 +13,13 @@ extern "C" {
 // moments of t >= 1 updates give (as adamw_update computes one step, without a new gradient)
 void adamw_predict(float* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1, float beta2,
                    float eps, float weight_decay, int t);
+
+// second-order weight prediction: out (n) += c * ((w - w_prev) - u_prev), the change between the last
+// two updates (w - w_prev and u_prev = w_prev - w_prev2) times c, added to adamw_predict's result
+void predict_curvature(float* out, const float* w, const float* w_prev, const float* u_prev, size_t n, float c);
+// the trajectory that predict_curvature reads, before an update of the weights w (n): first (the first
+// update it sees) w_prev = w; later u_prev = w - w_prev, then w_prev = w
+void trajectory_track(float* w_prev, float* u_prev, const float* w, size_t n, int first);
 
 // one micro-batch's gradient g (n) into the step's: acc += g, a += g * g, b += g * g * w, where w (n)
 // are the weights the micro-batch was computed with

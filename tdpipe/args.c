@@ -73,6 +73,7 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},
     {"pipeline", 0, "synthetic-compute", "pipeline.synthetic_compute", A_BOOL, F(synthetic), 0, 1, "0", "replace the model by timed waits from a cost model"},
     {"asynchrony", 0, "stale-comp", "pipeline.stale_comp", A_STR, F(stale_comp), 0, 0, "none", "staleness compensation of tdpipe's stale micro-batches: none, or predict (weight prediction), dcasgd, lr (LR by staleness) alone or joined by + (predict+lr)"},
+    {"asynchrony", 0, "predict-order", "pipeline.predict_order", A_INT, F(predict_order), 1, 2, "2", "weight prediction: 1 along AdamW's current direction, 2 also along the change between the last two updates (README)"},
     {"asynchrony", 0, "stale-tau", "pipeline.stale_tau", A_INT, F(stale_tau), 0, 1e6, "0", "compensate micro-batches whose staleness exceeds this"},
     {"asynchrony", 0, "dc-lambda", "pipeline.dc_lambda", A_FLOAT, F(dc_lambda), 0, 1e12, "1e5", "DC-ASGD's lambda in g + lambda g*g*(w_now - w_used) (the best of 1e2..1e6 on the built-in data: README)"},
     {"asynchrony", 0, "drift-every", "pipeline.drift_every", A_INT, F(drift_every), 0, 1e9, "0", "every N steps compare the applied gradient with the exact synchronous one, per layer; 0 = off"},

@@ -60,6 +60,7 @@ typedef struct {
     float comm_timeout;       // --comm-timeout S: seconds a rank may wait for another before every rank stops (0 = forever)
     // asynchrony: staleness compensation, drift monitor, gradient noise scale, guard and rollback
     char stale_comp[24];      // --stale-comp none, or predict, dcasgd, lr joined by +
+    int predict_order;        // --predict-order 1|2  weight prediction's order
     int stale_tau;            // --stale-tau  compensate micro-batches staler than this
     float dc_lambda;          // --dc-lambda  DC-ASGD's lambda
     int drift_every;          // --drift-every N  the drift monitor every N steps (0 = off)

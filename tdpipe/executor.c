@@ -714,6 +714,9 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
             for (int s = 1; s < r->P; s++) comm_irecv(c, &ss->peer[s], sizeof(StepStats), s, TAG_STATS, &ss->peer_req[s]);
     }
     r->last_u = now_seconds();
+    // second-order prediction starts each chunk afresh: what it predicts is a function of the chunk's
+    // updates alone, so a run resumed at a consistency point (or after a rollback) predicts as one that went on
+    stage_trajectory_reset(r->st);
     predict_weights(r);
     return r;
 }

@@ -333,6 +333,10 @@ float grad_norm_from_units(const double* units, int n_units) {
 }
 
 void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
+    if (st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT)) {
+        st->be->track(st, st->tracked == 0);
+        if (st->tracked < 2) st->tracked++;
+    }
     st->be->update(st, k, opt, lr, t, grad_scale);
     st->version++;
 }
@@ -361,15 +365,18 @@ void stage_release_stash(Stage* st, int version, int ahead) {
 
 void stage_use_compensation(Stage* st, const StaleComp* comp) {
     unsigned m = comp ? comp->methods : STALE_NONE;
-    if (((m & STALE_PREDICT) && !st->be->predict) || ((m & STALE_DCASGD) && !st->be->backward_weight_alone))
+    if (((m & STALE_PREDICT) && (!st->be->predict || (comp->curvature && !st->be->track))) || ((m & STALE_DCASGD) && !st->be->backward_weight_alone))
         td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(m), st->be->name);
     st->comp = comp;
 }
 
 void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum) {
     if (ahead <= 0 || st->version == 0) td_fatal("stage_predict: %d updates ahead of version %d: nothing to extrapolate", ahead, st->version);
-    st->be->predict(st, take_stash(st, ahead), opt, lr_sum);
+    // the change between the last two updates needs two of them seen in this chunk
+    st->be->predict(st, take_stash(st, ahead), opt, lr_sum, st->tracked >= 2 ? staleness_curvature(st->comp, ahead) : 0.0f);
 }
+
+void stage_trajectory_reset(Stage* st) { st->tracked = 0; }
 
 void stage_dc_correct(Stage* st, int k) { st->be->dc_correct(st, k, st->comp->dc_lambda); }
 
@@ -396,11 +403,16 @@ StageMemory stage_memory(const Stage* st) {
     return m;
 }
 
+// second-order prediction's trajectory: two fp32 copies of the weights' size
+static double trajectory_bytes(const Stage* st) {
+    return st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT) ? 8.0 * (double)st->num_params : 0.0;
+}
+
 double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
     if (st->be->host_memory || !st->be->memory) return 0.0;
     double b[4] = {0.0, 0.0, 0.0, 0.0};
     st->be->memory(st, b);
-    return b[0] * slots + b[1] * gacts + b[2] * stashes + b[3] * (grad_slots > 1 ? grad_slots - 1 : 0);
+    return b[0] * slots + b[1] * gacts + b[2] * stashes + b[3] * (grad_slots > 1 ? grad_slots - 1 : 0) + trajectory_bytes(st);
 }
 
 double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
@@ -409,5 +421,5 @@ double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots
         st->be->memory(st, b);
         b[2] = 4.0 * (double)st->num_params; // a stash's bytes, allocated or not yet
     }
-    return host + b[0] * slots + b[1] * gacts + b[3] * grad_slots + b[2] * stashes;
+    return host + b[0] * slots + b[1] * gacts + b[3] * grad_slots + b[2] * stashes + (st->be->host_memory ? trajectory_bytes(st) : 0.0);
 }

@@ -76,7 +76,11 @@ typedef struct {
     // host has; NULL where the buffers are host memory
     void (*device_memory)(const Stage* st, double* total, double* used, int* devices);
     // staleness compensation (tdpipe/staleness.h); NULL: the backend has none
-    void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum); // stash i = the current weights lr_sum of AdamW steps ahead
+    // stash i = the current weights lr_sum of AdamW steps ahead, plus c times the change between the
+    // last two updates (second order; c = 0: none) from the trajectory that track keeps
+    void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c);
+    // before an update, under second-order prediction: w_prev, u_prev (llmc/compensation.h: trajectory_track)
+    void (*track)(Stage* st, int first);
     // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
     // (>= -1: the weights it used) adds it into slot k's DC-ASGD sums too (STAGE_NO_DC: not), unit_sq
     // (L + 3, or NULL) gets its per-unit squared norms added, the tied LM head's share in unit L + 2
@@ -108,6 +112,7 @@ struct Stage {
     int* stash_version;    // (n_stash) version each stash holds, -1 when free
     int* stash_ahead;      // (n_stash) 0: that version; > 0: it extrapolated so many updates ahead (weight prediction)
     const StaleComp* comp; // staleness compensation, or NULL (none)
+    int tracked;           // updates the second-order prediction's trajectory has seen since stage_trajectory_reset (at most 2)
     int gns;               // 1: micro-batch gradients are computed alone too (the gradient noise scale)
     // where messages and the tied shares go through host memory (a device backend without a link
     // that reaches its memory): host copies, allocated when needed
@@ -254,10 +259,14 @@ void stage_release_stash(Stage* st, int version, int ahead);
 int stage_has_weights(const Stage* st, int version, int ahead);
 // Staleness compensation (tdpipe/staleness.h): the stage follows comp (NULL: none) from now on.
 // stage_predict keeps the current weights extrapolated `ahead` updates along AdamW's direction, by
-// lr_sum (the scheduled learning rates of those updates), for the micro-batches that will use them;
+// lr_sum (the learning rates of those updates), for the micro-batches that will use them; second
+// order (comp->curvature) adds the change between the last two updates, once the trajectory has seen
+// two since stage_trajectory_reset (a chunk's start, so that a run resumed there predicts as the
+// unbroken run does: the trajectory is not in checkpoints);
 // stage_dc_correct applies DC-ASGD to slot k with the current weights (those the update applies to).
 void stage_use_compensation(Stage* st, const StaleComp* comp);
 void stage_predict(Stage* st, int ahead, const AdamWConfig* opt, float lr_sum);
+void stage_trajectory_reset(Stage* st);
 void stage_dc_correct(Stage* st, int k);
 // after a chunk whose rest the guard refused: every stash dropped, every gradient slot (and DC-ASGD's
 // sums) zeroed; the weights and moments are untouched

@@ -23,6 +23,9 @@ typedef struct {
     float* dc_g;               // (num_params + Vp*C on the last stage) the micro-batch's gradient, then its head share
     float** dc_a;              // (n_grads)[same] sum of g^2 per element
     float** dc_b;              // (n_grads)[same] sum of g^2 * w_used
+    // second-order weight prediction's trajectory, allocated at its first update
+    float* traj_w_prev;        // (num_params) the weights before the last update
+    float* traj_u_prev;        // (num_params) the update before that
     int n_acts, n_gacts, n_grads, n_stash, n_dc, has_sample;
 } CpuStage;
 
@@ -158,6 +161,8 @@ static void cpu_destroy(Stage* st) {
         free(c->dc_b[k]);
     }
     free(c->dc_g);
+    free(c->traj_w_prev);
+    free(c->traj_u_prev);
     free(c->dc_a);
     free(c->dc_b);
     free(c->acts);
@@ -218,7 +223,8 @@ static void cpu_stash(Stage* st, int i) {
     PROFILE_END(t0, "copies", "stash", 0, 0, 0, 0.0, 8.0 * st->num_params);
 }
 
-static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float curvature) {
+    CpuStage* c = cpu_of(st);
     float* out = stash_buf(st, i);
     size_t off = 0;
     for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
@@ -227,6 +233,16 @@ static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) 
                           opt->eps, gpt2_param_decays(t) ? opt->weight_decay : 0.0f, st->version);
         off += st->sizes[t];
     }
+    if (curvature != 0.0f) predict_curvature(out, st->params, c->traj_w_prev, c->traj_u_prev, st->num_params, curvature);
+}
+
+static void cpu_track(Stage* st, int first) {
+    CpuStage* c = cpu_of(st);
+    if (!c->traj_w_prev) {
+        c->traj_w_prev = (float*)malloc_check(st->num_params * sizeof(float));
+        c->traj_u_prev = (float*)malloc_check(st->num_params * sizeof(float));
+    }
+    trajectory_track(c->traj_w_prev, c->traj_u_prev, st->params, st->num_params, first);
 }
 
 // the buffers of a micro-batch's gradient alone, and DC-ASGD's sums (dc), allocated at their first use
@@ -426,6 +442,7 @@ static const StageBackend CPU_BACKEND = {
     .tied_sum = cpu_tied_sum,
     .memory = cpu_memory,
     .predict = cpu_predict,
+    .track = cpu_track,
     .backward_weight_alone = cpu_backward_weight_alone,
     .head_share_sumsq = cpu_head_share_sumsq,
     .dc_correct = cpu_dc_correct,

@@ -27,6 +27,9 @@ typedef struct {
     float* dc_g;          // (num_params + Vp*C on the last stage)
     float** dc_a;         // (n_dc)[same]
     float** dc_b;         // (n_dc)[same]
+    // second-order weight prediction's trajectory of the master weights (reserved with the buffers)
+    float* traj_w_prev;   // (num_params) the weights before the last update
+    float* traj_u_prev;   // (num_params) the update before that
     int n_acts, n_ga, n_stash, n_ring, n_dx_send, n_tied, n_dc, has_sample;
 } CudaStage;
 
@@ -83,6 +86,10 @@ static void cuda_reserve(Stage* st) {
     }
     size_t n_dc = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
     if (st->gns && !c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float))); // between chunks, never inside a step
+    if (st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT) && !c->traj_w_prev) { // between chunks, never inside a step
+        cudaCheck(cudaMalloc((void**)&c->traj_w_prev, c->m.num_params * sizeof(float)));
+        cudaCheck(cudaMalloc((void**)&c->traj_u_prev, c->m.num_params * sizeof(float)));
+    }
     if (st->comp && (st->comp->methods & STALE_DCASGD) && st->n_grad_slots > c->n_dc) {
         if (!c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float)));
         c->dc_a = (float**)realloc(c->dc_a, st->n_grad_slots * sizeof(float*));
@@ -215,14 +222,23 @@ static void cuda_tied_sum(Stage* st, int k, const float* first, const float* las
 }
 
 // weight prediction: stash i (floatX) = the fp32 master weights extrapolated along AdamW's direction
-static void cuda_predict(Stage* st, int i, const AdamWConfig* o, float lr_sum) {
+// (plus c times the change between the last two updates, from the trajectory cuda_track keeps)
+static void cuda_predict(Stage* st, int i, const AdamWConfig* o, float lr_sum, float curv) {
     CudaStage* c = cuda_of(st);
     size_t off = 0;
     for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
-        adamw_predict_cuda(c->stash[i] + off, c->m.master + off, c->m.adam_m + off, c->m.adam_v + off, st->sizes[t], lr_sum, o->beta1,
-                           o->beta2, o->eps, gpt2_param_decays(t) ? o->weight_decay : 0.0f, st->version);
+        adamw_predict_cuda(c->stash[i] + off, c->m.master + off, c->m.adam_m + off, c->m.adam_v + off, curv != 0.0f ? c->traj_w_prev + off : NULL,
+                           curv != 0.0f ? c->traj_u_prev + off : NULL, st->sizes[t], lr_sum, o->beta1, o->beta2, o->eps,
+                           gpt2_param_decays(t) ? o->weight_decay : 0.0f, st->version, curv);
         off += st->sizes[t];
     }
+}
+
+// before an update under second-order prediction: the trajectory of the fp32 master weights
+static void cuda_track(Stage* st, int first) {
+    CudaStage* c = cuda_of(st);
+    if (!c->traj_w_prev) td_fatal("cuda_track: the trajectory was not reserved (second-order prediction)");
+    trajectory_track_cuda(c->traj_w_prev, c->traj_u_prev, c->m.master, c->m.num_params, first);
 }
 
 // The micro-batch's weight gradient alone (m's gradient pointers at dc_g, its LM-head share after
@@ -304,6 +320,8 @@ static void cuda_destroy(Stage* st) {
         cudaCheck(cudaFree(c->dc_b[k]));
     }
     if (c->dc_g) cudaCheck(cudaFree(c->dc_g));
+    if (c->traj_w_prev) cudaCheck(cudaFree(c->traj_w_prev));
+    if (c->traj_u_prev) cudaCheck(cudaFree(c->traj_u_prev));
     free(c->dc_a);
     free(c->dc_b);
     cuda_model_at(st, 0);  // m's gradient pointers back at its own memory (slot 0), which it frees
@@ -353,6 +371,7 @@ static const StageBackend CUDA_BACKEND = {
     .memory = cuda_memory,
     .device_memory = cuda_device_memory,
     .predict = cuda_predict,
+    .track = cuda_track,
     .backward_weight_alone = cuda_backward_weight_alone,
     .head_share_sumsq = cuda_head_share_sumsq,
     .dc_correct = cuda_dc_correct,

@@ -82,10 +82,11 @@ static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inn
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
 static void staged_tied_sum(Stage* st, int k, const float* first, const float* last) { cpu()->tied_sum(inner(st), k, first, last); }
 static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
-static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum) {
+static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c) {
     inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)
-    cpu()->predict(inner(st), i, opt, lr_sum);
+    cpu()->predict(inner(st), i, opt, lr_sum, c);
 }
+static void staged_track(Stage* st, int first) { cpu()->track(inner(st), first); }
 static void staged_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
     cpu()->backward_weight_alone(inner(st), op, slot, gacts, k, dc_stash, unit_sq);
 }
@@ -124,6 +125,7 @@ static const StageBackend STAGED = {
     .tied_sum = staged_tied_sum,
     .memory = staged_memory,
     .predict = staged_predict,
+    .track = staged_track,
     .backward_weight_alone = staged_backward_weight_alone,
     .head_share_sumsq = staged_head_share_sumsq,
     .dc_correct = staged_dc_correct,

@@ -17,6 +17,8 @@ typedef struct {
     unsigned methods; // StaleMethod bits, STALE_NONE for none
     int tau;          // micro-batches with staleness delta = step - version > tau are compensated
     float dc_lambda;  // DC-ASGD's lambda
+    int curvature;    // 1: weight prediction is second order (--predict-order 2): it adds the change
+                      // between the last two updates, delta (delta + 1) / 2 times (staleness_curvature)
 } StaleComp;
 
 // "none", or methods among predict, dcasgd, lr joined by '+' in any order -> bits; 0, or -1 for an
@@ -37,6 +39,10 @@ static inline int staleness_applies(const StaleComp* c, StaleMethod m, const Op*
 static inline int staleness_ahead(const StaleComp* c, const Op* op) {
     return staleness_applies(c, STALE_PREDICT, op) && op->version > 0 ? staleness_of(op) : 0;
 }
+// second-order prediction: the factor on the change between the last two updates, u_v - u_(v-1), for a
+// prediction `ahead` updates ahead: if each update to come changes by that much again, the sum of the
+// next `ahead` updates is ahead u_v + ahead (ahead + 1) / 2 (u_v - u_(v-1)); 0 for first order
+static inline float staleness_curvature(const StaleComp* c, int ahead) { return c && c->curvature ? 0.5f * ahead * (ahead + 1) : 0.0f; }
 // LR by staleness: the learning-rate factor of update t on stage s, the mean over the step's
 // micro-batches of 1 / (1 + delta) for those stale beyond tau, 1 for the rest; with prediction as
 // well, 1 / delta for the predicted ones (1 at delta = 1, where prediction alone trains within half

@@ -38,6 +38,18 @@ for c in predict+lr predict+dcasgd; do
         bash -c "$MPI -np 2 $BIN $S --aew 8 --stale-comp $c --dc-lambda 300 --stages 2 --jitter 0.3 -o '$TMP/${c}w8p2' >/dev/null 2>&1"
     check "  losses and model equal" same_run "$TMP/${c}w8p2" "$TMP/${c}w8"
 done
+# second-order prediction (the default) against first order, and its trajectory across a resume
+check "--stale-comp predict --predict-order 1, W = 8, P = 1" $BIN $S --aew 8 --stale-comp predict --predict-order 1 -o "$TMP/po1"
+differs_o1() { ! cmp -s "$TMP/po1/model.bin" "$TMP/pw8/model.bin"; }
+check "  first order is not the default second order" differs_o1
+check "--predict-order 1, W = 8, P = 2, jitter 0.3: bitwise the P = 1 run" \
+    bash -c "$MPI -np 2 $BIN $S --aew 8 --stale-comp predict --predict-order 1 --stages 2 --jitter 0.3 -o '$TMP/po1p2' >/dev/null 2>&1"
+check "  losses and model equal" same_run "$TMP/po1p2" "$TMP/po1"
+check "--stale-comp predict+lr, W = 8, a checkpoint at step 8" $BIN $S --aew 8 --stale-comp predict+lr -n 8 -o "$TMP/prc"
+mkdir -p "$TMP/prr" && cp "$TMP/prc/ckpt_00000008.tdck" "$TMP/prr/"
+check "  resumed from it" $BIN $S --aew 8 --stale-comp predict+lr -n 8 -y 1 -o "$TMP/prr"
+tail_same_pr() { diff <(losses "$TMP/prc" | tail -8) <(losses "$TMP/prr") >/dev/null && cmp -s "$TMP/prc/model.bin" "$TMP/prr/model.bin"; }
+check "  steps 9..16 and the model bitwise the unbroken run's (the trajectory starts afresh at each chunk)" tail_same_pr
 check "--stale-comp lr+predict names the same method" $BIN $S --aew 8 --stale-comp lr+predict -o "$TMP/lpw8"
 check "  bitwise predict+lr" same_run "$TMP/lpw8" "$TMP/predict+lrw8"
 check "--stale-comp predict through cpu-staged's backend, P = 2" $MPI -np 2 $BIN $S --aew 4 --stale-comp predict --stages 2 --device cpu-staged -o "$TMP/pst"
@@ -148,6 +160,7 @@ refuse "a --stale-comp method twice" "--stale-comp predict\+predict: expected no
 refuse "a --stale-comp with an empty method" "--stale-comp lr\+: expected none" $BIN --stale-comp lr+
 refuse "none joined with a method" "--stale-comp none\+lr: expected none" $BIN --stale-comp none+lr
 refuse "a negative --dc-lambda" "--dc-lambda: -1 is out of range" $BIN --dc-lambda -1
+refuse "--predict-order 3" "--predict-order: 3 is out of range" $BIN --predict-order 3
 refuse "a negative --stale-tau" "--stale-tau: -2 is out of range" $BIN --stale-tau -2
 refuse "--drift-min-cos above 1" "--drift-min-cos: 2 is out of range" $BIN --drift-min-cos 2
 refuse "--max-rollbacks 0" "--max-rollbacks: 0 is out of range" $BIN --max-rollbacks 0

@@ -66,9 +66,14 @@ static double ref_lr_factor(int W, const StaleComp* comp, int t) {
 }
 
 // weights version v extrapolated `ahead` updates along AdamW's direction, tensor by tensor, by the
-// rates those updates apply (the reference's weight prediction, from that version's weights and moments)
-static void predicted(int W, const StaleComp* comp, const size_t* sizes, const float* w, const float* m, const float* v, int version, int ahead,
-                      float* out) {
+// rates those updates apply (the reference's weight prediction, from that version's weights and
+// moments); second order (comp->curvature, from version 2 on: two updates seen) adds ahead (ahead +
+// 1) / 2 times the change between the last two updates, from the versions before it (versions: (v + 1, n))
+static void predicted(int W, const StaleComp* comp, const size_t* sizes, const float* versions, const float* m, const float* v, int version,
+                      int ahead, float* out) {
+    size_t n = 0;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) n += sizes[i];
+    const float* w = versions + (size_t)version * n;
     AdamWConfig o = adamw();
     float lr_sum = 0.0f;
     for (int j = version; j < version + ahead; j++) lr_sum += lr_schedule(j, STEPS, WARMUP, LR, FINAL) * (float)ref_lr_factor(W, comp, j);
@@ -77,6 +82,14 @@ static void predicted(int W, const StaleComp* comp, const size_t* sizes, const f
         adamw_predict(out + off, w + off, m + off, v + off, sizes[i], lr_sum, o.beta1, o.beta2, o.eps, gpt2_param_decays(i) ? o.weight_decay : 0.0f,
                       version);
         off += sizes[i];
+    }
+    if (comp->curvature && version >= 2) {
+        const float *w1 = w - n, *w2 = w - 2 * n; // versions v - 1 and v - 2
+        float c = 0.5f * ahead * (ahead + 1);
+        for (size_t k = 0; k < n; k++) {
+            float u_prev = w1[k] - w2[k];
+            out[k] = fmaf(c, (w[k] - w1[k]) - u_prev, out[k]);
+        }
     }
 }
 
@@ -119,7 +132,7 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             int comp_on = comp && delta > comp->tau;
             const float* wv = versions + (size_t)v * n;
             int predict = comp_on && (comp->methods & STALE_PREDICT) && v > 0;
-            if (predict) predicted(W, comp, s.sizes, wv, mom_m + (size_t)v * n, mom_v + (size_t)v * n, v, delta, w);
+            if (predict) predicted(W, comp, s.sizes, versions, mom_m + (size_t)v * n, mom_v + (size_t)v * n, v, delta, w);
             else memcpy(w, wv, n * sizeof(float));
             gpt2_point_params(&view, w, s.sizes);
             if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
@@ -220,13 +233,16 @@ int main(int argc, char** argv) {
     }
     // each compensation method against its written-out reference, for windows making some, half and
     // every micro-batch of a step stale (and two updates stale), tau 0 and 1
-    const unsigned methods[] = {STALE_PREDICT, STALE_DCASGD, STALE_LR, STALE_PREDICT | STALE_LR, STALE_PREDICT | STALE_DCASGD};
+    // {methods, curvature}: prediction in both orders, alone and with the others
+    const struct { unsigned methods; int curvature; } methods[] = {
+        {STALE_PREDICT, 0}, {STALE_PREDICT, 1}, {STALE_DCASGD, 0}, {STALE_LR, 0}, {STALE_PREDICT | STALE_LR, 0},
+        {STALE_PREDICT | STALE_LR, 1}, {STALE_PREDICT | STALE_DCASGD, 1}};
     int comp_windows[] = {1, M / 2, M, 2 * M};
     for (size_t mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++)
         for (int tau = 0; tau <= 1; tau++)
             for (size_t k = 0; k < sizeof(comp_windows) / sizeof(comp_windows[0]); k++) {
                 int W = comp_windows[k];
-                StaleComp comp = {methods[mi], tau, 300.0f};
+                StaleComp comp = {methods[mi].methods, tau, 300.0f, methods[mi].curvature};
                 float ref_losses[STEPS];
                 reference(W, &comp, init, n, ref, ref_losses);
                 Stage st;
@@ -245,8 +261,8 @@ int main(int argc, char** argv) {
                 memset(g_losses, 0, sizeof(g_losses));
                 executor_run(&ex, &sch);
                 CHECK(memcmp(g_losses, ref_losses, sizeof(g_losses)) == 0 && memcmp(st.params, ref, n * sizeof(float)) == 0,
-                      "--stale-comp %s, tau %d, W = %d: losses and final weights bitwise equal to the method written out (last loss %.7f vs %.7f)",
-                      staleness_name(comp.methods), tau, W, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
+                      "--stale-comp %s%s, tau %d, W = %d: losses and final weights bitwise equal to the method written out (last loss %.7f vs %.7f)",
+                      staleness_name(comp.methods), comp.curvature ? " (second order)" : "", tau, W, g_losses[STEPS - 1], ref_losses[STEPS - 1]);
                 float plain[STEPS];
                 reference(W, NULL, init, n, ref, plain);
                 int stale_beyond_tau = schedule_max_staleness(&sch) > tau;
