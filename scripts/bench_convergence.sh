@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # TD-Pipe's convergence price and what each staleness compensation buys back: validation loss after
-# S steps for M in {8, 16}, W in {0, M/2, M, 2M} x --stale-comp {none, predict, dcasgd, lr, predict+lr}, on the
+# S steps for M in {8, 16}, W in {0, M/2, M, 2M} x --stale-comp {none, predict, predict/o1 (first-order
+# prediction: --predict-order 1), dcasgd, lr, predict+lr}, on the
 # built-in data (its entropy floor is known) and on Tiny Shakespeare with GPT-2 tokens (d6); each row
 # with its gap to W = 0, the drift monitor's mean cosine over the run, and the utilisation that window
 # reaches at beta = 0.3 with P = 8 (the simulator's figure, sim_% of scripts/bench_schedules.sh).
@@ -9,8 +10,8 @@
 # Runs at P = 1: a TD-Pipe run is bitwise the same at every P (tests/test_pipeline.sh), so one process
 # computes exactly the pipeline's stale updates. Prints a table people and awk both read. Not a test.
 # usage: scripts/bench_convergence.sh [builtin|shakespeare|both (default)] [steps (default 300)]
-#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict dcasgd lr predict+lr", DC_LAMBDA=1e5,
-#   T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 64 runs a seed; Tiny Shakespeare's take minutes each)
+#   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict predict/o1 dcasgd lr predict+lr",
+#   DC_LAMBDA=1e5, T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 76 runs a seed; Tiny Shakespeare's take minutes each)
 set -u
 WHICH=${1:-both}
 STEPS=${2:-300}
@@ -21,7 +22,7 @@ TMP=$(mktemp -d /tmp/bench_convergence.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 DC_LAMBDA=${DC_LAMBDA:-1e5}   # the trainer's default
 MS=${MS:-8 16}                 # micro-batches per step
 WINDOWS=${WINDOWS:-half one two} # W as M/2, M, 2M
-COMPS=${COMPS:-none predict dcasgd lr predict+lr}
+COMPS=${COMPS:-none predict predict/o1 dcasgd lr predict+lr}
 SEEDS=${SEEDS:-1337}
 T_SHAKESPEARE=${T_SHAKESPEARE:-128}
 echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
@@ -31,10 +32,11 @@ printf '%-12s %3s %3s %-10s %10s %9s %8s %7s %9s\n' "#data" M W comp val_loss ga
 sim_util() { "$SIM" -P 8 -M "$1" -n 12 -s 20 -W "$2" | awk -v w="$2" '/^beta / { b = $2 } b == 0.3 && $1 == "tdpipe" && $2 == w { print $6; exit }'; }
 one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     local data=$1 M=$2 W=$3 comp=$4; shift 4
-    local vals="" coss="" seed
+    local vals="" coss="" seed method=${comp%/o1} order=2
+    [ "$method" != "$comp" ] && order=1
     for seed in $SEEDS; do
-        local out="$TMP/$data.$M.$W.$comp.$seed"
-        $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$comp" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
+        local out="$TMP/$data.$M.$W.$method.$order.$seed"
+        $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$method" --predict-order "$order" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
             --drift-every 25 -s 0 --seed "$seed" "$@" -o "$out" > "$out.txt" 2>&1 || { echo "$data M=$M W=$W $comp seed $seed: failed (see $out.txt)" >&2; return; }
         vals="$vals $(grep -o 'val loss [0-9.]*' "$out.txt" | tail -1 | cut -d' ' -f3)"
         coss="$coss $(grep -o '"drift_mean_cos": [0-9.e-]*' "$out/log.jsonl" | awk '{ s += $2; n++ } END { if (n) printf "%.6f", s / n; else print "-" }')"
