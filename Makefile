@@ -119,8 +119,9 @@ CUDA_GENCODE := -gencode=arch=$(subst sm_,compute_,$(GPU_ARCH)),code=$(GPU_ARCH)
 CUDA_HDRS := $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 CUDA_LINK := $(LIB) $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
 CUDA_BENCH := $(BUILD)/dev/cuda/matmul $(BUILD)/dev/cuda/attention $(BUILD)/dev/cuda/layernorm
-# GPU checks of tdpipe's own CUDA modules (nccl_check: tdpipe/comm_nccl.cuh on one GPU)
-CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check $(BUILD)/dev/cuda/quant_check
+# GPU checks of tdpipe's own CUDA modules (nccl_check: tdpipe/comm_nccl.cuh on one GPU; quant_check,
+# compensation_check: llmc/quant.cuh, llmc/compensation.cuh against their CPU references)
+CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check $(BUILD)/dev/cuda/quant_check $(BUILD)/dev/cuda/compensation_check
 .PHONY: cuda
 ifneq ($(NVCC),)
 cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH) $(CUDA_CHECKS)

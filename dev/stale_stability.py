@@ -6,24 +6,32 @@
 # update is momentum SGD, m_t = b m_(t-1) + (1 - b) h x_used, x_(t+1) = x_t - eta m_t. The gradient of
 # update t comes from the weights a stale micro-batch ran on:
 #   none:    x_used = x_(t-delta)                                     (TD-Pipe's window, plain)
-#   predict: x_used = x_(t-delta) + delta (x_(t-delta) - x_(t-delta-1)) (adamw_predict: the last update,
-#            the one the moments of version t-delta made, extrapolated delta times)
+#   predict/o1: x_used = x_v + delta u_v, v = t - delta, u_v = x_v - x_(v-1) (adamw_predict: the last
+#            update, the one the moments of version v made, extrapolated delta times)
+#   predict: x_used = x_v + delta u_v + delta (delta + 1) / 2 (u_v - u_(v-1)) (second order, the
+#            default: predict_curvature)
 #   lr:      eta scaled by 1 / (1 + delta);  predict+lr: by 1 / delta (tdpipe/staleness.h)
 # The largest eta h for which the iteration decays is the limit; a run at the edge of stability
 # (sharpness rises until it meets the limit) pays for a lower limit with spikes, as the runs in README
-# show at delta = 2. Read it as: prediction at delta is about as stable as no prediction at delta - 1,
-# and scaling the rate by 1 / delta gives prediction at delta the margin prediction has at delta = 1,
-# where it trains within half a percent of 1F1B.
+# show at delta = 2. Read it as: first-order prediction at delta is about as stable as no prediction at
+# delta - 1; the second order roughly doubles the limit at delta = 1 and 2; and scaling the rate by
+# 1 / delta gives prediction at delta about the margin it has at delta = 1, where the second order
+# trains within half a percent of 1F1B (README).
 # usage: python3 dev/stale_stability.py [beta1 (default 0.9)]
 import sys
 
 
 def decays(eh, delta, mode, b):
-    n = delta + 2
+    n = delta + 3
     xs, m = [1.0] * n, 0.0  # history of x, oldest first
     for _ in range(3000):
         v = len(xs) - 1 - delta
-        xu = xs[v] + delta * (xs[v] - xs[v - 1]) if mode == "predict" else xs[v]
+        u, u_prev = xs[v] - xs[v - 1], xs[v - 1] - xs[v - 2]
+        xu = xs[v]
+        if mode != "none":
+            xu += delta * u
+        if mode == "predict":
+            xu += delta * (delta + 1) / 2 * (u - u_prev)
         m = b * m + (1 - b) * xu
         xs.append(xs[-1] - eh * m)
         if abs(xs[-1]) > 1e8:
@@ -47,11 +55,13 @@ def main():
     b = float(sys.argv[1]) if len(sys.argv) > 1 else 0.9
     print(f"# stale_stability: limit of eta*h (AdamW's rate x preconditioned curvature) for delayed updates, beta1 {b}")
     print(f"# command: python3 dev/stale_stability.py {b}")
-    print(f"{'#delta':>6} {'none':>8} {'predict':>8} {'lr':>8} {'predict+lr':>11}")
+    names = ["none", "predict/o1", "predict", "lr", "predict/o1+lr", "predict+lr"]
+    print("#delta " + " ".join(f"{x:>13}" for x in names))
     for d in range(4):
-        cols = [limit(d, "none", b), limit(d, "predict", b), limit(d, "none", b, 1 / (1 + d)),
-                limit(d, "predict", b, 1 / max(d, 1))]
-        print(f"{d:>6} " + " ".join(f"{c:>8.2f}" if i < 3 else f"{c:>11.2f}" for i, c in enumerate(cols)))
+        f = 1 / max(d, 1)  # predict+lr's factor
+        cols = [limit(d, "none", b), limit(d, "o1", b), limit(d, "predict", b), limit(d, "none", b, 1 / (1 + d)),
+                limit(d, "o1", b, f), limit(d, "predict", b, f)]
+        print(f"{d:>6} " + " ".join(f"{c:>13.2f}" for c in cols))
 
 
 if __name__ == "__main__":

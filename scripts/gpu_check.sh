@@ -66,6 +66,7 @@ if run build 300 make -j"$(nproc)" cuda; then
     run test_gpt2cu_model_mma 60 ./test_gpt2cu --model-only --matmul tdpipe-mma
     run nccl_check 60 ./build/dev/cuda/nccl_check
     run quant_check 60 ./build/dev/cuda/quant_check
+    run compensation_check 60 ./build/dev/cuda/compensation_check
     if command -v mpirun >/dev/null && ldd ./build/dev/cuda/nccl_check | grep -q libmpi; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
         run nccl_check_dp2 90 nccl2 ./build/dev/cuda/nccl_check --stages 1
@@ -138,7 +139,7 @@ fi
 
 {
     echo "=== summary"
-    grep -E "^(d12 +2 |test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed|quant_check: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
+    grep -E "^(d12 +2 |test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed|quant_check: [0-9]+ passed|compensation_check: [0-9]+ passed)|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"
