@@ -529,7 +529,7 @@ static void check_memory(Trainer* tr) {
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
     schedule_free(&sch);
-    if (tr->comp.methods & STALE_PREDICT) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    stashes = staleness_stashes(&tr->comp, stashes);
     int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);

@@ -680,9 +680,7 @@ static Run* run_begin(Executor* ex, const Schedule* sch) {
     r->split = sch->kind == SCHED_ZBH1;
     int stashes, grad_slots, n_mb = sch->n_steps * sch->M;
     schedule_stage_limits(sch, r->s, &r->n_slots, &stashes, &grad_slots);
-    // weight prediction holds each stale version's extrapolations instead of (and, while the
-    // versions of two steps overlap, beside) its plain copy: at most one per (version, ahead) in flight
-    if (ex->comp && (ex->comp->methods & STALE_PREDICT)) stashes = (stashes + 1) * (stashes > 0 ? stashes : 1);
+    stashes = staleness_stashes(ex->comp, stashes);
     if (ex->drift_step >= sch->first_step && ex->drift_step < sch->first_step + sch->n_steps) stashes++; // the drift monitor's copy
     stage_reserve(r->st, r->n_slots, r->split ? r->n_slots : 1, grad_slots, stashes);
     run_reserve(r, r->n_slots, sch->n_steps, n_mb);

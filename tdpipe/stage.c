@@ -333,7 +333,7 @@ float grad_norm_from_units(const double* units, int n_units) {
 }
 
 void stage_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale) {
-    if (st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT)) {
+    if (staleness_second_order(st->comp)) {
         st->be->track(st, st->tracked == 0);
         if (st->tracked < 2) st->tracked++;
     }
@@ -365,7 +365,8 @@ void stage_release_stash(Stage* st, int version, int ahead) {
 
 void stage_use_compensation(Stage* st, const StaleComp* comp) {
     unsigned m = comp ? comp->methods : STALE_NONE;
-    if (((m & STALE_PREDICT) && (!st->be->predict || (comp->curvature && !st->be->track))) || ((m & STALE_DCASGD) && !st->be->backward_weight_alone))
+    if (((m & STALE_PREDICT) && !st->be->predict) || (staleness_second_order(comp) && !st->be->track) ||
+        ((m & STALE_DCASGD) && !st->be->backward_weight_alone))
         td_fatal("--stale-comp %s: the %s backend has no kernels for it", staleness_name(m), st->be->name);
     st->comp = comp;
 }
@@ -405,7 +406,7 @@ StageMemory stage_memory(const Stage* st) {
 
 // second-order prediction's trajectory: two fp32 copies of the weights' size
 static double trajectory_bytes(const Stage* st) {
-    return st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT) ? 8.0 * (double)st->num_params : 0.0;
+    return staleness_second_order(st->comp) ? 8.0 * (double)st->num_params : 0.0;
 }
 
 double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {

@@ -86,7 +86,7 @@ static void cuda_reserve(Stage* st) {
     }
     size_t n_dc = c->m.num_params + (st->range.has_head ? st->sizes[0] : 0);
     if (st->gns && !c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float))); // between chunks, never inside a step
-    if (st->comp && st->comp->curvature && (st->comp->methods & STALE_PREDICT) && !c->traj_w_prev) { // between chunks, never inside a step
+    if (staleness_second_order(st->comp) && !c->traj_w_prev) { // between chunks, never inside a step
         cudaCheck(cudaMalloc((void**)&c->traj_w_prev, c->m.num_params * sizeof(float)));
         cudaCheck(cudaMalloc((void**)&c->traj_u_prev, c->m.num_params * sizeof(float)));
     }

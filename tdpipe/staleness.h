@@ -39,10 +39,18 @@ static inline int staleness_applies(const StaleComp* c, StaleMethod m, const Op*
 static inline int staleness_ahead(const StaleComp* c, const Op* op) {
     return staleness_applies(c, STALE_PREDICT, op) && op->version > 0 ? staleness_of(op) : 0;
 }
+// 1 when comp (NULL: none) predicts weights in the second order: it keeps the trajectory
+static inline int staleness_second_order(const StaleComp* c) { return c && c->curvature && (c->methods & STALE_PREDICT); }
+// the weight stashes a stage holds for a schedule whose limits ask `stashes`: weight prediction holds
+// each stale version's extrapolations instead of (and, while the versions of two steps overlap,
+// beside) its plain copy, at most one per (version, ahead) in flight
+static inline int staleness_stashes(const StaleComp* c, int stashes) {
+    return c && (c->methods & STALE_PREDICT) ? (stashes + 1) * (stashes > 0 ? stashes : 1) : stashes;
+}
 // second-order prediction: the factor on the change between the last two updates, u_v - u_(v-1), for a
 // prediction `ahead` updates ahead: if each update to come changes by that much again, the sum of the
 // next `ahead` updates is ahead u_v + ahead (ahead + 1) / 2 (u_v - u_(v-1)); 0 for first order
-static inline float staleness_curvature(const StaleComp* c, int ahead) { return c && c->curvature ? 0.5f * ahead * (ahead + 1) : 0.0f; }
+static inline float staleness_curvature(const StaleComp* c, int ahead) { return staleness_second_order(c) ? 0.5f * ahead * (ahead + 1) : 0.0f; }
 // LR by staleness: the learning-rate factor of update t on stage s, the mean over the step's
 // micro-batches of 1 / (1 + delta) for those stale beyond tau, 1 for the rest; with prediction as
 // well, 1 / delta for the predicted ones (1 at delta = 1, where prediction alone trains within half
