@@ -121,7 +121,7 @@ CUDA_LINK := $(LIB) $(LDLIBS) $(MPI_LIBS) -lcublasLt -lgomp
 CUDA_BENCH := $(BUILD)/dev/cuda/matmul $(BUILD)/dev/cuda/attention $(BUILD)/dev/cuda/layernorm
 # GPU checks of tdpipe's own CUDA modules (nccl_check: tdpipe/comm_nccl.cuh on one GPU; quant_check,
 # compensation_check: llmc/quant.cuh, llmc/compensation.cuh against their CPU references)
-CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check $(BUILD)/dev/cuda/quant_check $(BUILD)/dev/cuda/compensation_check
+CUDA_CHECKS := $(BUILD)/dev/cuda/nccl_check $(BUILD)/dev/cuda/quant_check $(BUILD)/dev/cuda/compensation_check $(BUILD)/dev/cuda/dp_sync_check
 .PHONY: cuda
 ifneq ($(NVCC),)
 cuda: test_gpt2cu $(BUILD)/test_gpt2cu_fp32 $(CUDA_BENCH) $(CUDA_CHECKS)
@@ -141,6 +141,10 @@ $(BUILD)/dev/cuda/%: dev/cuda/%.cu $(LIB) $(CUDA_HDRS)
 $(BUILD)/dev/cuda/nccl_check: dev/cuda/nccl_check.cu $(LIB) $(CUDA_HDRS) tdpipe/comm_nccl.cuh tdpipe/comm.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< -o $@ $(CUDA_LINK) -lnccl
+# the device gradient sync against the host one (it includes the CUDA stage: cuBLAS too)
+$(BUILD)/dev/cuda/dp_sync_check: dev/cuda/dp_sync_check.cu $(LIB) $(CUDA_HDRS) $(wildcard tdpipe/*.cuh) tdpipe/dp_sync.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< -o $@ $(CUDA_LINK) -lcublas -lnccl
 else
 cuda:
 	@echo "make cuda: nvcc not found (the CUDA targets need it)"; exit 1

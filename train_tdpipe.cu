@@ -23,6 +23,7 @@
 #include "tdpipe/comm.h"
 #include "tdpipe/outdir.h"
 #include "tdpipe/dp_sync.h"
+#include "tdpipe/dp_sync_cuda.cuh"
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
@@ -191,8 +192,10 @@ typedef struct {
     StageDpAverage dp;      // the replicas' blocking fp32 average (--grad-quant none without buckets)
     int grad_cache_slots;   // --grad-cache N (0: what the schedule needs)
     DpSyncConfig sync_cfg;  // --grad-quant, --quant-block, --error-feedback, --grad-cache SIZE
-    int use_sync;           // 1: the replicas average through tr->sync (buckets overlapped with backward)
+    int use_sync;           // 1: the replicas average through the two-shot sync (tdpipe/dp_sync.h)
+    int device_sync;        // 1: that sync runs in GPU memory over NCCL (tr->dsync), else in host memory (tr->sync, overlapped with backward)
     DpSync sync;
+    DpSyncCuda* dsync;
     const char* msg_where;
     FILE* log;
     Reporter rep;
@@ -284,6 +287,9 @@ static void parse_grad_sync(Trainer* tr) {
     if (q == GRAD_QUANT_INT8 && !bucket) bucket = DP_DEFAULT_BUCKET;
     tr->sync_cfg = (DpSyncConfig){q, a->quant_block, a->error_feedback, bucket};
 }
+
+// the sync's plan (its buckets, and the residuals checkpoints hold), wherever it runs; NULL: no sync
+static DpSync* sync_plan(Trainer* tr) { return tr->dsync ? dp_sync_cuda_plan(tr->dsync) : tr->use_sync ? &tr->sync : NULL; }
 
 // the model's shape: a fresh dN (its vocabulary from the data's tokenizer) or an llm.c file's
 static void read_model_config(Trainer* tr) {
@@ -447,10 +453,12 @@ static void make_links(Trainer* tr) {
     }
     if (device_link) stage_use_device_msgs(st);
     int host_average = device && D > 1 && tr->dp.average == stage_dp_average_host;
-    // int8, or fp32 in buckets: the sync of tdpipe/dp_sync.h, through host memory (a device stage's
-    // gradient goes down and back up around it)
+    // int8, or fp32 in buckets: the sync of tdpipe/dp_sync.h; on GPUs NCCL connects, in GPU memory
+    // (tdpipe/dp_sync_cuda.cuh), else through host memory (a device stage's gradient goes down and back
+    // up around it). Made in open_outputs, after the memory check.
     tr->use_sync = D > 1 && !tr->synthetic && (tr->sync_cfg.quant == GRAD_QUANT_INT8 || tr->sync_cfg.bucket_bytes > 0);
-    host_average |= tr->use_sync && device; // (made in open_outputs, after the memory check)
+    tr->device_sync = tr->use_sync && tr->dp.average == cuda_dp_average;
+    host_average |= tr->use_sync && device && !tr->device_sync;
     if (g_rank == 0 && D == 1 && tr->sync_cfg.quant == GRAD_QUANT_INT8)
         fprintf(stderr, "note: --grad-quant int8 with one replica per stage: there is nothing to average, so gradients are used as computed (not quantized)\n");
     if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
@@ -490,8 +498,9 @@ static void print_startup(const Trainer* tr) {
         char how[96];
         if (q->quant == GRAD_QUANT_INT8) snprintf(how, sizeof how, "int8 blocks of %d, error feedback %s", q->block, q->error_feedback ? "on" : "off");
         else snprintf(how, sizeof how, "fp32");
-        printf("| %-20s | gradients averaged over the %d replicas: %s, two-shot, %d buckets of >= %.2f MiB in host memory, sent as backward completes them\n",
-               "data-parallel", c->D, how, tr->sync.n_buckets, (double)q->bucket_bytes / 1048576.0);
+        printf("| %-20s | gradients averaged over the %d replicas: %s, two-shot, %d buckets of >= %.2f MiB %s\n", "data-parallel", c->D, how,
+               (tr->dsync ? dp_sync_cuda_plan(tr->dsync) : &tr->sync)->n_buckets, (double)q->bucket_bytes / 1048576.0,
+               tr->device_sync ? "in GPU memory, NCCL, after the step's last backward" : "in host memory, sent as backward completes them");
     }
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
@@ -532,7 +541,10 @@ static void check_memory(Trainer* tr) {
     stashes = staleness_stashes(&tr->comp, stashes);
     int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
-    if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0), tr->comm.D);
+    size_t n_sync = tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0); // the gradient a sync averages
+    int ef = tr->sync_cfg.quant == GRAD_QUANT_INT8 && tr->sync_cfg.error_feedback;
+    if (tr->device_sync) mine += ef ? 8.0 * n_sync : 0.0; // the residuals' host mirrors (checkpoints)
+    else if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, n_sync, tr->comm.D);
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
     int bad = 0;
@@ -555,7 +567,8 @@ static void check_memory(Trainer* tr) {
     // weights and AdamW, and whatever the ranks sharing the device hold already) plus this plan for
     // each rank that shares it, against the device's total (never against what is free this instant,
     // which other ranks still allocating would make look smaller than it will be)
-    double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
+    double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes) +
+                 (tr->device_sync ? dp_sync_cuda_planned_bytes(&tr->sync_cfg, n_sync, tr->comm.D) : 0.0);
     if (dev > 0 && tr->stage.be->device_memory) {
         double total, used;
         int devices;
@@ -581,7 +594,8 @@ static void check_memory(Trainer* tr) {
 // rank), the start-up table
 static void open_outputs(Trainer* tr) {
     check_memory(tr); // before the output folder is touched: a run that cannot fit changes nothing
-    if (tr->use_sync) dp_sync_init(&tr->sync, &tr->sync_cfg, &tr->comm, &tr->stage); // (a resume fills its residuals)
+    if (tr->device_sync) tr->dsync = dp_sync_cuda_init(&tr->sync_cfg, &tr->comm, &tr->stage, tr->dp.ctx); // (a resume fills its residuals)
+    else if (tr->use_sync) dp_sync_init(&tr->sync, &tr->sync_cfg, &tr->comm, &tr->stage);
     TrainArgs* a = &tr->a;
     char log_path[OUTDIR_PATH_CAP + 16], err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
     snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
@@ -605,8 +619,10 @@ static void open_outputs(Trainer* tr) {
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
     tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
-        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, tr->use_sync ? &tr->sync : NULL, err, sizeof(err));
+        DpSync* plan = sync_plan(tr);
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, plan, err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
+        if (tr->dsync) dp_sync_cuda_residuals_from_host(tr->dsync, plan->ef_replica, plan->ef_owner);
         if (tr->start_step >= a->steps)
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
                       a->steps);
@@ -645,7 +661,8 @@ static void make_executor(Trainer* tr) {
     ex->stage = &tr->stage;
     ex->link = tr->link;
     ex->dp = tr->dp;
-    ex->sync = tr->use_sync ? &tr->sync : NULL;
+    ex->sync = tr->use_sync && !tr->dsync ? &tr->sync : NULL;
+    if (tr->dsync) ex->device_sync = (DpSyncDevice){dp_sync_cuda_average, tr->dsync, tr->sync_cfg.quant};
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
     ex->comp = tr->synthetic || tr->comp.methods == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself
@@ -735,7 +752,9 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("%s", msg);
         if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("%s\n", msg);
-        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state, tr->use_sync ? &tr->sync : NULL)) exit(1);
+        DpSync* plan = sync_plan(tr);
+        if (tr->dsync) dp_sync_cuda_residuals_to_host(tr->dsync, plan->ef_replica, plan->ef_owner);
+        if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state, plan)) exit(1);
     }
     fflush(stdout);
 }
@@ -811,7 +830,8 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
         fatal_all("step %d: %s, %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
                   t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row, a->max_rollbacks, a->out_dir);
     stage_discard(&tr->stage);
-    if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);
+    if (tr->dsync) dp_sync_cuda_clear_residuals(tr->dsync);
+    else if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);
     if (tr->ex.data) {
         char err[256];
         DataLoaderState before;
@@ -947,8 +967,9 @@ static void write_trace(Trainer* tr) {
 
 static void teardown(Trainer* tr) {
     if (tr->link != &tr->mpi_link) cuda_link_free(tr->link);
+    dp_sync_cuda_free(tr->dsync); // (before the NCCL communicator it shares)
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
-    if (tr->use_sync) dp_sync_free(&tr->sync);
+    if (tr->use_sync && !tr->dsync) dp_sync_free(&tr->sync);
     stage_destroy(&tr->stage);
     if (tr->log) fclose(tr->log);
     executor_free(&tr->ex);

@@ -25,10 +25,65 @@ __device__ __forceinline__ unsigned quant_abs_bits(float v) { return __float_as_
 // gives its canonical NaN 0x7fffffff: the dequantizing kernels pass the operand's NaN on themselves
 __device__ __forceinline__ float quant_quiet(float v) { return __uint_as_float(__float_as_uint(v) | QUANT_QUIET_BIT); }
 
+__device__ __forceinline__ bool quant_isnan(float v) { return quant_abs_bits(v) > QUANT_INF_BITS; }
+
+// a float at p, 4-byte aligned or not (tdpipe/dp_sync_cuda.cuh: an int8 segment's scales start
+// wherever the segment before it ended)
+__device__ __forceinline__ float quant_load_f32(const uint8_t* p) {
+    if (((uintptr_t)p & 3u) == 0) return *(const float*)p;
+    return __uint_as_float((unsigned)p[0] | (unsigned)p[1] << 8 | (unsigned)p[2] << 16 | (unsigned)p[3] << 24);
+}
+__device__ __forceinline__ void quant_store_f32(uint8_t* p, float v) {
+    unsigned u = __float_as_uint(v);
+    if (((uintptr_t)p & 3u) == 0) {
+        *(unsigned*)p = u;
+        return;
+    }
+    p[0] = (uint8_t)u, p[1] = (uint8_t)(u >> 8), p[2] = (uint8_t)(u >> 16), p[3] = (uint8_t)(u >> 24);
+}
+
 // ---- quantize ---------------------------------------------------------------------------------------
 // One warp per quantization block (a grid-stride loop over blocks; the lanes stride over the
 // block's elements, so any block size works, the design's 128-256 being 4-8 elements a lane). A
 // max is exact in any order, so the warp reduction of absmax gives block_scale's value.
+
+// One block of m elements by the calling warp (all 32 lanes call it together, lane = their index):
+// xb (m) (+ rb (m), EF) into qb (m) int8 and the scale at scale_at (aligned or not); rb then holds
+// what the rounding dropped. bad: += the non-finite count (or NULL).
+template <bool EF>
+__device__ __forceinline__ void quant_int8_block_warp(const float* xb, float* rb, int m, int8_t* qb, uint8_t* scale_at, unsigned long long* bad, int lane) {
+    unsigned amax = 0, nonfinite = 0;
+    for (int i = lane; i < m; i += 32) {
+        unsigned a = quant_abs_bits(EF ? f32_add_exact(xb[i], rb[i]) : xb[i]);
+        if (a >= QUANT_INF_BITS) nonfinite++;
+        else amax = max(amax, a);
+    }
+    amax = __reduce_max_sync(0xffffffffu, amax); // (also: every lane has read its elements before lane 0 writes the scale)
+    nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
+    if (nonfinite) { // not quantized: scale NaN, q 0, the residual left as it was
+        if (lane == 0) {
+            quant_store_f32(scale_at, __uint_as_float(QUANT_NAN_BITS));
+            if (bad) atomicAdd(bad, (unsigned long long)nonfinite);
+        }
+        for (int i = lane; i < m; i += 32) qb[i] = 0;
+        return;
+    }
+    float s = f32_div_exact(__uint_as_float(amax), (float)QUANT_MAX);
+    // 127 s overflowing: one float lower (nextafterf(s, 0); s is then a large positive float)
+    if (quant_abs_bits(f32_mul_exact(s, (float)QUANT_MAX)) == QUANT_INF_BITS) s = __uint_as_float(__float_as_uint(s) - 1);
+    if (lane == 0) quant_store_f32(scale_at, s);
+    const bool zero = __float_as_uint(s) == 0; // a block of zeros, or a scale that underflowed to 0
+    for (int i = lane; i < m; i += 32) {
+        float v = EF ? f32_add_exact(xb[i], rb[i]) : xb[i]; // the same v as in the first pass
+        int qi = 0;
+        if (!zero) {
+            qi = (int)quant_rint_exact(f32_div_exact(v, s)); // |v / s| < 192 (a rounded-down subnormal scale), exact in an int
+            qi = min(max(qi, -QUANT_MAX), QUANT_MAX);
+        }
+        qb[i] = (int8_t)qi;
+        if (EF) rb[i] = f32_fma_exact(-(float)qi, s, v); // v - q s, rounded once (s = 0: x + r, as quant.c)
+    }
+}
 
 // x (n), residual (n) or NULL (EF false), q (n), scale (nb), bad: += the non-finite count (or NULL)
 template <bool EF>
@@ -39,40 +94,7 @@ __global__ void quant_int8_kernel(const float* x, float* residual, size_t n, siz
     for (size_t b = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; b < nb; b += warps) { // b is the warp's: all lanes loop together
         const size_t off = b * (size_t)block;
         const int m = n - off < (size_t)block ? (int)(n - off) : block;
-        const float* xb = x + off;
-        float* rb = EF ? residual + off : nullptr;
-        unsigned amax = 0, nonfinite = 0;
-        for (int i = lane; i < m; i += 32) {
-            unsigned a = quant_abs_bits(EF ? f32_add_exact(xb[i], rb[i]) : xb[i]);
-            if (a >= QUANT_INF_BITS) nonfinite++;
-            else amax = max(amax, a);
-        }
-        amax = __reduce_max_sync(0xffffffffu, amax);
-        nonfinite = __reduce_add_sync(0xffffffffu, nonfinite);
-        int8_t* qb = q + off;
-        if (nonfinite) { // not quantized: scale NaN, q 0, the residual left as it was
-            if (lane == 0) {
-                scale[b] = __uint_as_float(QUANT_NAN_BITS);
-                if (bad) atomicAdd(bad, (unsigned long long)nonfinite);
-            }
-            for (int i = lane; i < m; i += 32) qb[i] = 0;
-            continue;
-        }
-        float s = f32_div_exact(__uint_as_float(amax), (float)QUANT_MAX);
-        // 127 s overflowing: one float lower (nextafterf(s, 0); s is then a large positive float)
-        if (quant_abs_bits(f32_mul_exact(s, (float)QUANT_MAX)) == QUANT_INF_BITS) s = __uint_as_float(__float_as_uint(s) - 1);
-        if (lane == 0) scale[b] = s;
-        const bool zero = __float_as_uint(s) == 0; // a block of zeros, or a scale that underflowed to 0
-        for (int i = lane; i < m; i += 32) {
-            float v = EF ? f32_add_exact(xb[i], rb[i]) : xb[i]; // the same v as in the first pass
-            int qi = 0;
-            if (!zero) {
-                qi = (int)quant_rint_exact(f32_div_exact(v, s)); // |v / s| < 192 (a rounded-down subnormal scale), exact in an int
-                qi = min(max(qi, -QUANT_MAX), QUANT_MAX);
-            }
-            qb[i] = (int8_t)qi;
-            if (EF) rb[i] = f32_fma_exact(-(float)qi, s, v); // v - q s, rounded once
-        }
+        quant_int8_block_warp<EF>(x + off, EF ? residual + off : nullptr, m, q + off, (uint8_t*)(scale + b), bad, lane);
     }
 }
 
@@ -113,6 +135,14 @@ static inline void quant_int8_ef_cuda(const float* x, float* residual, size_t n,
 // ---- dequantize -------------------------------------------------------------------------------------
 // The same warp-per-block layout: the warp reads its block's scale once (no 64-bit division per element).
 
+// one value: q s, a NaN scale's NaN quieted (as dequant_int8 on x86)
+__device__ __forceinline__ float quant_dequant(int8_t q, float s) { return quant_isnan(s) ? quant_quiet(s) : f32_mul_exact((float)q, s); }
+// fmaf(q, s, o) with x86's NaN order: a NaN already in o stays that NaN, else the scale's (the
+// compiled vfmadd132ss takes q, o, s in that precedence; q is never NaN)
+__device__ __forceinline__ float quant_dequant_add(int8_t q, float s, float o) {
+    return quant_isnan(o) ? quant_quiet(o) : quant_isnan(s) ? quant_quiet(s) : f32_fma_exact((float)q, s, o);
+}
+
 // q (n), scale (nb), out (n): out = q s (ADD false) or fmaf(q, s, out) (ADD true)
 template <bool ADD>
 __global__ void dequant_int8_kernel(const int8_t* q, const float* scale, size_t n, size_t nb, int block, float* out) {
@@ -122,20 +152,9 @@ __global__ void dequant_int8_kernel(const int8_t* q, const float* scale, size_t 
         const size_t off = b * (size_t)block;
         const int m = n - off < (size_t)block ? (int)(n - off) : block;
         const float s = scale[b];
-        const bool s_nan = quant_abs_bits(s) > QUANT_INF_BITS;
         const int8_t* qb = q + off;
         float* ob = out + off;
-        for (int i = lane; i < m; i += 32) {
-            float qi = (float)qb[i];
-            if (!ADD) {
-                ob[i] = s_nan ? quant_quiet(s) : f32_mul_exact(qi, s);
-            } else {
-                // a NaN already in out stays that NaN, else the scale's: the x86 order (the compiled
-                // vfmadd132ss takes q, out, scale in that precedence; q is never NaN)
-                float o = ob[i];
-                ob[i] = quant_abs_bits(o) > QUANT_INF_BITS ? quant_quiet(o) : s_nan ? quant_quiet(s) : f32_fma_exact(qi, s, o);
-            }
-        }
+        for (int i = lane; i < m; i += 32) ob[i] = ADD ? quant_dequant_add(qb[i], s, ob[i]) : quant_dequant(qb[i], s);
     }
 }
 

@@ -51,8 +51,16 @@ same() {
 }
 # said STEP REGEX: what step STEP printed into the log matches REGEX
 said() { sed -n "/^=== $1: /,/^=== $1: exit/p" "$LOG" | grep -q "$2"; }
+# tail_same LABEL A B: run B, resumed from a checkpoint of run A, ends as A did: its losses are A's last
+# ones and the model files are equal, bitwise (exit 1 when not)
+tail_same() {
+    local n
+    n=$(grep -Eo '"(val_)?loss": [^,}]*' "$3/log.jsonl" | wc -l)
+    if [ "$n" -gt 0 ] && cmp -s <(grep -Eo '"(val_)?loss": [^,}]*' "$2/log.jsonl" | tail -n "$n") <(grep -Eo '"(val_)?loss": [^,}]*' "$3/log.jsonl") &&
+        cmp -s "$2/model.bin" "$3/model.bin"; then echo "$1: the last $n losses and the model bitwise equal"; else echo "$1: they differ"; false; fi
+}
 export LOG
-export -f ncclN nccl2 compare same said
+export -f ncclN nccl2 compare same said tail_same
 
 {
     date
@@ -115,6 +123,23 @@ if run build 300 make -j"$(nproc)" cuda; then
                 run gpu_d2_nccl 180 nccl2 ./train_tdpipe --device cuda $SM --micro-batches 2 -o build/gpu_d2_nccl &&
                 run gpu_d2_nccl_used 5 said gpu_d2_nccl "averaged over the 2 replicas in GPU memory, NCCL" &&
                 run gpu_d2_nccl_equal 5 same "D = 2: average over NCCL vs over host memory" build/gpu_d2_mpi build/gpu_d2_nccl
+            # the int8 gradient sync in GPU memory over NCCL (tdpipe/dp_sync_cuda.cuh) against the same sync
+            # in host memory over MPI, bitwise: the check alone (D = 2, and D = 3: owners' shares of odd
+            # sizes), then training, and resumes across the two paths (the residuals in the checkpoint)
+            run dp_sync_check_d2 120 nccl2 ./build/dev/cuda/dp_sync_check
+            run dp_sync_check_d3 180 ncclN 3 ./build/dev/cuda/dp_sync_check
+            Q8="--micro-batches 2 --grad-quant int8 --quant-block 64 -n 10"
+            run gpu_d2_int8_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM $Q8 --comm mpi -o build/gpu_d2q_mpi &&
+                run gpu_d2_int8_nccl 180 nccl2 ./train_tdpipe --device cuda $SM $Q8 -o build/gpu_d2q_nccl &&
+                run gpu_d2_int8_nccl_used 5 said gpu_d2_int8_nccl "in GPU memory, NCCL, after the step's last backward" &&
+                run gpu_d2_int8_equal 5 same "D = 2 int8: sync over NCCL vs over host memory" build/gpu_d2q_mpi build/gpu_d2q_nccl &&
+                mkdir -p build/gpu_d2q_res_nccl build/gpu_d2q_res_mpi &&
+                cp build/gpu_d2q_mpi/ckpt_00000010.tdck build/gpu_d2q_res_nccl/ && cp build/gpu_d2q_nccl/ckpt_00000010.tdck build/gpu_d2q_res_mpi/ &&
+                run gpu_d2_int8_resume_nccl 180 nccl2 ./train_tdpipe --device cuda $SM $Q8 -y 1 -o build/gpu_d2q_res_nccl &&
+                run gpu_d2_int8_resume_nccl_equal 5 tail_same "int8 over NCCL resumed from the host path's step 10" build/gpu_d2q_mpi build/gpu_d2q_res_nccl
+            [ -f build/gpu_d2q_res_mpi/ckpt_00000010.tdck ] &&
+                run gpu_d2_int8_resume_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM $Q8 --comm mpi -y 1 -o build/gpu_d2q_res_mpi &&
+                run gpu_d2_int8_resume_mpi_equal 5 tail_same "int8 over host memory resumed from the NCCL path's step 10" build/gpu_d2q_nccl build/gpu_d2q_res_mpi
         fi
         # a run that cannot fit the GPU is refused with its figures before anything is reserved
         # (d12 at B 512, T 1024: about 150 GiB of activations for one slot)

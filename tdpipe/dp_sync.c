@@ -71,13 +71,18 @@ static void bucket_build(DpSync* ds, DpBucket* b, const int* units, int u0, int 
             }
         }
     for (int j = 0; j < D; j++) b->seg_off[j + 1] = b->seg_off[j] + seg_bytes(ds, b->seg_blocks[j], b->seg_elems[j]);
+}
+
+// a bucket's host buffers: its segments, the other replicas' shares of this replica's, the requests
+static void bucket_buffers(const DpSync* ds, DpBucket* b) {
+    int D = ds->D;
     b->buf = (uint8_t*)malloc_check(b->seg_off[D] ? b->seg_off[D] : 1);
     size_t mine = b->seg_off[ds->me + 1] - b->seg_off[ds->me];
     b->recv = (uint8_t*)malloc_check((D - 1) * mine + 1);
     b->req = (CommRequest*)calloc_check(2 * (D - 1) + 1, sizeof(CommRequest));
 }
 
-void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st) {
+void dp_sync_init_plan(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st, int plan_only) {
     memset(ds, 0, sizeof(*ds));
     ds->cfg = *cfg;
     ds->comm = c;
@@ -102,7 +107,9 @@ void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st) {
             u1++;
         }
         for (int i = u0; i < u1; i++) ds->bucket_of_unit[units[i]] = ds->n_buckets;
-        bucket_build(ds, &ds->buckets[ds->n_buckets++], units, u0, u1, sl, n_sl);
+        bucket_build(ds, &ds->buckets[ds->n_buckets], units, u0, u1, sl, n_sl);
+        if (!plan_only) bucket_buffers(ds, &ds->buckets[ds->n_buckets]);
+        ds->n_buckets++;
         u0 = u1;
     }
     free(sl);
@@ -112,8 +119,10 @@ void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st) {
         ds->ef_replica = (float*)calloc_check(n, sizeof(float));
         ds->ef_owner = (float*)calloc_check(n, sizeof(float));
     }
-    ds->scratch = (float*)malloc_check((size_t)cfg->block * sizeof(float));
+    if (!plan_only) ds->scratch = (float*)malloc_check((size_t)cfg->block * sizeof(float));
 }
+
+void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st) { dp_sync_init_plan(ds, cfg, c, st, 0); }
 
 void dp_sync_free(DpSync* ds) {
     for (int i = 0; i < ds->n_buckets; i++) {

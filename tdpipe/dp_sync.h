@@ -78,7 +78,20 @@ typedef struct {
     DpSyncStats stats;
 } DpSync;
 
+// A backend's own sync of gradient slot k where the gradient lives (tdpipe/dp_sync_cuda.cuh on GPUs,
+// over NCCL): the same plan and the same bits as DpSync's, blocking (after the step's last backward);
+// step: 0-based, as dp_sync_begin's. Returns the step's figures.
+typedef struct {
+    DpSyncStats (*average)(void* ctx, Stage* st, int k, int step);
+    void* ctx;
+    GradQuant quant;
+} DpSyncDevice;
+
 void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st);
+// the plan alone (plan_only 1): buckets, blocks, segments and the residuals (int8 with error
+// feedback), no message buffers; what a device sync (tdpipe/dp_sync_cuda.cuh) runs and checkpoints.
+// plan_only 0 is dp_sync_init.
+void dp_sync_init_plan(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st, int plan_only);
 void dp_sync_free(DpSync* ds);
 // host bytes dp_sync_init takes for a stage of n gradient elements (the LM head's share included)
 double dp_sync_planned_bytes(const DpSyncConfig* cfg, size_t n, int D);

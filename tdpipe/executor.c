@@ -340,33 +340,31 @@ static int step_compensated(const Run* r, StaleMethod m, int t) {
     return 0;
 }
 
-// with an int8 sync on the drift monitor's step: the local gradient's fp32 average, to compare with
-// what the int8 sync makes of it (executor.h: drift_sync)
-static void drift_fp32_average(Run* r) {
+// with an int8 sync on the drift monitor's step: the local gradient's fp32 average (grads: num_params,
+// head: the LM head's share or NULL), to compare with what the int8 sync makes of it (executor.h: drift_sync)
+static void drift_fp32_average(Run* r, const float* grads, const float* head) {
     Executor* ex = r->ex;
-    DpSync* ds = ex->sync;
-    size_t n = r->st->num_params, vc = ds->head ? r->st->sizes[0] : 0;
+    size_t n = r->st->num_params, vc = head ? r->st->sizes[0] : 0;
     if (!ex->drift_fp32) ex->drift_fp32 = (float*)malloc_check((n + vc) * sizeof(float));
-    memcpy(ex->drift_fp32, ds->grads, n * sizeof(float));
-    if (vc) memcpy(ex->drift_fp32 + n, ds->head, vc * sizeof(float));
+    memcpy(ex->drift_fp32, grads, n * sizeof(float));
+    if (vc) memcpy(ex->drift_fp32 + n, head, vc * sizeof(float));
     comm_dp_average(ex->comm, ex->drift_fp32, n + vc);
 }
-static void drift_sync_compare(Run* r) {
+static void drift_sync_compare(Run* r, const float* grads, const float* head) {
     Executor* ex = r->ex;
-    DpSync* ds = ex->sync;
     int L = r->st->cfg.num_layers;
     if (!ex->drift_sync) ex->drift_sync = (DriftUnit*)malloc_check((L + 2) * sizeof(DriftUnit));
-    drift_compare(r->st, ds->grads, ex->drift_fp32, ex->drift_sync);
-    if (ds->head) drift_compare_add(ds->head, ex->drift_fp32 + r->st->num_params, r->st->sizes[0], &ex->drift_sync[0]);
+    drift_compare(r->st, grads, ex->drift_fp32, ex->drift_sync);
+    if (head) drift_compare_add(head, ex->drift_fp32 + r->st->num_params, r->st->sizes[0], &ex->drift_sync[0]);
     ex->drift_synced = 1;
 }
 
-// the replicas' average of slot k at post(t): the sync (begun inside the last backward, or now) or
-// the blocking fp32 average; the bytes and the waiting into the step's figures
+// the replicas' average of slot k at post(t): the sync (begun inside the last backward, or now; or
+// the backend's own) or the blocking fp32 average; the bytes and the waiting into the step's figures
 static void replicas_average(Run* r, int t, int k) {
     Executor* ex = r->ex;
     StepStats* s = &step_of(r, t)->stats;
-    if (!ex->sync || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
+    if ((!ex->sync && !ex->device_sync.average) || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
         double t0 = now_seconds();
         ex->dp.average(ex->dp.ctx, r->st, k);
         s->dp_wait = s->dp_span = now_seconds() - t0;
@@ -375,11 +373,20 @@ static void replicas_average(Run* r, int t, int k) {
         return;
     }
     DpSync* ds = ex->sync;
-    if (!ds->active) dp_sync_begin(ds, k, t);
-    int drift = t == ex->drift_step && ds->cfg.quant == GRAD_QUANT_INT8;
-    if (drift) drift_fp32_average(r);
-    DpSyncStats d = dp_sync_finish(ds);
-    if (drift) drift_sync_compare(r);
+    int drift = t == ex->drift_step && (ds ? ds->cfg.quant : ex->device_sync.quant) == GRAD_QUANT_INT8;
+    float *grads = NULL, *head = NULL; // the local gradient, then its average, in host memory (the drift comparison)
+    DpSyncStats d;
+    if (ds) {
+        if (!ds->active) dp_sync_begin(ds, k, t);
+        if (drift) drift_fp32_average(r, ds->grads, ds->head);
+        d = dp_sync_finish(ds);
+        grads = ds->grads, head = ds->head;
+    } else { // on the device: host copies of the gradient before and after, for the drift monitor only
+        if (drift) grads = stage_host_grads(r->st, k, &head), drift_fp32_average(r, grads, head);
+        d = ex->device_sync.average(ex->device_sync.ctx, r->st, k, t);
+        if (drift) grads = stage_host_grads(r->st, k, &head);
+    }
+    if (drift) drift_sync_compare(r, grads, head);
     if (d.nonfinite && !r->halted)
         fprintf(stderr, "stage %d replica %d: %zu gradient values of step %d are not finite: their int8 blocks are not quantized (NaN), so the "
                         "average is NaN there and the guard refuses the step\n",
