@@ -1,8 +1,9 @@
 # tdpipe: one Makefile. The CPU build always works with a C compiler; where nvcc is found the
 # training binary is built through it (CUDA backend), and where mpicc is found, with MPI.
 CC       ?= gcc
-OPT      ?= -O3 -march=native
-CFLAGS   += $(OPT) -fopenmp -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -I. -MMD -MP
+ARCH     ?= native
+OPT      ?= -O3 -march=$(ARCH)
+CFLAGS   += $(OPT) -fopenmp -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-psabi -I. -MMD -MP
 LDLIBS   += -lm -lz -lyaml
 BUILD    := build
 
@@ -25,7 +26,7 @@ ifeq ($(NO_CUDA),1)
 endif
 ifneq ($(NVCC),)
   $(info tdpipe: nvcc found ($(NVCC)): building train_tdpipe through nvcc)
-  NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -Xcompiler "-fopenmp -march=native" -I. -DTD_CUDA
+  NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -Xcompiler "-fopenmp -march=$(ARCH)" -I. -DTD_CUDA
 else
   $(info tdpipe: no nvcc: CPU-only build)
 endif
