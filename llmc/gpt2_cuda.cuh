@@ -318,6 +318,12 @@ void gpt2_cuda_grad_acts_free(GPT2CudaGradActs* g) {
 // targets (B, T) host next-token ids or NULL (no loss); x_in (B, T, C) host stage input for a non-first
 // stage, or NULL when a->x_in was filled on the device. Returns the mean loss over B*T (last stage
 // with targets), else 0.
+// the kernels index wte's rows and the logits by token id unchecked: ids (n) must lie in [0, V)
+static void gpt2_cuda_check_ids(const int* ids, int n, int V, const char* what) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) td_fatal("gpt2_cuda_forward: %s %d at position %d is outside [0, V = %d)", what, ids[i], i, V);
+}
+
 float gpt2_cuda_forward(GPT2Cuda* m, GPT2CudaActs* a, const int* inputs, const int* targets, const float* x_in) {
     const GPT2Config* cfg = &m->cfg;
     const GPT2Range* r = &m->range;
@@ -327,6 +333,7 @@ float gpt2_cuda_forward(GPT2Cuda* m, GPT2CudaActs* a, const int* inputs, const i
     size_t BTC = (size_t)BT * C, c = C;
     if (r->has_embed) {
         if (!inputs) td_fatal("gpt2_cuda_forward: the first stage needs inputs");
+        gpt2_cuda_check_ids(inputs, BT, V, "input token");
         memcpy(a->inputs_host, inputs, BT * sizeof(int));
         cudaCheck(cudaMemcpyAsync(a->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, g_cuda_stream));
         encoder_forward_cuda(a->x_in, a->inputs, p->wte, p->wpe, B, T, C);
@@ -334,6 +341,7 @@ float gpt2_cuda_forward(GPT2Cuda* m, GPT2CudaActs* a, const int* inputs, const i
         floatX_upload(a->x_in, x_in, BTC);
     }
     a->targets_valid = targets != NULL && r->has_head;
+    if (a->targets_valid) gpt2_cuda_check_ids(targets, BT, V, "target token");
     if (a->targets_valid) cudaCheck(cudaMemcpyAsync(a->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, g_cuda_stream));
     layernorm_forward_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, p->ln1w, p->ln1b, BT, C);
     for (int l = 0; l < Ls; l++) {
