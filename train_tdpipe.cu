@@ -541,10 +541,7 @@ static void check_memory(Trainer* tr) {
     stashes = staleness_stashes(&tr->comp, stashes);
     int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
-    size_t n_sync = tr->stage.num_params + (tr->stage.range.has_head ? tr->stage.sizes[0] : 0); // the gradient a sync averages
-    int ef = tr->sync_cfg.quant == GRAD_QUANT_INT8 && tr->sync_cfg.error_feedback;
-    if (tr->device_sync) mine += ef ? 8.0 * n_sync : 0.0; // the residuals' host mirrors (checkpoints)
-    else if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, n_sync, tr->comm.D);
+    if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
     int bad = 0;
@@ -568,7 +565,7 @@ static void check_memory(Trainer* tr) {
     // each rank that shares it, against the device's total (never against what is free this instant,
     // which other ranks still allocating would make look smaller than it will be)
     double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes) +
-                 (tr->device_sync ? dp_sync_cuda_planned_bytes(&tr->sync_cfg, n_sync, tr->comm.D) : 0.0);
+                 (tr->device_sync ? dp_sync_device_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D) : 0.0);
     if (dev > 0 && tr->stage.be->device_memory) {
         double total, used;
         int devices;

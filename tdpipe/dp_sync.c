@@ -143,10 +143,75 @@ void dp_sync_free(DpSync* ds) {
     memset(ds, 0, sizeof(*ds));
 }
 
-double dp_sync_planned_bytes(const DpSyncConfig* cfg, size_t n, int D) {
-    double per = cfg->quant == GRAD_QUANT_INT8 ? 1.0 + 4.0 / cfg->block : 4.0; // buf, and recv: (D - 1) / D of it
-    double ef = cfg->quant == GRAD_QUANT_INT8 && cfg->error_feedback ? 8.0 : 0.0;
-    return (double)n * (per * (1.0 + (double)(D - 1) / D) + ef);
+DpSyncBounds dp_sync_bounds(const DpSyncConfig* cfg, const Stage* st, int D) {
+    DpSyncBounds b;
+    StageSlice* sl = (StageSlice*)malloc_check((STAGE_MAX_SLICES(st->range.l1 - st->range.l0) + 1) * sizeof(StageSlice));
+    size_t ns = (size_t)gradient_slices(st, sl), blk = (size_t)cfg->block;
+    free(sl);
+    int int8 = cfg->quant == GRAD_QUANT_INT8;
+    b.elems = st->num_params + (st->range.has_head ? st->sizes[0] : 0);
+    b.blocks = (b.elems + blk - 1) / blk + ns; // each slice's last block may be short
+    // an owner's share: owners rotate along a slice's blocks, so each slice gives one owner at most
+    // one block more than its 1 / D of them
+    b.share_elems = b.elems / (size_t)D + ns * blk;
+    b.share_blocks = b.blocks / (size_t)D + ns;
+    b.all_bytes = int8 ? b.elems + 4 * b.blocks : 4 * b.elems;
+    b.share_bytes = int8 ? b.share_elems + 4 * b.share_blocks : 4 * b.share_elems;
+    b.units = (size_t)st->cfg.num_layers + 3;
+    return b;
+}
+
+double dp_sync_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D) {
+    DpSyncBounds b = dp_sync_bounds(cfg, st, D);
+    double ef = cfg->quant == GRAD_QUANT_INT8 && cfg->error_feedback ? 8.0 * b.elems : 0.0;
+    double per_bucket = (double)(D + 1) * sizeof(size_t) + D * (sizeof(int) + sizeof(size_t)) + (2.0 * (D - 1) + 1) * sizeof(CommRequest) + 3.0 +
+                        sizeof(DpBucket); // tables, requests, the 1-byte minimum of buf and recv
+    return (double)b.all_bytes + (double)(D - 1) * b.share_bytes + ef + (double)b.blocks * sizeof(DpBlock) + (double)b.units * (per_bucket + sizeof(int)) +
+           4.0 * cfg->block;
+}
+
+double dp_sync_held_bytes(const DpSync* ds) {
+    int D = ds->D;
+    double bytes = (double)ds->n_units * (sizeof(int) + sizeof(DpBucket)) + (ds->scratch ? 4.0 * ds->cfg.block : 0.0); // (buckets: one a unit at most, reserved)
+    size_t n = ds->st->num_params + (ds->st->range.has_head ? ds->st->sizes[0] : 0);
+    if (ds->ef_replica) bytes += 8.0 * n;
+    for (int i = 0; i < ds->n_buckets; i++) {
+        const DpBucket* b = &ds->buckets[i];
+        bytes += (double)(b->n_blocks ? b->n_blocks : 1) * sizeof(DpBlock) + (double)(D + 1) * sizeof(size_t) + D * (sizeof(int) + sizeof(size_t));
+        if (b->buf) bytes += (double)(b->seg_off[D] ? b->seg_off[D] : 1) + (double)(D - 1) * (b->seg_off[ds->me + 1] - b->seg_off[ds->me]) + 1.0 +
+                             (2.0 * (D - 1) + 1) * sizeof(CommRequest);
+    }
+    return bytes;
+}
+
+static double alloc_bytes(size_t bytes) { return (double)(bytes ? bytes : 1); } // (the allocations take one byte at least)
+
+DpSyncDeviceSizes dp_sync_device_sizes(const DpSync* p) {
+    DpSyncDeviceSizes z;
+    memset(&z, 0, sizeof z);
+    int D = p->D, me = p->me, nb = p->n_buckets;
+    for (int b = 0; b < nb; b++) {
+        const DpBucket* k = &p->buckets[b];
+        size_t mine = k->seg_off[me + 1] - k->seg_off[me], recv = (size_t)(D - 1) * mine, acc = k->seg_elems[me] * sizeof(float);
+        z.n_blocks += (size_t)k->n_blocks;
+        z.n_mine += (size_t)k->seg_blocks[me];
+        z.buf = k->seg_off[D] > z.buf ? k->seg_off[D] : z.buf;
+        z.recv = recv > z.recv ? recv : z.recv;
+        z.acc = acc > z.acc ? acc : z.acc;
+    }
+    size_t n = p->st->num_params + (p->st->range.has_head ? p->st->sizes[0] : 0);
+    z.total = alloc_bytes(z.n_blocks * sizeof(DpBlock)) + alloc_bytes(z.n_mine * sizeof(uint32_t)) + alloc_bytes((size_t)nb * (D + 1) * sizeof(size_t)) +
+              alloc_bytes((size_t)nb * D * sizeof(int)) + alloc_bytes(z.buf) + alloc_bytes(z.recv) + (int8_mode(p) ? alloc_bytes(z.acc) : 0.0) +
+              (p->ef_replica ? 2.0 * alloc_bytes(n * sizeof(float)) : 0.0) + alloc_bytes(257 * sizeof(unsigned long long));
+    return z;
+}
+
+double dp_sync_device_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D) {
+    DpSyncBounds b = dp_sync_bounds(cfg, st, D);
+    int int8 = cfg->quant == GRAD_QUANT_INT8;
+    double ef = int8 && cfg->error_feedback ? 8.0 * b.elems : 0.0;
+    return (double)b.blocks * sizeof(DpBlock) + (double)b.share_blocks * sizeof(uint32_t) + (double)b.units * ((D + 1) * sizeof(size_t) + D * sizeof(int)) +
+           (double)b.all_bytes + (double)(D - 1) * b.share_bytes + (int8 ? 4.0 * b.share_elems : 0.0) + ef + 257.0 * 8 + 16.0;
 }
 
 // ---- one bucket's phases -------------------------------------------------------------------------

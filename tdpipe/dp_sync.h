@@ -93,8 +93,30 @@ void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st);
 // plan_only 0 is dp_sync_init.
 void dp_sync_init_plan(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st, int plan_only);
 void dp_sync_free(DpSync* ds);
-// host bytes dp_sync_init takes for a stage of n gradient elements (the LM head's share included)
-double dp_sync_planned_bytes(const DpSyncConfig* cfg, size_t n, int D);
+// Bounds on any plan for stage st over D replicas, before it is made (the memory checks): what
+// dp_sync_init and the device sync take is at most what these say (tests/test_dp_plan.c checks it)
+typedef struct {
+    size_t elems, blocks;            // the gradient's elements (the LM head's share included), blocks at most
+    size_t share_elems, share_blocks; // one owner's share of them, at most
+    size_t all_bytes, share_bytes;   // those as segment bytes (int8: values and scales; fp32: values)
+    size_t units;                    // buckets at most (whole units)
+} DpSyncBounds;
+DpSyncBounds dp_sync_bounds(const DpSyncConfig* cfg, const Stage* st, int D);
+// host bytes dp_sync_init takes for stage st, at most; dp_sync_held_bytes: what an initialised one holds
+double dp_sync_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D);
+double dp_sync_held_bytes(const DpSync* ds);
+// What the GPU sync (tdpipe/dp_sync_cuda.cuh) allocates on the device for plan p (dp_sync_init_plan's),
+// part by part: the block table, the indices of this replica's blocks, the segment tables, one
+// bucket's buffers (the buckets run one after another: the largest's), the residuals, the counters.
+typedef struct {
+    size_t n_blocks, n_mine; // over all buckets
+    size_t buf, recv, acc;   // bytes: the largest bucket's segments, (D - 1) shares of mine, my sums (int8)
+    double total;            // every allocation's bytes (one at least each)
+} DpSyncDeviceSizes;
+DpSyncDeviceSizes dp_sync_device_sizes(const DpSync* p);
+// device bytes the GPU sync takes for stage st over D replicas, at most (before its plan is made: the
+// memory check): the whole stage as one bucket, an owner's largest share
+double dp_sync_device_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D);
 // slot k's sync starts: each bucket goes once backward has completed its units (dp_sync_unit_done),
 // or at dp_sync_finish. step: 0-based, to pick the steps whose entropy is measured.
 void dp_sync_begin(DpSync* ds, int k, int step);

@@ -62,16 +62,6 @@
 
 typedef struct DpSyncCuda DpSyncCuda;
 
-// device bytes dp_sync_cuda_init takes at most for a stage of n gradient elements (the LM head's share
-// included): one bucket's buffers for the whole stage, the owner's sums, the residuals, the block table
-static inline double dp_sync_cuda_planned_bytes(const DpSyncConfig* cfg, size_t n, int D) {
-    int8_t int8 = cfg->quant == GRAD_QUANT_INT8;
-    double per = int8 ? 1.0 + 4.0 / cfg->block : 4.0;
-    double ef = int8 && cfg->error_feedback ? 8.0 : 0.0;
-    double blocks = (double)n / cfg->block + 64.0 * 3; // (every slice's last block may be short)
-    return (double)n * (per * (1.0 + (double)(D - 1) / D) + 4.0 / D + ef) + blocks * (sizeof(DpBlock) + 4.0) + 4096.0;
-}
-
 #ifdef TD_CUDA
 #include "llmc/quant.cuh"
 #include "tdpipe/comm_nccl.cuh"
@@ -206,7 +196,7 @@ __global__ void dsc_unpack_kernel(const DpBlock* blocks, size_t n_blocks, const 
 static inline void* dsc_malloc(DpSyncCuda* ds, size_t bytes) {
     void* p = NULL;
     cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
-    ds->device_bytes += (double)(bytes ? bytes : 1);
+    ds->device_bytes += (double)(bytes ? bytes : 1); // (as dp_sync_device_sizes counts)
     return p;
 }
 
@@ -229,15 +219,10 @@ static inline DpSyncCuda* dp_sync_cuda_init_nccl(const DpSyncConfig* cfg, Comm* 
     int D = ds->D, me = ds->me, nb = p->n_buckets;
     ds->block_base = (size_t*)calloc_check(nb + 1, sizeof(size_t));
     ds->mine_base = (size_t*)calloc_check(nb + 1, sizeof(size_t));
-    size_t buf_max = 0, recv_max = 0, acc_max = 0;
+    DpSyncDeviceSizes z = dp_sync_device_sizes(p);
     for (int b = 0; b < nb; b++) {
-        const DpBucket* k = &p->buckets[b];
-        ds->block_base[b + 1] = ds->block_base[b] + (size_t)k->n_blocks;
-        ds->mine_base[b + 1] = ds->mine_base[b] + (size_t)k->seg_blocks[me];
-        size_t mine = k->seg_off[me + 1] - k->seg_off[me];
-        buf_max = k->seg_off[D] > buf_max ? k->seg_off[D] : buf_max;
-        recv_max = (size_t)(D - 1) * mine > recv_max ? (size_t)(D - 1) * mine : recv_max;
-        acc_max = k->seg_elems[me] > acc_max ? k->seg_elems[me] : acc_max;
+        ds->block_base[b + 1] = ds->block_base[b] + (size_t)p->buckets[b].n_blocks;
+        ds->mine_base[b + 1] = ds->mine_base[b] + (size_t)p->buckets[b].seg_blocks[me];
     }
     // the block table, the owned blocks' indices and the segments, every bucket's, one upload each
     size_t n_blocks = ds->block_base[nb], n_mine = ds->mine_base[nb];
@@ -267,9 +252,9 @@ static inline DpSyncCuda* dp_sync_cuda_init_nccl(const DpSyncConfig* cfg, Comm* 
     free(mine);
     free(seg_off);
     free(seg_blocks);
-    ds->d_buf = (uint8_t*)dsc_malloc(ds, buf_max);
-    ds->d_recv = (uint8_t*)dsc_malloc(ds, recv_max);
-    if (ds->int8) ds->d_acc = (float*)dsc_malloc(ds, acc_max * sizeof(float));
+    ds->d_buf = (uint8_t*)dsc_malloc(ds, z.buf);
+    ds->d_recv = (uint8_t*)dsc_malloc(ds, z.recv);
+    if (ds->int8) ds->d_acc = (float*)dsc_malloc(ds, z.acc);
     if (ds->ef) {
         ds->d_ef_replica = (float*)dsc_malloc(ds, ds->n * sizeof(float));
         ds->d_ef_owner = (float*)dsc_malloc(ds, ds->n * sizeof(float));

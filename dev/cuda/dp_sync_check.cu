@@ -71,8 +71,9 @@ static void check_case(Comm* c, CommNccl* cn, const GPT2Config* cfg, const Stage
     dp_sync_init(&host, &dc, c, &st);
     DpSyncCuda* dev = dp_sync_cuda_init_nccl(&dc, c, &st, cn);
     char plan[128];
-    double planned = dp_sync_cuda_planned_bytes(&dc, n + vc, c->D);
-    snprintf(plan, sizeof plan, "%.0f bytes taken, %.0f planned (the trainer's memory check)", dp_sync_cuda_device_bytes(dev), planned);
+    double planned = dp_sync_device_planned_bytes(&dc, &st, c->D), sized = dp_sync_device_sizes(dp_sync_cuda_plan(dev)).total;
+    snprintf(plan, sizeof plan, "%.0f bytes taken, %.0f by dp_sync_device_sizes, %.0f planned (the trainer's memory check)", dp_sync_cuda_device_bytes(dev), sized,
+             planned);
     float* g = (float*)malloc_check((n + vc) * sizeof(float)); // (n + vc) this replica's gradient, then its head share
     float* back = (float*)malloc_check((n + vc) * sizeof(float));
     float* d_g; // (n + vc) device
@@ -81,7 +82,7 @@ static void check_case(Comm* c, CommNccl* cn, const GPT2Config* cfg, const Stage
     snprintf(what, sizeof what, "%s %s block %d bucket %zu D=%d", sc->name, dc.quant == GRAD_QUANT_INT8 ? (dc.error_feedback ? "int8+ef" : "int8") : "fp32",
              dc.block, dc.bucket_bytes, c->D);
     snprintf(name, sizeof name, "%s: device memory within the plan", what);
-    report(name, dp_sync_cuda_device_bytes(dev) <= planned, plan);
+    report(name, dp_sync_cuda_device_bytes(dev) == sized && sized <= planned, plan);
     int all_equal = 1;
     for (int t = 0; t < steps; t++) {
         fill_gradient(g, n + vc, c->replica, t);

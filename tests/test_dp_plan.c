@@ -1,0 +1,127 @@
+// The gradient sync's plan (tdpipe/dp_sync.h), without ranks: every gradient element in exactly one
+// block of its owner's segment, the plan alone (dp_sync_init_plan, what the GPU sync runs) equal to
+// the full one's, and the memory checks' bounds above what the host sync holds and what the GPU sync
+// allocates (dp_sync_device_sizes, the same function its init allocates by), over stages, D, owners,
+// block and bucket sizes.
+#include <string.h>
+#include "llmc/common.h"
+#include "tdpipe/comm.h"
+#include "tdpipe/dp_sync.h"
+#include "tests/test.h"
+
+// every element of the stage's slices (stage_slices: on a last stage without the embeddings its copy of
+// wte is the tied exchange's, not a slice) and of the head share (vc, after the n parameters) in exactly
+// one block, nothing else in any; blocks within the block size, owners in [0, D), each owner's blocks
+// numbered 0.. and its elements laid end to end
+static int plan_covers(const DpSync* ds, Stage* st, size_t n, size_t vc, char* why, size_t whylen) {
+    unsigned char* hit = (unsigned char*)calloc_check(n + vc + 1, 1);
+    unsigned char* want = (unsigned char*)calloc_check(n + vc + 1, 1);
+    StageSlice* sl = (StageSlice*)malloc_check(STAGE_MAX_SLICES(st->range.l1 - st->range.l0) * sizeof(StageSlice));
+    int ns = stage_slices(st, sl);
+    for (int i = 0; i < ns; i++) memset(want + sl[i].off, 1, sl[i].n);
+    memset(want + n, 1, vc);
+    free(sl);
+    int ok = 1;
+    for (int i = 0; i < ds->n_buckets && ok; i++) {
+        const DpBucket* b = &ds->buckets[i];
+        size_t* elems = (size_t*)calloc_check(ds->D, sizeof(size_t));
+        int* idx = (int*)calloc_check(ds->D, sizeof(int));
+        for (int j = 0; j < b->n_blocks && ok; j++) {
+            const DpBlock* k = &b->blocks[j];
+            size_t at = (k->head ? n : 0) + k->src;
+            if (k->owner < 0 || k->owner >= ds->D || k->len == 0 || k->len > (uint32_t)ds->cfg.block || at + k->len > (k->head ? n + vc : n))
+                ok = 0, snprintf(why, whylen, "bucket %d block %d: owner %d, len %u at %zu", i, j, k->owner, k->len, at);
+            else if (k->idx != (uint32_t)idx[k->owner]++ || k->elem != elems[k->owner])
+                ok = 0, snprintf(why, whylen, "bucket %d block %d: index %u / element %zu out of order", i, j, k->idx, k->elem);
+            else
+                for (uint32_t e = 0; e < k->len; e++) hit[at + e]++;
+            elems[k->owner] += k->len;
+        }
+        for (int q = 0; q < ds->D && ok; q++)
+            if (elems[q] != b->seg_elems[q] || idx[q] != b->seg_blocks[q]) ok = 0, snprintf(why, whylen, "bucket %d owner %d: totals differ", i, q);
+        free(elems);
+        free(idx);
+    }
+    for (size_t e = 0; e < n + vc && ok; e++)
+        if (hit[e] != want[e]) ok = 0, snprintf(why, whylen, "element %zu in %d blocks (%d wanted)", e, hit[e], want[e]);
+    free(hit);
+    free(want);
+    return ok;
+}
+
+// the plan alone against the full sync's: the same buckets, blocks and segments; no message buffers;
+// the residuals (int8 with error feedback) all the same
+static int same_plan(const DpSync* a, const DpSync* p) {
+    if (a->n_buckets != p->n_buckets || p->scratch || !a->ef_replica != !p->ef_replica || !a->ef_owner != !p->ef_owner) return 0;
+    for (int i = 0; i < a->n_buckets; i++) {
+        const DpBucket *x = &a->buckets[i], *y = &p->buckets[i];
+        if (x->n_blocks != y->n_blocks || x->n_units != y->n_units || x->first_unit != y->first_unit || y->buf || y->recv || y->req) return 0;
+        if (memcmp(x->blocks, y->blocks, (size_t)x->n_blocks * sizeof(DpBlock)) || memcmp(x->seg_off, y->seg_off, (a->D + 1) * sizeof(size_t)) ||
+            memcmp(x->seg_blocks, y->seg_blocks, a->D * sizeof(int)) || memcmp(x->seg_elems, y->seg_elems, a->D * sizeof(size_t)))
+            return 0;
+    }
+    return 1;
+}
+
+int main(void) {
+    const GPT2Config small = {64, 1000, 1024, 3, 4, 128};     // maxT, V, Vp, L, NH, C
+    const GPT2Config gpt2 = {1024, 50257, 50304, 12, 12, 768}; // GPT-2 124M
+    struct {
+        const char* name;
+        const GPT2Config* cfg;
+        GPT2Range range;
+    } stages[] = {{"small whole", &small, {0, 3, 1, 1}}, {"small first", &small, {0, 1, 1, 0}}, {"small middle", &small, {1, 2, 0, 0}},
+                  {"small last", &small, {2, 3, 0, 1}},  {"124M whole", &gpt2, {0, 12, 1, 1}},  {"124M last half", &gpt2, {6, 12, 0, 1}}};
+    const int blocks[] = {256, 100, 7, 1};
+    const size_t buckets[] = {0, 64 << 10, 4 << 20};
+    int cases = 0, covered = 0, equal = 0, host_ok = 0, dev_ok = 0, bytes_ok = 0;
+    double worst_host = 0.0, worst_dev = 0.0; // the largest held / planned, to print
+    char why[256] = "";
+    for (size_t si = 0; si < sizeof stages / sizeof stages[0]; si++) {
+        Stage st;
+        StageInit init = {.cfg = stages[si].cfg, .range = stages[si].range, .B = 1, .T = 64};
+        stage_init_common(&st, &init, NULL, NULL); // shapes only
+        size_t n = st.num_params, vc = st.range.has_head ? st.sizes[0] : 0;
+        int big = stages[si].cfg == &gpt2;
+        for (int D = 2; D <= 4; D++)
+            for (int me = 0; me < D; me += D - 1)
+                for (int mode = 0; mode < 3; mode++)
+                    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+                        for (size_t ki = 0; ki < sizeof buckets / sizeof buckets[0]; ki++) {
+                            if (big && (bi || ki == 1 || D == 3 || me)) continue; // (124M: its shape's sizes; the small shapes take the rest)
+                            if (mode == 0 && bi > 1) continue;
+                            Comm c;
+                            memset(&c, 0, sizeof c);
+                            c.D = D, c.replica = me; // a plan reads nothing else of the grid
+                            DpSyncConfig cfg = {mode ? GRAD_QUANT_INT8 : GRAD_QUANT_NONE, blocks[bi], mode == 2, buckets[ki]};
+                            DpSync full, plan;
+                            dp_sync_init(&full, &cfg, &c, &st);
+                            dp_sync_init_plan(&plan, &cfg, &c, &st, 1);
+                            cases++;
+                            char w[160];
+                            if (plan_covers(&full, &st, n, vc, w, sizeof w)) covered++;
+                            else snprintf(why, sizeof why, "%s D=%d me=%d block %d: %s", stages[si].name, D, me, blocks[bi], w);
+                            equal += same_plan(&full, &plan);
+                            bytes_ok += dp_sync_step_bytes(&full) == dp_sync_step_bytes(&plan);
+                            double held = dp_sync_held_bytes(&full), planned = dp_sync_planned_bytes(&cfg, &st, D);
+                            double dev = dp_sync_device_sizes(&plan).total, dev_planned = dp_sync_device_planned_bytes(&cfg, &st, D);
+                            host_ok += held <= planned;
+                            dev_ok += dev <= dev_planned;
+                            if (held > planned || dev > dev_planned)
+                                printf("over: %s D=%d me=%d mode %d block %d bucket %zu: host %.0f of %.0f, device %.0f of %.0f\n", stages[si].name, D, me,
+                                       mode, blocks[bi], buckets[ki], held, planned, dev, dev_planned);
+                            if (held / planned > worst_host) worst_host = held / planned;
+                            if (dev / dev_planned > worst_dev) worst_dev = dev / dev_planned;
+                            dp_sync_free(&full);
+                            dp_sync_free(&plan);
+                        }
+    }
+    CHECK(covered == cases, "every element in exactly one block, owners' blocks in order, in %d of %d plans %s", covered, cases, why);
+    CHECK(equal == cases, "dp_sync_init_plan's plan is the full sync's, without message buffers, in %d of %d", equal, cases);
+    CHECK(bytes_ok == cases, "the same bytes a step, in %d of %d", bytes_ok, cases);
+    CHECK(host_ok == cases, "dp_sync_planned_bytes bounds what the host sync holds, in %d of %d (at most %.1f%% of it used)", host_ok, cases,
+          100.0 * worst_host);
+    CHECK(dev_ok == cases, "dp_sync_device_planned_bytes bounds what the GPU sync allocates, in %d of %d (at most %.1f%% of it used)", dev_ok, cases,
+          100.0 * worst_dev);
+    return test_summary();
+}
