@@ -68,6 +68,25 @@ static int check_scalar(const char* name, double gpu, double cpu, double tol) {
     return ok;
 }
 
+// the units the CUDA weight backward reports done (GPT2UnitHook, what the GPU gradient sync overlaps by)
+typedef struct {
+    int unit[64];
+    int n;
+} UnitLog;
+static void unit_log(void* ctx, int unit) {
+    UnitLog* u = (UnitLog*)ctx;
+    if (u->n < 64) u->unit[u->n] = unit;
+    u->n++;
+}
+// a whole model's backward reports each unit once, in the order it computes them: the head's share
+// (L + 2), the final LayerNorm (L + 1), the layers from the last (L .. 1), the embeddings (0)
+static void check_unit_order(const UnitLog* u, int L) {
+    int ok = u->n == L + 3;
+    for (int i = 0; ok && i < u->n; i++) ok = u->unit[i] == L + 2 - i;
+    printf("  %-30s %d units reported, in the order computed  %s\n", "backward's unit hook", u->n, ok ? "OK" : "NOT OK");
+    if (!ok) g_all_ok = 0;
+}
+
 // ---- host/device helpers ----------------------------------------------------------------------------
 
 // n normals * scale, rounded to what floatX holds (so the CPU sees exactly the GPU's inputs)
@@ -492,7 +511,10 @@ static void test_model(const ModelCase* mc, const CpuRun* c) {
     check_x("dres3 (all layers)", g.dres3, c->g.dres3, L * BTC, TOL_MODEL);
     check_x("dqkv (all layers)", g.dqkv, c->g.dqkv, 3 * L * BTC, TOL_MODEL);
     check_x("dx_in", g.dx_in, c->g.dx_in, BTC, TOL_MODEL);
-    gpt2_cuda_backward_weight(&m, &a, &g);
+    UnitLog units = {{0}, 0};
+    GPT2UnitHook hook = {unit_log, &units};
+    gpt2_cuda_backward_weight(&m, &a, &g, &hook);
+    check_unit_order(&units, L);
     float* gr = zeros_h(m.num_params);
     gpt2_cuda_get_grads(&m, gr);
     check_grads(cfg, &all, gr, c->grads, 0);
@@ -555,8 +577,8 @@ static void test_model_split(const ModelCase* mc, const CpuRun* c) {
     gpt2_cuda_backward_input(&m1, &a1, &g1, NULL, 1.0f / BT);
     gpt2_cuda_dx_in(&m1, &g1, B, T, x);
     gpt2_cuda_backward_input(&m0, &a0, &g0, x, 0.0f);
-    gpt2_cuda_backward_weight(&m1, &a1, &g1);
-    gpt2_cuda_backward_weight(&m0, &a0, &g0);
+    gpt2_cuda_backward_weight(&m1, &a1, &g1, NULL);
+    gpt2_cuda_backward_weight(&m0, &a0, &g0, NULL);
     float *gr0 = zeros_h(n0), *gr1 = zeros_h(n1), *dh = zeros_h((size_t)Vp * C);
     gpt2_cuda_get_grads(&m0, gr0);
     gpt2_cuda_get_grads(&m1, gr1);
@@ -618,7 +640,7 @@ static void test_steps(const ModelCase* mc, int steps) {
         gpt2_cuda_zero_grads(&m);
         float lg = gpt2_cuda_forward(&m, &ga, mc->inputs, mc->targets, NULL);
         gpt2_cuda_backward_input(&m, &ga, &gg, NULL, 1.0f / BT);
-        gpt2_cuda_backward_weight(&m, &ga, &gg);
+        gpt2_cuda_backward_weight(&m, &ga, &gg, NULL);
         gpt2_cuda_tie_wte_grads(&m);
         gpt2_cuda_update(&m, lr, b1, b2, eps, wd, t, 1.0f);
         char name[32];

@@ -500,7 +500,7 @@ static void print_startup(const Trainer* tr) {
         else snprintf(how, sizeof how, "fp32");
         printf("| %-20s | gradients averaged over the %d replicas: %s, two-shot, %d buckets of >= %.2f MiB %s\n", "data-parallel", c->D, how,
                (tr->dsync ? dp_sync_cuda_plan(tr->dsync) : &tr->sync)->n_buckets, (double)q->bucket_bytes / 1048576.0,
-               tr->device_sync ? "in GPU memory, NCCL, after the step's last backward" : "in host memory, sent as backward completes them");
+               tr->device_sync ? "in GPU memory, NCCL, sent as backward completes them" : "in host memory, sent as backward completes them");
     }
     printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
@@ -659,7 +659,7 @@ static void make_executor(Trainer* tr) {
     ex->link = tr->link;
     ex->dp = tr->dp;
     ex->sync = tr->use_sync && !tr->dsync ? &tr->sync : NULL;
-    if (tr->dsync) ex->device_sync = (DpSyncDevice){dp_sync_cuda_average, tr->dsync, tr->sync_cfg.quant};
+    if (tr->dsync) ex->device_sync = (DpSyncDevice){dp_sync_cuda_begin_slot, dp_sync_cuda_unit_done, dp_sync_cuda_end_slot, tr->dsync, tr->sync_cfg.quant};
     ex->optim = (OptimConfig){{a->lr, a->beta1, a->beta2, a->eps, a->weight_decay}, a->steps, a->warmup, a->final_lr_frac, a->clip};
     ex->comp = tr->synthetic || tr->comp.methods == STALE_NONE ? NULL : &tr->comp;
     ex->jitter = tr->synthetic ? 0.0f : a->jitter; // synthetic compute draws its op times with the jitter itself

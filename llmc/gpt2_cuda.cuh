@@ -442,19 +442,24 @@ void gpt2_cuda_dx_in(const GPT2Cuda* m, const GPT2CudaGradActs* g, int B, int T,
 }
 
 // weight-gradient half: accumulates (+=) into m->grads; the LM head's share of wte's gradient into
-// m->dwte_head, the encoder's into m->grads.wte (as gpt2_backward_weight)
-void gpt2_cuda_backward_weight(GPT2Cuda* m, const GPT2CudaActs* a, const GPT2CudaGradActs* g) {
+// m->dwte_head, the encoder's into m->grads.wte (as gpt2_backward_weight). hook: NULL, or told of each
+// unit (gpt2.h's numbering) as soon as its last kernel is enqueued on g_cuda_stream, in the order
+// enqueued: the head's share, the final LayerNorm, the layers from the last, the embeddings (an event
+// recorded then marks the unit done on the device)
+void gpt2_cuda_backward_weight(GPT2Cuda* m, const GPT2CudaActs* a, const GPT2CudaGradActs* g, const GPT2UnitHook* hook) {
     const GPT2Config* cfg = &m->cfg;
     const GPT2Range* r = &m->range;
     ParameterTensors* gr = &m->grads;
-    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0;
+    int B = a->B, T = a->T, C = cfg->channels, Ls = r->l1 - r->l0, L = cfg->num_layers;
     int BT = B * T, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
     float* s = m->scratch;
     if (r->has_head) {
         const floatX* last = a->residual3 + (Ls - 1) * BTC;
         matmul_backward_weight_cuda(m->dwte_head, NULL, a->logits, a->lnf, BT, C, Vp, s);
+        if (hook) hook->done(hook->ctx, L + 2);
         layernorm_backward_weight_cuda(gr->lnfw, gr->lnfb, g->dlnf, last, a->lnf_mean, a->lnf_rstd, BT, C, s);
+        if (hook) hook->done(hook->ctx, L + 1);
     }
     for (int l = Ls - 1; l >= 0; l--) {
         const floatX* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
@@ -467,8 +472,12 @@ void gpt2_cuda_backward_weight(GPT2Cuda* m, const GPT2CudaActs* a, const GPT2Cud
         matmul_backward_weight_cuda(gr->qkvw + l * 3 * c * c, gr->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C, s);
         layernorm_backward_weight_cuda(gr->ln1w + l * c, gr->ln1b + l * c, g->dln1 + l * BTC, residual, a->ln1_mean + l * BT,
                                        a->ln1_rstd + l * BT, BT, C, s);
+        if (hook) hook->done(hook->ctx, 1 + r->l0 + l);
     }
-    if (r->has_embed) encoder_backward_cuda(gr->wte, gr->wpe, g->dx_in, a->inputs_host, B, T, C, g->enc_scratch);
+    if (r->has_embed) {
+        encoder_backward_cuda(gr->wte, gr->wpe, g->dx_in, a->inputs_host, B, T, C, g->enc_scratch);
+        if (hook) hook->done(hook->ctx, 0);
+    }
 }
 
 #ifdef __cplusplus

@@ -218,7 +218,7 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         Q8="--micro-batches 2 --grad-quant int8 --quant-block 64 -n 4"
         run gpu_d2_int8_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM $Q8 --comm mpi -o build/gpu_d2q_mpi &&
             run gpu_d2_int8_nccl 180 nccl2 ./train_tdpipe --device cuda $SM $Q8 -o build/gpu_d2q_nccl &&
-            run gpu_d2_int8_nccl_used 5 said gpu_d2_int8_nccl "in GPU memory, NCCL, after the step's last backward" &&
+            run gpu_d2_int8_nccl_used 5 said gpu_d2_int8_nccl "in GPU memory, NCCL, sent as backward completes them" &&
             run gpu_d2_int8_equal 5 same "D = 2 int8: sync over NCCL vs over host memory" build/gpu_d2q_mpi build/gpu_d2q_nccl &&
             mkdir -p build/gpu_d2q_res_nccl build/gpu_d2q_res_mpi &&
             cp build/gpu_d2q_mpi/ckpt_00000004.tdck build/gpu_d2q_res_nccl/ && cp build/gpu_d2q_nccl/ckpt_00000004.tdck build/gpu_d2q_res_mpi/ &&

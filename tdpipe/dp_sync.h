@@ -79,10 +79,13 @@ typedef struct {
 } DpSync;
 
 // A backend's own sync of gradient slot k where the gradient lives (tdpipe/dp_sync_cuda.cuh on GPUs,
-// over NCCL): the same plan and the same bits as DpSync's, blocking (after the step's last backward);
-// step: 0-based, as dp_sync_begin's. Returns the step's figures.
+// over NCCL): the same plan and the same bits as DpSync's. begin before the step's last backward,
+// which tells unit_done (a GPT2UnitHook's done) as it completes units; end at post (it begins first
+// when begin was not called), waits, and returns the step's figures. step: 0-based, as dp_sync_begin's.
 typedef struct {
-    DpSyncStats (*average)(void* ctx, Stage* st, int k, int step);
+    void (*begin)(void* ctx, Stage* st, int k, int step);
+    void (*unit_done)(void* ctx, int unit);
+    DpSyncStats (*end)(void* ctx, Stage* st, int k, int step);
     void* ctx;
     GradQuant quant;
 } DpSyncDevice;

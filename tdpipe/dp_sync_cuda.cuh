@@ -21,7 +21,7 @@
 // blocks this replica owns (indices into the bucket's blocks). Every kernel runs one warp per plan
 // block (a grid-stride loop over the bucket's blocks, the lanes over the block's elements, any block
 // size), so one launch covers a bucket, whatever its blocks' owners (consecutive blocks of a slice
-// have different owners: "contiguous runs" would be one block each). Per bucket, in plan order, all on
+// have different owners: "contiguous runs" would be one block each). Per bucket, in the order its units complete, all on
 // the NCCL stream:
 //   1  dsc_pack_kernel: each block of the gradient (+ the replica residual: quant_int8_ef's
 //      arithmetic) into its owner's segment at (idx, elem); [the int8 histogram of every segment's
@@ -40,11 +40,11 @@
 // The non-finite count (phases 1 and 2, as dp_sync.c counts it) and the histogram are device counters,
 // read back once per step with the sync's end.
 //
-// Not overlapped with backward: the sync starts after the step's last backward (the executor's post,
-// as cuda_dp_average does), because the CUDA backward has no per-unit hook yet (cuda_backward_weight
-// ignores the GPT2UnitHook: its kernels are enqueued, not run, when the host would be told a unit is
-// done; an event per unit recorded on the compute stream would be the hook). Buckets then only bound
-// the buffers; they change no bit (the result is per block).
+// Overlapped with backward: the executor starts the sync before the step's last backward
+// (dp_sync_cuda_start), the CUDA weight backward tells dp_sync_cuda_unit_done each unit as it enqueues
+// the unit's last kernel, an event recorded on the compute stream then marks it, and a bucket whose
+// units are all done is enqueued behind its event; dp_sync_cuda_end enqueues the rest and waits.
+// Buckets change no bit (the result is per block), only when the bytes move.
 //
 // NaNs: the dequantizing kernels pass an operand's NaN on quieted, as x86 does (quant.cuh); the fp32
 // sum does the same for a NaN operand (the first operand's first, as the vectorized host loop adds
@@ -89,6 +89,12 @@ struct DpSyncCuda {
     unsigned long long* d_counts; // (1 + 256) non-finite elements, then the histogram of the int8 values sent
     unsigned long long* h_counts; // (1 + 256) pinned host copy
     double device_bytes;          // what the above take on the device
+    cudaEvent_t* events;          // (n_buckets) where the compute stream completed each bucket's units
+    // the sync in flight (dp_sync_cuda_start .. _end)
+    int active, measure;          // measure: this step's entropy
+    float* grads;                 // (num_params) device
+    float* head;                  // (Vp * C) device, the LM head's share; NULL off the last stage
+    double t_first;               // when its first bucket was enqueued (0: none yet)
     DpSyncStats stats;            // the last step's figures
 };
 
@@ -261,6 +267,8 @@ static inline DpSyncCuda* dp_sync_cuda_init_nccl(const DpSyncConfig* cfg, Comm* 
         cudaCheck(cudaMemset(ds->d_ef_replica, 0, ds->n * sizeof(float)));
         cudaCheck(cudaMemset(ds->d_ef_owner, 0, ds->n * sizeof(float)));
     }
+    ds->events = (cudaEvent_t*)calloc_check(nb ? nb : 1, sizeof(cudaEvent_t));
+    for (int b = 0; b < nb; b++) cudaCheck(cudaEventCreateWithFlags(&ds->events[b], cudaEventDisableTiming));
     ds->d_counts = (unsigned long long*)dsc_malloc(ds, 257 * sizeof(unsigned long long));
     cudaCheck(cudaMallocHost((void**)&ds->h_counts, 257 * sizeof(unsigned long long)));
     ds->stats.entropy = NAN;
@@ -293,6 +301,8 @@ static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaCheck(cudaFree(dev[i]));
     cudaCheck(cudaFreeHost(ds->h_counts));
+    for (int b = 0; b < ds->plan.n_buckets; b++) cudaCheck(cudaEventDestroy(ds->events[b]));
+    free(ds->events);
     if (ds->own_comm) comm_nccl_free(&ds->own);
     dp_sync_free(&ds->plan);
     free(ds->block_base);
@@ -305,98 +315,140 @@ static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
 // 256-thread blocks, one warp per plan block (quant.cuh's grid)
 static inline int dsc_grid(size_t warps) { return quant_grid(warps); }
 
-// The replicas' average of a gradient in device memory, in place: grads (num_params) and head (the LM
-// head's share, last stage; else NULL), laid out as a slot's. step: 0-based, picks the steps whose
-// entropy is measured (as dp_sync_begin). Enqueued behind everything on the compute stream
-// (g_cuda_stream), and waited for: the average is there when it returns, bitwise the same on every
-// replica and the same bits as dp_sync.c's for the same local gradients. Returns the step's figures.
-static inline DpSyncStats dp_sync_cuda_sync(DpSyncCuda* ds, float* grads, float* head, int step) {
+// Bucket bi's three phases, enqueued on the communication stream behind whatever it was made to wait
+// for (the units' event, or all of the compute stream): pack into the owners' segments, the all-to-all,
+// the owner's sums / D (requantized), the all-gather, unpack into the gradient
+static inline void dsc_post_bucket(DpSyncCuda* ds, int bi) {
     DpSync* p = &ds->plan;
     CommNccl* cn = ds->cn;
     cudaStream_t sm = cn->stream;
-    int D = ds->D, me = ds->me;
-    if (ds->st->range.has_head != (head != NULL)) td_fatal("dp_sync_cuda_sync: the LM head's share %s", head ? "given to a stage without the head" : "missing");
-    double t0 = now_seconds();
-    int measure = ds->int8 && step % DP_ENTROPY_EVERY == 0;
-    memset(&ds->stats, 0, sizeof ds->stats);
-    comm_nccl_wait_for(cn, g_cuda_stream); // after the backward kernels that wrote the gradient
-    cudaCheck(cudaMemsetAsync(ds->d_counts, 0, (measure ? 257 : 1) * sizeof(unsigned long long), sm));
-    int mode = !ds->int8 ? DSC_FP32 : ds->ef ? DSC_INT8_EF : DSC_INT8;
+    int D = ds->D, me = ds->me, mode = !ds->int8 ? DSC_FP32 : ds->ef ? DSC_INT8_EF : DSC_INT8;
+    float *grads = ds->grads, *head = ds->head;
     size_t head_off = ds->st->num_params;
-    for (int bi = 0; bi < p->n_buckets; bi++) {
-        const DpBucket* b = &p->buckets[bi];
-        const DpBlock* d_blocks = ds->d_blocks + ds->block_base[bi];
-        const size_t* d_seg_off = ds->d_seg_off + (size_t)bi * (D + 1);
-        const int* d_seg_blocks = ds->d_seg_blocks + (size_t)bi * D;
-        size_t nbl = (size_t)b->n_blocks, n_mine = ds->mine_base[bi + 1] - ds->mine_base[bi];
-        size_t mine = b->seg_off[me + 1] - b->seg_off[me];
-        uint8_t* own = ds->d_buf + b->seg_off[me];
-        if (nbl == 0) continue;
-        // phase 1: into the owners' segments, each on its way to its owner, the others' shares of mine here
-        if (mode == DSC_FP32)
-            dsc_pack_kernel<DSC_FP32><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
-        else if (mode == DSC_INT8)
-            dsc_pack_kernel<DSC_INT8><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
-        else
-            dsc_pack_kernel<DSC_INT8_EF><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, ds->d_ef_replica, head_off, ds->d_buf,
-                                                                    ds->d_counts);
-        cudaCheckLaunch("dsc_pack_kernel");
-        if (measure)
-            for (int j = 0; j < D; j++) { // every value this replica quantized: each segment's int8 part
-                size_t ne = b->seg_elems[j];
-                if (ne == 0) continue;
-                size_t hb = (ne + 4095) / 4096;
-                quant_histogram_kernel<<<hb > 2048 ? 2048 : (int)hb, 256, 0, sm>>>((const int8_t*)(ds->d_buf + b->seg_off[j] + (size_t)b->seg_blocks[j] * sizeof(float)),
-                                                                                 ne, ds->d_counts + 1);
-                cudaCheckLaunch("quant_histogram_kernel (dp_sync_cuda)");
-            }
-        if (D > 1) { // the all-to-all; zero-size segments are skipped on both sides alike (the plan is every replica's)
-            ncclCheck(ncclGroupStart());
-            for (int j = 0; j < D; j++) {
-                if (j == me) continue;
-                size_t bytes = b->seg_off[j + 1] - b->seg_off[j];
-                if (bytes) ncclCheck(ncclSend(ds->d_buf + b->seg_off[j], bytes, ncclUint8, j, cn->dp, sm));
-                if (mine) ncclCheck(ncclRecv(ds->d_recv + (size_t)(j < me ? j : j - 1) * mine, mine, ncclUint8, j, cn->dp, sm));
-            }
-            ncclCheck(ncclGroupEnd());
+    p->buckets[bi].phase = 1;
+    if (ds->t_first == 0.0) ds->t_first = now_seconds();
+    if (p->buckets[bi].n_blocks == 0) return;
+    const DpBucket* b = &p->buckets[bi];
+    const DpBlock* d_blocks = ds->d_blocks + ds->block_base[bi];
+    const size_t* d_seg_off = ds->d_seg_off + (size_t)bi * (D + 1);
+    const int* d_seg_blocks = ds->d_seg_blocks + (size_t)bi * D;
+    size_t nbl = (size_t)b->n_blocks, n_mine = ds->mine_base[bi + 1] - ds->mine_base[bi];
+    size_t mine = b->seg_off[me + 1] - b->seg_off[me];
+    uint8_t* own = ds->d_buf + b->seg_off[me];
+    // phase 1: into the owners' segments, each on its way to its owner, the others' shares of mine here
+    if (mode == DSC_FP32)
+        dsc_pack_kernel<DSC_FP32><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
+    else if (mode == DSC_INT8)
+        dsc_pack_kernel<DSC_INT8><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
+    else
+        dsc_pack_kernel<DSC_INT8_EF><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, ds->d_ef_replica, head_off, ds->d_buf,
+                                                                ds->d_counts);
+    cudaCheckLaunch("dsc_pack_kernel");
+    if (ds->measure)
+        for (int j = 0; j < D; j++) { // every value this replica quantized: each segment's int8 part
+            size_t ne = b->seg_elems[j];
+            if (ne == 0) continue;
+            size_t hb = (ne + 4095) / 4096;
+            quant_histogram_kernel<<<hb > 2048 ? 2048 : (int)hb, 256, 0, sm>>>((const int8_t*)(ds->d_buf + b->seg_off[j] + (size_t)b->seg_blocks[j] * sizeof(float)),
+                                                                             ne, ds->d_counts + 1);
+            cudaCheckLaunch("quant_histogram_kernel (dp_sync_cuda)");
         }
-        // phase 2: the owner's sums, / D, requantized, in place in my segment; then to every replica
-        if (n_mine) {
-            const uint32_t* d_mine = ds->d_mine + ds->mine_base[bi];
-            int ob = b->seg_blocks[me];
-            if (mode == DSC_FP32)
-                dsc_reduce_kernel<DSC_FP32><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off, ds->d_counts);
-            else if (mode == DSC_INT8)
-                dsc_reduce_kernel<DSC_INT8><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, NULL, head_off,
-                                                                          ds->d_counts);
-            else
-                dsc_reduce_kernel<DSC_INT8_EF><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, ds->d_ef_owner,
-                                                                             head_off, ds->d_counts);
-            cudaCheckLaunch("dsc_reduce_kernel");
+    if (D > 1) { // the all-to-all; zero-size segments are skipped on both sides alike (the plan is every replica's)
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < D; j++) {
+            if (j == me) continue;
+            size_t bytes = b->seg_off[j + 1] - b->seg_off[j];
+            if (bytes) ncclCheck(ncclSend(ds->d_buf + b->seg_off[j], bytes, ncclUint8, j, cn->dp, sm));
+            if (mine) ncclCheck(ncclRecv(ds->d_recv + (size_t)(j < me ? j : j - 1) * mine, mine, ncclUint8, j, cn->dp, sm));
         }
-        if (D > 1) { // the all-gather: my result to every replica, owner j's into its place in buf
-            ncclCheck(ncclGroupStart());
-            for (int j = 0; j < D; j++) {
-                if (j == me) continue;
-                size_t bytes = b->seg_off[j + 1] - b->seg_off[j];
-                if (mine) ncclCheck(ncclSend(own, mine, ncclUint8, j, cn->dp, sm));
-                if (bytes) ncclCheck(ncclRecv(ds->d_buf + b->seg_off[j], bytes, ncclUint8, j, cn->dp, sm));
-            }
-            ncclCheck(ncclGroupEnd());
-        }
-        // phase 3: the owners' results into the gradient
-        if (mode == DSC_FP32) dsc_unpack_kernel<false><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
-        else dsc_unpack_kernel<true><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
-        cudaCheckLaunch("dsc_unpack_kernel");
+        ncclCheck(ncclGroupEnd());
     }
-    cudaCheck(cudaMemcpyAsync(ds->h_counts, ds->d_counts, (measure ? 257 : 1) * sizeof(unsigned long long), cudaMemcpyDeviceToHost, sm));
+    // phase 2: the owner's sums, / D, requantized, in place in my segment; then to every replica
+    if (n_mine) {
+        const uint32_t* d_mine = ds->d_mine + ds->mine_base[bi];
+        int ob = b->seg_blocks[me];
+        if (mode == DSC_FP32)
+            dsc_reduce_kernel<DSC_FP32><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off, ds->d_counts);
+        else if (mode == DSC_INT8)
+            dsc_reduce_kernel<DSC_INT8><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, NULL, head_off,
+                                                                      ds->d_counts);
+        else
+            dsc_reduce_kernel<DSC_INT8_EF><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, ds->d_ef_owner,
+                                                                         head_off, ds->d_counts);
+        cudaCheckLaunch("dsc_reduce_kernel");
+    }
+    if (D > 1) { // the all-gather: my result to every replica, owner j's into its place in buf
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < D; j++) {
+            if (j == me) continue;
+            size_t bytes = b->seg_off[j + 1] - b->seg_off[j];
+            if (mine) ncclCheck(ncclSend(own, mine, ncclUint8, j, cn->dp, sm));
+            if (bytes) ncclCheck(ncclRecv(ds->d_buf + b->seg_off[j], bytes, ncclUint8, j, cn->dp, sm));
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    // phase 3: the owners' results into the gradient
+    if (mode == DSC_FP32) dsc_unpack_kernel<false><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
+    else dsc_unpack_kernel<true><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
+    cudaCheckLaunch("dsc_unpack_kernel");
+}
+
+// The sync of a gradient in device memory begins: grads (num_params) and head (the LM head's share,
+// last stage; else NULL), laid out as a slot's; step: 0-based, picks the steps whose entropy is
+// measured (as dp_sync_begin). Its buckets go as backward completes their units
+// (dp_sync_cuda_unit_done) or at dp_sync_cuda_end.
+static inline void dp_sync_cuda_start(DpSyncCuda* ds, float* grads, float* head, int step) {
+    DpSync* p = &ds->plan;
+    if (ds->active) td_fatal("dp_sync_cuda_start: a sync is still running");
+    if (ds->st->range.has_head != (head != NULL)) td_fatal("dp_sync_cuda_start: the LM head's share %s", head ? "given to a stage without the head" : "missing");
+    ds->active = 1;
+    ds->grads = grads, ds->head = head;
+    ds->measure = ds->int8 && step % DP_ENTROPY_EVERY == 0;
+    ds->t_first = 0.0;
+    memset(&ds->stats, 0, sizeof ds->stats);
+    for (int i = 0; i < p->n_buckets; i++) p->buckets[i].units_left = p->buckets[i].n_units, p->buckets[i].phase = 0;
+    cudaCheck(cudaMemsetAsync(ds->d_counts, 0, (ds->measure ? 257 : 1) * sizeof(unsigned long long), ds->cn->stream));
+}
+
+// A GPT2UnitHook's done (ctx: the DpSyncCuda): backward has enqueued the last kernels of `unit`. An
+// event on the compute stream marks the moment; a bucket whose units are all done goes, behind its
+// event, so its communication runs while backward computes the units below. Every replica enqueues
+// the same buckets in the same order (backward's program order), as NCCL's point-to-point calls need.
+static inline void dp_sync_cuda_unit_done(void* ctx, int unit) {
+    DpSyncCuda* ds = (DpSyncCuda*)ctx;
+    DpSync* p = &ds->plan;
+    int bi = ds->active && unit >= 0 && unit < p->n_units ? p->bucket_of_unit[unit] : -1;
+    if (bi < 0 || --p->buckets[bi].units_left > 0 || p->buckets[bi].phase) return;
+    cudaCheck(cudaEventRecord(ds->events[bi], g_cuda_stream));
+    cudaCheck(cudaStreamWaitEvent(ds->cn->stream, ds->events[bi], 0));
+    dsc_post_bucket(ds, bi);
+}
+
+// The buckets not yet gone (behind all of the compute stream's work), then the wait: the average in
+// place when it returns, bitwise the same on every replica and the same bits as dp_sync.c's for the
+// same local gradients. Returns the step's figures (wait: the time this call blocked; span: from the
+// first bucket enqueued to the end).
+static inline DpSyncStats dp_sync_cuda_end(DpSyncCuda* ds) {
+    DpSync* p = &ds->plan;
+    CommNccl* cn = ds->cn;
+    if (!ds->active) td_fatal("dp_sync_cuda_end: no sync was started");
+    double t0 = now_seconds();
+    int behind = 0;
+    for (int bi = 0; bi < p->n_buckets; bi++) {
+        if (p->buckets[bi].phase) continue;
+        if (!behind) comm_nccl_wait_for(cn, g_cuda_stream), behind = 1; // after the backward kernels that wrote the gradient
+        dsc_post_bucket(ds, bi);
+    }
+    cudaCheck(cudaMemcpyAsync(ds->h_counts, ds->d_counts, (ds->measure ? 257 : 1) * sizeof(unsigned long long), cudaMemcpyDeviceToHost, cn->stream));
     comm_nccl_sync(cn); // polls NCCL's asynchronous errors while it waits; the compute stream reads the slot next
     double t1 = now_seconds();
+    ds->active = 0;
     ds->stats.nonfinite = (size_t)ds->h_counts[0];
-    ds->stats.bytes = D > 1 ? dp_sync_step_bytes(p) : 0.0;
-    ds->stats.wait = ds->stats.span = t1 - t0; // (nothing overlaps: all of it is waited for)
+    ds->stats.bytes = ds->D > 1 ? dp_sync_step_bytes(p) : 0.0;
+    ds->stats.wait = t1 - t0;
+    ds->stats.span = t1 - (ds->t_first > 0.0 ? ds->t_first : t0);
     ds->stats.entropy = NAN;
-    if (measure) {
+    if (ds->measure) {
         uint64_t hist[256];
         for (int i = 0; i < 256; i++) hist[i] = (uint64_t)ds->h_counts[1 + i];
         ds->stats.entropy = quant_entropy_bits(hist);
@@ -404,13 +456,24 @@ static inline DpSyncStats dp_sync_cuda_sync(DpSyncCuda* ds, float* grads, float*
     return ds->stats;
 }
 
-// A DpSyncDevice's average (ctx: the DpSyncCuda): gradient slot k of st (the stage it was made for) and
-// the LM head's share, averaged in place on the GPU; step: 0-based (which steps measure the entropy)
-static inline DpSyncStats dp_sync_cuda_average(void* ctx, Stage* st, int k, int step) {
+// both at once: the average of a gradient backward has finished (dev/cuda/dp_sync_check)
+static inline DpSyncStats dp_sync_cuda_sync(DpSyncCuda* ds, float* grads, float* head, int step) {
+    dp_sync_cuda_start(ds, grads, head, step);
+    return dp_sync_cuda_end(ds);
+}
+
+// A DpSyncDevice (ctx: the DpSyncCuda) on gradient slot k of st (the stage it was made for) and its LM
+// head's share: begin before the step's last backward (which then tells unit_done), end at post
+static inline void dp_sync_cuda_begin_slot(void* ctx, Stage* st, int k, int step) {
     DpSyncCuda* ds = (DpSyncCuda*)ctx;
-    if (st != ds->st) td_fatal("dp_sync_cuda_average: a stage it was not made for");
+    if (st != ds->st) td_fatal("dp_sync_cuda_begin_slot: a stage it was not made for");
     GPT2Cuda* m = cuda_model_at(st, k);
-    return dp_sync_cuda_sync(ds, m->grads_memory, m->dwte_head, step);
+    dp_sync_cuda_start(ds, m->grads_memory, m->dwte_head, step);
+}
+static inline DpSyncStats dp_sync_cuda_end_slot(void* ctx, Stage* st, int k, int step) {
+    DpSyncCuda* ds = (DpSyncCuda*)ctx;
+    if (!ds->active) dp_sync_cuda_begin_slot(ctx, st, k, step);
+    return dp_sync_cuda_end(ds);
 }
 
 // the plan (a DpSync without host buffers; int8 with error feedback: its ef_replica and ef_owner are
@@ -452,7 +515,9 @@ struct DpSyncCuda {
 };
 static inline DpSyncCuda* dp_sync_cuda_init(const DpSyncConfig* cfg, Comm* c, Stage* st, void* cuda_dp) { return NULL; }
 static inline void dp_sync_cuda_free(DpSyncCuda* ds) {}
-static inline DpSyncStats dp_sync_cuda_average(void* ctx, Stage* st, int k, int step) { td_fatal("dp_sync_cuda_average: this build has no CUDA backend"); }
+static inline void dp_sync_cuda_begin_slot(void* ctx, Stage* st, int k, int step) { td_fatal("dp_sync_cuda_begin_slot: this build has no CUDA backend"); }
+static inline void dp_sync_cuda_unit_done(void* ctx, int unit) {}
+static inline DpSyncStats dp_sync_cuda_end_slot(void* ctx, Stage* st, int k, int step) { td_fatal("dp_sync_cuda_end_slot: this build has no CUDA backend"); }
 static inline DpSync* dp_sync_cuda_plan(DpSyncCuda* ds) { return &ds->plan; }
 static inline int dp_sync_cuda_residuals_to_host(DpSyncCuda* ds, float* replica, float* owner) { return 0; }
 static inline int dp_sync_cuda_residuals_from_host(DpSyncCuda* ds, const float* replica, const float* owner) { return 0; }

@@ -265,12 +265,14 @@ static void grad_done(Run* r, const Op* op, int slot) {
 }
 
 // 1 when op completes its step's gradient here and the replicas' average may start inside it, bucket
-// by bucket as backward completes units: not where the gradient is a device's (its host copy is made
-// after the step), not on --inject-nan's step (post writes the fault first), not under DC-ASGD (post corrects the whole gradient first),
-// the drift monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass
+// by bucket as backward completes units: the host sync where the gradient is in host memory (a
+// device's host copy is made after the step), or the device's own sync; not on --inject-nan's step
+// (post writes the fault first), not under DC-ASGD (post corrects the whole gradient first), the drift
+// monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass
 static int sync_overlaps(const Run* r, const Op* op) {
     const Executor* ex = r->ex;
-    return ex->sync && r->D > 1 && !ex->gradient_only && op->kind != OP_BI && stage_grads_readable_during_backward(r->st) &&
+    int can = ex->sync ? stage_grads_readable_during_backward(r->st) : ex->device_sync.begin != NULL;
+    return can && r->D > 1 && !ex->gradient_only && op->kind != OP_BI &&
            step_of((Run*)r, op->step)->grad_ops_left == 1 &&
            op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
 }
@@ -294,9 +296,11 @@ static void op_backward(Run* r, const Op* op) {
         if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
     }
     if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
-        GPT2UnitHook hook = {dp_sync_unit_done, r->ex->sync};
-        int overlap = sync_overlaps(r, op);
-        if (overlap) dp_sync_begin(r->ex->sync, stage_grad_slot(st, op->step), op->step);
+        const Executor* ex = r->ex;
+        GPT2UnitHook hook = ex->sync ? (GPT2UnitHook){dp_sync_unit_done, ex->sync} : (GPT2UnitHook){ex->device_sync.unit_done, ex->device_sync.ctx};
+        int overlap = sync_overlaps(r, op), k = stage_grad_slot(st, op->step);
+        if (overlap && ex->sync) dp_sync_begin(ex->sync, k, op->step);
+        else if (overlap) ex->device_sync.begin(ex->device_sync.ctx, st, k, op->step);
         stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
     }
     if (op->kind != OP_BW) weights_done(r, slot);
@@ -364,7 +368,7 @@ static void drift_sync_compare(Run* r, const float* grads, const float* head) {
 static void replicas_average(Run* r, int t, int k) {
     Executor* ex = r->ex;
     StepStats* s = &step_of(r, t)->stats;
-    if ((!ex->sync && !ex->device_sync.average) || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
+    if ((!ex->sync && !ex->device_sync.end) || ex->gradient_only) { // (the drift monitor's exact pass is synchronous fp32 by definition)
         double t0 = now_seconds();
         ex->dp.average(ex->dp.ctx, r->st, k);
         s->dp_wait = s->dp_span = now_seconds() - t0;
@@ -383,7 +387,7 @@ static void replicas_average(Run* r, int t, int k) {
         grads = ds->grads, head = ds->head;
     } else { // on the device: host copies of the gradient before and after, for the drift monitor only
         if (drift) grads = stage_host_grads(r->st, k, &head), drift_fp32_average(r, grads, head);
-        d = ex->device_sync.average(ex->device_sync.ctx, r->st, k, t);
+        d = ex->device_sync.end(ex->device_sync.ctx, r->st, k, t);
         if (drift) grads = stage_host_grads(r->st, k, &head);
     }
     if (drift) drift_sync_compare(r, grads, head);

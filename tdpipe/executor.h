@@ -84,7 +84,7 @@ typedef struct {
     const CommLink* link;  // carries activations, gradients and the tied shares between stages' buffers
     StageDpAverage dp;     // the replicas' blocking fp32 average of a gradient slot (D > 1, no sync; the drift monitor's exact pass)
     DpSync* sync;          // NULL, or the bucketed two-shot average (fp32 or int8) that overlaps backward
-    DpSyncDevice device_sync; // .average NULL, or (sync NULL) the same sync where the gradient lives, after the step's last backward
+    DpSyncDevice device_sync; // .end NULL, or (sync NULL) the same sync where the gradient lives, overlapped with backward there
     OptimConfig optim;
     const StaleComp* comp; // staleness compensation (tdpipe/staleness.h), the stage's too; NULL: none
     float spike_z;         // the guard's spike threshold (0 = NaN and Inf only)

@@ -143,8 +143,8 @@ static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, in
     gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
     cuda_use_weights(c, -1);
 }
-static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (no hook: the gradient is on the GPU)
-    gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts]);
+static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (hook: told as each unit's kernels are enqueued)
+    gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts], hook);
 }
 static void cuda_finish(Stage* st) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
 
@@ -252,7 +252,7 @@ static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int ga
     c->m.grads_memory = c->dc_g;
     gpt2_point_params(&c->m.grads, c->dc_g, c->m.sizes);
     c->m.dwte_head = vc ? c->dc_g + n : NULL;
-    gpt2_cuda_backward_weight(&c->m, &c->acts[slot], &c->ga[gacts]);
+    gpt2_cuda_backward_weight(&c->m, &c->acts[slot], &c->ga[gacts], NULL);
     if (unit_sq) {
         int L = st->cfg.num_layers;
         double* units = (double*)calloc_check(L + 2, sizeof(double));

@@ -1,5 +1,6 @@
 // Check of tdpipe/dp_sync_cuda.cuh: the bucketed two-shot gradient average in GPU memory over NCCL
-// against tdpipe/dp_sync.c's in host memory over MPI, bitwise, on D ranks: every replica's averaged
+// against tdpipe/dp_sync.c's in host memory over MPI, bitwise, on D ranks (on odd steps with the
+// buckets sent unit by unit, as inside a backward; on even ones all at the end): every replica's averaged
 // gradient (its LM head share too) over several steps, the error-feedback residuals after them, the
 // byte count, the entropy on the steps it is measured and the non-finite count (a NaN put in on one
 // step), for fp32 buckets, int8, and int8 with error feedback; blocks of 256 and of 100 (an int8
@@ -91,7 +92,14 @@ static void check_case(Comm* c, CommNccl* cn, const GPT2Config* cfg, const Stage
         cudaCheck(cudaDeviceSynchronize());
         dp_sync_begin_buffers(&host, g, vc ? g + n : NULL, t);
         DpSyncStats hs = dp_sync_finish(&host);
-        DpSyncStats ds = dp_sync_cuda_sync(dev, d_g, vc ? d_g + n : NULL, t);
+        DpSyncStats ds;
+        if (t % 2) { // as inside a backward: every unit reported done (the last first, as the CUDA backward does), each bucket going behind its event
+            dp_sync_cuda_start(dev, d_g, vc ? d_g + n : NULL, t);
+            for (int u = cfg->num_layers + 2; u >= 0; u--) dp_sync_cuda_unit_done(dev, u);
+            ds = dp_sync_cuda_end(dev);
+        } else {
+            ds = dp_sync_cuda_sync(dev, d_g, vc ? d_g + n : NULL, t);
+        }
         cudaCheck(cudaMemcpy(back, d_g, (n + vc) * sizeof(float), cudaMemcpyDeviceToHost));
         int same = !memcmp(back, g, (n + vc) * sizeof(float));
         all_equal &= same;
