@@ -29,8 +29,8 @@ failed=()
 SKIP_BUILD=${SKIP_BUILD:-0}
 
 # ---- the carried environment (scripts/gpu_prepare.sh): its libraries first, then the device's CUDA
-# and NCCL (found where its Python packages put them when the loader does not know them), and its
-# Open MPI copy when the device has no mpirun
+# and NCCL (found where its Python packages put them when the loader does not know them), and the
+# carried Open MPI
 find_lib() { # the directory of shared library $1 on this machine, or nothing
     local d
     d=$(ldconfig -p 2>/dev/null | awk -v l="$1" '$1 == l { print $NF; exit }')
@@ -47,7 +47,9 @@ if [ -d .devlibs ]; then
     done
     export LD_LIBRARY_PATH
 fi
-if ! command -v mpirun >/dev/null && [ -x .devmpi/bin/mpirun ]; then
+# (.devmpi first, even where the device has an mpirun: the carried binaries load this machine's
+# libmpi from .devlibs, and a launcher of another MPI or version would not start them)
+if [ -x .devmpi/bin/mpirun ]; then
     export OPAL_PREFIX=$PWD/.devmpi PMIX_PREFIX=$PWD/.devmpi/pmix2 PMIX_PKGLIBDIR=$PWD/.devmpi/pmix2/lib/pmix PMIX_PKGDATADIR=$PWD/.devmpi/pmix2/share/pmix PATH=$PWD/.devmpi/bin:$PATH
     [ -s .devmpi/mca-params.conf ] && export OMPI_MCA_mca_base_param_files=$PWD/.devmpi/mca-params.conf
 fi
