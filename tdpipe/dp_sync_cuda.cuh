@@ -68,10 +68,9 @@ typedef struct DpSyncCuda DpSyncCuda;
 
 struct DpSyncCuda {
     DpSync plan;                  // dp_sync_init_plan: the buckets' blocks and segments; host residual mirrors (int8 + EF)
-    CommNccl own;                 // the communicator, when it made its own
-    CommNccl* cn;                 // the one it uses: &own or the caller's
+    CommNccl* cn;                 // the caller's communicator (shared; freed by the caller, after this)
     Stage* st;
-    int D, me, int8, ef, own_comm;
+    int D, me, int8, ef;
     size_t n;                     // num_params + the LM head's share
     // the block table on the device, every bucket's one after another
     DpBlock* d_blocks;            // (sum of n_blocks) as the plan's
@@ -275,23 +274,10 @@ static inline DpSyncCuda* dp_sync_cuda_init_nccl(const DpSyncConfig* cfg, Comm* 
     return ds;
 }
 
-// The same, from what train_tdpipe's make_links has: cuda_dp (cuda_dp_init's ctx, a CudaDp: its NCCL
-// communicator is shared), or NULL: one of its own, made the way cuda_dp_init makes it (collective over
-// the stage's replicas). NULL when NCCL cannot connect the replicas (some share a GPU): the host
-// dp_sync stays the way.
+// The same on cuda_dp (cuda_dp_init's ctx, a CudaDp: train_tdpipe's make_links takes this sync only
+// where that NCCL communicator exists, and shares it)
 static inline DpSyncCuda* dp_sync_cuda_init(const DpSyncConfig* cfg, Comm* c, Stage* st, void* cuda_dp) {
-    if (cuda_dp) return dp_sync_cuda_init_nccl(cfg, c, st, &((CudaDp*)cuda_dp)->nccl);
-    int dev = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    if (!comm_nccl_possible(c->dp_comm, dev)) return NULL;
-    CommNccl* own = (CommNccl*)calloc_check(1, sizeof(CommNccl));
-    comm_nccl_init(own, c, dev);
-    DpSyncCuda* ds = dp_sync_cuda_init_nccl(cfg, c, st, own);
-    ds->own = *own; // (moved in: ds->cn points at its own copy)
-    free(own);
-    ds->cn = &ds->own;
-    ds->own_comm = 1;
-    return ds;
+    return dp_sync_cuda_init_nccl(cfg, c, st, &((CudaDp*)cuda_dp)->nccl);
 }
 
 static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
@@ -303,7 +289,6 @@ static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
     cudaCheck(cudaFreeHost(ds->h_counts));
     for (int b = 0; b < ds->plan.n_buckets; b++) cudaCheck(cudaEventDestroy(ds->events[b]));
     free(ds->events);
-    if (ds->own_comm) comm_nccl_free(&ds->own);
     dp_sync_free(&ds->plan);
     free(ds->block_base);
     free(ds->mine_base);
@@ -312,8 +297,6 @@ static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
 
 // ---- one step ----------------------------------------------------------------------------------------
 
-// 256-thread blocks, one warp per plan block (quant.cuh's grid)
-static inline int dsc_grid(size_t warps) { return quant_grid(warps); }
 
 // Bucket bi's three phases, enqueued on the communication stream behind whatever it was made to wait
 // for (the units' event, or all of the compute stream): pack into the owners' segments, the all-to-all,
@@ -337,11 +320,11 @@ static inline void dsc_post_bucket(DpSyncCuda* ds, int bi) {
     uint8_t* own = ds->d_buf + b->seg_off[me];
     // phase 1: into the owners' segments, each on its way to its owner, the others' shares of mine here
     if (mode == DSC_FP32)
-        dsc_pack_kernel<DSC_FP32><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
+        dsc_pack_kernel<DSC_FP32><<<quant_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
     else if (mode == DSC_INT8)
-        dsc_pack_kernel<DSC_INT8><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
+        dsc_pack_kernel<DSC_INT8><<<quant_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, NULL, head_off, ds->d_buf, ds->d_counts);
     else
-        dsc_pack_kernel<DSC_INT8_EF><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, ds->d_ef_replica, head_off, ds->d_buf,
+        dsc_pack_kernel<DSC_INT8_EF><<<quant_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, grads, head, ds->d_ef_replica, head_off, ds->d_buf,
                                                                 ds->d_counts);
     cudaCheckLaunch("dsc_pack_kernel");
     if (ds->measure)
@@ -368,12 +351,12 @@ static inline void dsc_post_bucket(DpSyncCuda* ds, int bi) {
         const uint32_t* d_mine = ds->d_mine + ds->mine_base[bi];
         int ob = b->seg_blocks[me];
         if (mode == DSC_FP32)
-            dsc_reduce_kernel<DSC_FP32><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off, ds->d_counts);
+            dsc_reduce_kernel<DSC_FP32><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off, ds->d_counts);
         else if (mode == DSC_INT8)
-            dsc_reduce_kernel<DSC_INT8><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, NULL, head_off,
+            dsc_reduce_kernel<DSC_INT8><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, NULL, head_off,
                                                                       ds->d_counts);
         else
-            dsc_reduce_kernel<DSC_INT8_EF><<<dsc_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, ds->d_ef_owner,
+            dsc_reduce_kernel<DSC_INT8_EF><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, ds->d_ef_owner,
                                                                          head_off, ds->d_counts);
         cudaCheckLaunch("dsc_reduce_kernel");
     }
@@ -388,8 +371,8 @@ static inline void dsc_post_bucket(DpSyncCuda* ds, int bi) {
         ncclCheck(ncclGroupEnd());
     }
     // phase 3: the owners' results into the gradient
-    if (mode == DSC_FP32) dsc_unpack_kernel<false><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
-    else dsc_unpack_kernel<true><<<dsc_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
+    if (mode == DSC_FP32) dsc_unpack_kernel<false><<<quant_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
+    else dsc_unpack_kernel<true><<<quant_grid(nbl), 256, 0, sm>>>(d_blocks, nbl, d_seg_off, d_seg_blocks, ds->d_buf, grads, head);
     cudaCheckLaunch("dsc_unpack_kernel");
 }
 
