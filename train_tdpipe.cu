@@ -3,7 +3,6 @@
 // steps between consistency points: validation, samples, checkpoints), report. One process
 // (P = D = 1) without mpirun; P x D ranks with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
-#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
 #include "tdpipe/run_data.h"
+#include "tdpipe/run_model.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
@@ -56,117 +56,6 @@
         }                                                       \
         exit(1);                                                \
     } while (0)
-
-// ----------------------------------------------------------------------------------------------
-// model: a fresh GPT-2 of depth N ("dN") or an llm.c model file
-
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-// fills cfg for -e dN (vocabulary from the data's tokenizer); returns 1 if init names a depth
-static int fresh_config(const char* init, int vocab_size, GPT2Config* cfg) {
-    if (init[0] != 'd') return 0;
-    char* end;
-    long depth = strtol(init + 1, &end, 10);
-    if (end == init + 1 || *end != '\0') return 0;
-    if (depth < 1 || depth > 48) fatal_all("-e %s: depth must be 1..48", init);
-    // llm.c's shapes: d12 = GPT-2 124M (C 768, 12 heads), d24 = 350M, d36 = 774M, d48 = 1558M; below 12, C = 64 N
-    int C = depth <= 12 ? 64 * (int)depth : depth <= 24 ? 1024 : depth <= 36 ? 1280 : 1600;
-    cfg->num_layers = (int)depth;
-    cfg->channels = C;
-    cfg->num_heads = C / 64;
-    cfg->max_seq_len = 1024;
-    cfg->vocab_size = vocab_size;
-    cfg->padded_vocab_size = round_up(vocab_size, 128);
-    return 1;
-}
-
-// the whole model's parameters (range [0, L) with embed and head): GPT-2's initialisation for a
-// fresh dN (cfg already filled), else the -e model file's
-static float* model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh) {
-    char err[1024];
-    if (fresh) {
-        GPT2Range all = {0, cfg->num_layers, 1, 1};
-        size_t sizes[GPT2_NUM_PARAM_TENSORS];
-        float* full = (float*)malloc_check(gpt2_param_sizes(cfg, &all, sizes) * sizeof(float));
-        gpt2_init_full(cfg, full, (unsigned long long)a->seed);
-        return full;
-    }
-    float* full;
-    GPT2Config file_cfg;
-    if (model_file_load(a->init, &file_cfg, &full, err, sizeof(err))) fatal_all("-e: %s", err);
-    return full;
-}
-
-// ----------------------------------------------------------------------------------------------
-// the partition: layers per stage, from a FLOP cost model (auto), evenly, or as given
-
-// "1,1,0.5,1" -> P positive numbers (scaled by `unit`); empty -> NULL (the default)
-static double* parse_per_rank(const char* flag, const char* list, int P, double unit) {
-    if (!list[0]) return NULL;
-    double* v = (double*)malloc_check(P * sizeof(double));
-    const char* it = list;
-    for (int i = 0; i < P; i++) {
-        char* end;
-        v[i] = strtod(it, &end);
-        if (end == it || !(v[i] > 0) || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1))
-            fatal_all("--%s %s: expected %d positive numbers separated by commas, one per stage", flag, list, P);
-        v[i] *= unit;
-        it = end + 1;
-    }
-    return v;
-}
-
-// the split's costs: from the FLOP model (measured NULL; forward + backward = 3x the forward FLOPs), or
-// from each stage's timed passes (measured: (P) seconds a micro-batch, profile_layer_costs on the ranks
-// of that stage, averaged over its replicas): a layer's time is the mean over stages, each stage's
-// speed the mean over its own (unless --rank-speed says otherwise). Memory: 16 bytes per parameter
-// (weights, gradient, two AdamW moments) plus the activations of up to P micro-batches.
-static void partition_make(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured) {
-    char err[512];
-    if (P > cfg->num_layers) fatal_all("--stages %d exceeds the model's %d layers (each stage needs at least one)", P, cfg->num_layers);
-    int solve = !strcmp(a->partition, "auto") || !strcmp(a->partition, "model");
-    if (!solve && partition_parse(part, a->partition, cfg->num_layers, P, err, sizeof(err))) fatal_all("%s", err);
-    double BT = (double)a->B * a->T, C = cfg->channels, T = a->T, Vp = cfg->padded_vocab_size;
-    double mean_layer = 0.0, mean_embed = 0.0, mean_head = 0.0;
-    for (int s = 0; measured && s < P; s++) {
-        mean_layer += measured[s].layer / P;
-        mean_embed += measured[s].embed / P;
-        mean_head += measured[s].head / P;
-    }
-    double* layer_time = (double*)malloc_check(cfg->num_layers * sizeof(double));
-    double* layer_mem = (double*)malloc_check(cfg->num_layers * sizeof(double));
-    for (int l = 0; l < cfg->num_layers; l++) {
-        layer_time[l] = measured ? mean_layer : 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
-        layer_mem[l] = 16.0 * 12.0 * C * C + 4.0 * P * BT * (16.0 * C + cfg->num_heads * T);
-    }
-    PartitionCost cost;
-    memset(&cost, 0, sizeof(cost));
-    cost.L = cfg->num_layers;
-    cost.P = P;
-    cost.layer_time = layer_time;
-    cost.first_time = measured ? mean_embed : 3.0 * BT * C;
-    cost.last_time = measured ? mean_head : 3.0 * 2.0 * BT * C * Vp;
-    cost.layer_mem = layer_mem;
-    cost.first_mem = 16.0 * Vp * C;
-    cost.last_mem = 16.0 * Vp * C + 4.0 * 2 * BT * Vp;
-    double* speed = parse_per_rank("rank-speed", a->rank_speed, P, 1.0);
-    if (!speed && measured) {
-        speed = (double*)malloc_check(P * sizeof(double));
-        for (int s = 0; s < P; s++) speed[s] = measured[s].layer > 0 ? mean_layer / measured[s].layer : 1.0;
-    }
-    double* mem = parse_per_rank("rank-mem", a->rank_mem, P, 1024.0 * 1024.0 * 1024.0);
-    cost.speed = speed;
-    cost.mem_limit = mem;
-    if (solve) {
-        if (partition_solve(part, &cost, err, sizeof(err))) fatal_all("--partition %s: %s", a->partition, err);
-    } else {
-        partition_evaluate(part, &cost);
-    }
-    free(layer_time);
-    free(layer_mem);
-    free(speed);
-    free(mem);
-}
 
 // ----------------------------------------------------------------------------------------------
 // the run: what the phases make, handed from one to the next
@@ -295,7 +184,9 @@ static DpSync* sync_plan(Trainer* tr) { return tr->dsync ? dp_sync_cuda_plan(tr-
 static void read_model_config(Trainer* tr) {
     char err[1024];
     memset(&tr->cfg, 0, sizeof(tr->cfg));
-    tr->from_file = !fresh_config(tr->a.init, run_data_vocab(&tr->a), &tr->cfg);
+    int fresh = run_model_fresh_config(tr->a.init, run_data_vocab(&tr->a), &tr->cfg, err, sizeof(err));
+    if (fresh < 0) fatal_all("%s", err);
+    tr->from_file = !fresh;
     if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
     if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
 }
@@ -326,7 +217,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.curvature = a->predict_order == 2;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
-    partition_make(&tr->part, a, &tr->cfg, P, NULL);
+    if (run_model_partition(&tr->part, a, &tr->cfg, P, NULL, err, sizeof(err))) fatal_all("%s", err);
     int W_max = 0;
     for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
     ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
@@ -371,7 +262,8 @@ static void partition_profile(Trainer* tr) {
         }
         free(all);
         partition_free(&tr->part);
-        partition_make(&tr->part, a, &tr->cfg, P, tr->profiled);
+        char err[1024];
+        if (run_model_partition(&tr->part, a, &tr->cfg, P, tr->profiled, err, sizeof(err))) fatal_all("%s", err);
     }
     tr->ranges = (GPT2Range*)malloc_check(P * sizeof(GPT2Range));
     for (int i = 0; i < P; i++) tr->ranges[i] = (GPT2Range){tr->part.first[i], tr->part.first[i + 1], i == 0, i == P - 1};
@@ -412,7 +304,8 @@ static void make_stage(Trainer* tr) {
     char err[1024];
     if (run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err))) fatal_all("%s", err);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
-    float* full = tr->synthetic ? NULL : model_init(a, &tr->cfg, !tr->from_file);
+    float* full = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, err, sizeof(err));
+    if (!tr->synthetic && !full) fatal_all("%s", err);
     init.full = full;
     if (tr->synthetic) { // the cost model: 2 ms per forward of a stage-width of layers, backward twice that
         init.syn_f = 2e-3 * P / tr->cfg.num_layers * (range.l1 - range.l0);
