@@ -2,7 +2,9 @@
 // scripts/plot_trace.py --op-times): the schedule the trainer ran, its steady step time and bubble
 // as the trainer reports them (between stage 0's updates; 1 - busy / time, steps 2..n-1).
 // Usage: sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..
-//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms]
+//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--cores C]
+// --cores C: the stages shared C cores (ranks oversubscribing a host), the times given being each
+// op's work on a core of its own (plot_trace.py --op-times --cores C)
 #include "llmc/common.h"
 #include "tdpipe/simulator.h"
 #include <string.h>
@@ -23,7 +25,7 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
 
 int main(int argc, char** argv) {
     const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL;
-    int P = 0, M = 0, W = 0, n_steps = 0;
+    int P = 0, M = 0, W = 0, n_steps = 0, cores = 0;
     double latency = 0.0;
     for (int i = 1; i < argc; i++) {
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -37,6 +39,14 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--aew")) W = atoi(v);
         else if (!strcmp(argv[i], "--steps")) n_steps = atoi(v);
         else if (!strcmp(argv[i], "--latency")) latency = atof(v) / 1e3;
+        else if (!strcmp(argv[i], "--cores")) {
+            char* end;
+            cores = (int)strtol(v, &end, 10);
+            if (end == v || *end || cores < 0) {
+                fprintf(stderr, "sim_replay: --cores %s: expected a number of cores >= 0 (0: a core per stage)\n", v);
+                return 1;
+            }
+        }
         else if (!strcmp(argv[i], "--f")) f = v;
         else if (!strcmp(argv[i], "--b")) b = v;
         else if (!strcmp(argv[i], "--bi")) bi = v;
@@ -72,7 +82,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "sim_replay: %s\n", err);
         return 1;
     }
-    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency};
+    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency, .cores = cores};
     SimResult r;
     if (simulator_run(&r, &sch, &cost, err, sizeof(err))) {
         fprintf(stderr, "sim_replay: %s\n", err);

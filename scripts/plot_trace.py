@@ -6,7 +6,8 @@ usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
        scripts/plot_trace.py trace.json --summary [--steps A:B]   (no plot, no matplotlib: per row,
        busy share, stale forwards, and idle time before forwards, backwards and updates)
        scripts/plot_trace.py trace.json --op-times [--steps A:B]  (no plot: each stage's mean compute
-       time per op kind, key=value lines for build/dev/sim_replay)
+       time per op kind, key=value lines for build/dev/sim_replay; --cores C: the stages shared C
+       cores, so print each op's work on a core of its own)
 Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
 """
 import argparse
@@ -20,7 +21,8 @@ COLOURS = {"F": "#4c72b0", "B": "#dd8452", "BI": "#dd8452", "BW": "#c44e52", "U"
 
 
 def read_trace(path):
-    """[(replica, stage, kind, step, mb, stale, start_ms, dur_ms)] from a Chrome trace file."""
+    """[(replica, stage, kind, step, mb, stale, start_ms, dur_ms, compute)] from a Chrome trace file;
+    compute: (start_ms, dur_ms) of the op's compute inside its span, None in traces without it."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -37,8 +39,12 @@ def read_trace(path):
         if not m or e.get("ph") != "X":
             sys.exit(f"plot_trace: {path}: event {i} is not a tdpipe op ({e.get('name')!r})")
         kind, step, mb, ver = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        compute = None
+        if "compute_ts" in args and "compute_dur" in args:
+            compute = (float(args["compute_ts"]) / 1e3, float(args["compute_dur"]) / 1e3)
         ops.append((int(e["pid"]), int(e["tid"]), kind, step, int(mb) if mb else -1, ver is not None,
-                    float(e["ts"]) / 1e3, float(e["dur"]) / 1e3))
+                    float(e["ts"]) / 1e3, float(e["dur"]) / 1e3, compute))
     if not ops:
         sys.exit(f"plot_trace: {path}: the trace has no events")
     return ops
@@ -67,18 +73,39 @@ def summary(ops, steps):
               f"{wait['F']:>9.1f} {wait['B']:>9.1f} {wait['U']:>9.1f}")
 
 
-def op_times(ops, steps):
+def shared_work(spans, cores):
+    """Each span's work on a dedicated core, when the spans' stages share `cores` cores: k spans
+    computing at once each run at min(1, cores / k) of a core (processor sharing), so a span's work
+    is the integral of that rate over it. cores 0: the span's length. The simulator (SimCost.cores)
+    stretches op times by the inverse of the same rate."""
+    if not cores:
+        return [b - a for a, b in spans]
+    edges = sorted({t for span in spans for t in span})
+    index = {t: i for i, t in enumerate(edges)}
+    active = [0] * len(edges)  # spans covering [edges[i], edges[i + 1])
+    for a, b in spans:
+        for i in range(index[a], index[b]):
+            active[i] += 1
+    work = []
+    for a, b in spans:
+        work.append(sum((edges[i + 1] - edges[i]) * min(1.0, cores / active[i]) for i in range(index[a], index[b])))
+    return work
+
+
+def op_times(ops, steps, cores=0):
     """Replica 0's mean compute time (ms) of each op kind on each stage, as key=value lines
     (f=, b=, bi=, bw=, u=: one figure per stage, comma-separated). A traced op spans its wait for its
-    input too (a synchronous list receives inside the op), so compute = end - max(start, arrival),
-    arrival being the end of what it waits for: F, the same micro-batch's F on the stage before; B or
-    BI, its own F and the B or BI on the stage after; BW, its BI; U, every stage's last B or BW of
-    its step. The clocks agree: every rank of one host reads the same monotonic clock."""
+    input too (a synchronous list receives inside the op); the trainer records the compute inside it.
+    Traces without that record are estimated: compute = end - max(start, arrival), arrival being the
+    end of what it waits for: F, the same micro-batch's F on the stage before; B or BI, its own F and
+    the B or BI on the stage after; BW, its BI; U, every stage's last B or BW of its step (the clocks
+    agree: every rank of one host reads the same monotonic clock). With cores, the stages share that
+    many cores, and each op's time is its work on a core of its own (shared_work)."""
     mine = [o for o in ops if o[0] == 0]
     P = max(o[1] for o in mine) + 1
     end = {}   # (stage, 'F' | 'B' (input gradient out) | 'W' (weight gradient done), step, mb) -> end
     grads = {}  # (stage, step) -> last B/BW end
-    for rep, s, kind, step, mb, stale, start, dur in mine:
+    for rep, s, kind, step, mb, stale, start, dur, compute in mine:
         e = start + dur
         if kind == "F":
             end[(s, "F", step, mb)] = e
@@ -87,9 +114,10 @@ def op_times(ops, steps):
         if kind in ("B", "BW"):
             end[(s, "W", step, mb)] = e
             grads[(s, step)] = max(grads.get((s, step), 0.0), e)
-    sums = {}
-    for rep, s, kind, step, mb, stale, start, dur in mine:
-        if steps and not steps[0] <= step < steps[1]:
+    spans = []  # each op's compute: [max(start, arrival), end]
+    for rep, s, kind, step, mb, stale, start, dur, compute in mine:
+        if compute:
+            spans.append((compute[0], compute[0] + compute[1]))
             continue
         if kind == "F":
             arrival = end.get((s - 1, "F", step, mb), 0.0) if s > 0 else 0.0
@@ -99,9 +127,17 @@ def op_times(ops, steps):
             arrival = end.get((s, "B", step, mb), 0.0)
         else:
             arrival = max(grads.get((q, step), 0.0) for q in range(P))
+        spans.append((min(max(start, arrival), start + dur), start + dur))
+    sums = {}
+    for o, w in zip(mine, shared_work(spans, cores)):
+        rep, s, kind, step = o[:4]
+        if steps and not steps[0] <= step < steps[1]:
+            continue
         t, n = sums.get((s, kind), (0.0, 0))
-        sums[(s, kind)] = (t + max(0.0, start + dur - max(start, arrival)), n + 1)
+        sums[(s, kind)] = (t + w, n + 1)
     print(f"stages={P}")
+    if cores:
+        print(f"cores={cores}")
     for kind in ("F", "B", "BI", "BW", "U"):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
@@ -119,7 +155,7 @@ def plot(ops, out):
     y = {r: i for i, r in enumerate(rows)}
     t0 = min(o[6] for o in ops)
     fig, ax = plt.subplots(figsize=(14, 0.5 * len(rows) + 1.5))
-    for rep, stage, kind, step, mb, stale, start, dur in ops:
+    for rep, stage, kind, step, mb, stale, start, dur, _ in ops:
         ax.broken_barh([(start - t0, max(dur, 1e-3))], (y[(rep, stage)] - 0.4, 0.8), facecolors=COLOURS[kind],
                        edgecolor="white", linewidth=0.3, hatch="///" if stale else None)
     ax.set_yticks(range(len(rows)))
@@ -146,6 +182,8 @@ def main():
     ap.add_argument("--steps", help="only steps A..B-1, as A:B (counted from 0: the step line's step k is k-1 here)")
     ap.add_argument("--summary", action="store_true", help="print per-row busy share instead of plotting")
     ap.add_argument("--op-times", action="store_true", help="print each stage's mean compute time per op kind (ms)")
+    ap.add_argument("--cores", type=int, default=0,
+                    help="with --op-times: the stages shared this many cores; print each op's work on a core of its own")
     args = ap.parse_args()
     steps = None
     if args.steps:
@@ -157,7 +195,9 @@ def main():
     if steps and not any(steps[0] <= o[3] < steps[1] for o in ops):
         sys.exit(f"plot_trace: no ops of steps [{steps[0]}, {steps[1]})")
     if args.op_times:
-        op_times(ops, steps)
+        if args.cores < 0:
+            sys.exit(f"plot_trace: --cores {args.cores}: expected a number of cores >= 0")
+        op_times(ops, steps, args.cores)
     elif args.summary:
         summary(ops, steps)
     elif args.out:

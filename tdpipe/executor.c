@@ -120,15 +120,22 @@ static void times_add(OpTimes* t, double d) {
     t->n++;
 }
 
-// the op's compute has run (a device's stream drained): its time counts as busy, stretched first by
-// --jitter: measured x (1 + Y), Y of mean 1 and CV 2 beta, so the total has CV beta
-static void computed(Run* r, const Op* op, double t0) {
+// an op's compute on this stage, seconds on the monotonic clock the ranks of a host share: the trace
+// keeps it beside the op's whole span (which includes waiting for its input)
+typedef struct {
+    double start, end;
+} ComputeSpan;
+
+// the op's compute, begun at t0, has run (a device's stream drained): its time counts as busy,
+// stretched first by --jitter: measured x (1 + Y), Y of mean 1 and CV 2 beta, so the total has CV beta
+static ComputeSpan computed(Run* r, const Op* op, double t0) {
     Executor* ex = r->ex;
     stage_finish(r->st);
     if (ex->jitter > 0) sleep_seconds((now_seconds() - t0) * simulator_jitter(ex->seed, r->s, op, 2.0 * ex->jitter));
-    double d = now_seconds() - t0;
-    r->busy += d;
-    times_add(op->kind == OP_F ? &ex->stats.f : &ex->stats.b, d);
+    double end = now_seconds();
+    r->busy += end - t0;
+    times_add(op->kind == OP_F ? &ex->stats.f : &ex->stats.b, end - t0);
+    return (ComputeSpan){t0, end};
 }
 
 // ---- messages --------------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ static int step_compensated(const Run* r, StaleMethod m, int t);
 // F: the micro-batch's tokens (first and last stage) and its input (later stages) in; the stage's
 // layers with the weights of op->version (a stash when the window let an update happen since);
 // the output on its way downstream
-static void op_forward(Run* r, const Op* op) {
+static ComputeSpan op_forward(Run* r, const Op* op) {
     Stage* st = r->st;
     int g = mb_of(r, op);
     if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
@@ -246,13 +253,14 @@ static void op_forward(Run* r, const Op* op) {
     r->next_f++;
     double t0 = now_seconds();
     float loss = r->halted ? 0.0f : stage_forward(st, op, slot, r->last);
-    computed(r, op, t0);
+    ComputeSpan span = computed(r, op, t0);
     StepState* ss = step_of(r, op->step);
     if (r->last) ss->loss_sum += loss;
     int stale = schedule_op_staleness(op);
     if (stale > ss->max_stale) ss->max_stale = stale;
     if (!r->last) link_send(r, stage_output_buf(st, slot), stage_msg_bytes(st, slot), r->s + 1, &r->slots[slot].out_send);
     r->ex->stats.forwards++;
+    return span;
 }
 
 // the micro-batch is done on this stage: its slot is free; the step's last one posts the step
@@ -281,7 +289,7 @@ static int sync_overlaps(const Run* r, const Op* op) {
 // with the weights the forward used; the gradient of the input on its way upstream before the
 // weight-gradient half, so the stage upstream goes on sooner. B then accumulates the weight gradient
 // into its step's gradient slot; zero-bubble's BW does that alone, later.
-static void op_backward(Run* r, const Op* op) {
+static ComputeSpan op_backward(Run* r, const Op* op) {
     Stage* st = r->st;
     int g = mb_of(r, op), slot = r->slot_of[g];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
@@ -304,8 +312,9 @@ static void op_backward(Run* r, const Op* op) {
         stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
     }
     if (op->kind != OP_BW) weights_done(r, slot);
-    computed(r, op, t0);
+    ComputeSpan span = computed(r, op, t0);
     if (op->kind != OP_BI) grad_done(r, op, slot);
+    return span;
 }
 
 // the tied embedding's exchange (the table at the top): this end's share on its way, the other's awaited
@@ -487,13 +496,14 @@ static void guard_remember(Executor* ex, float loss) {
 // U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
 // embedding's sum on the last stage; the current weights stashed if an in-flight micro-batch still
 // needs them; clipping; AdamW; the gradient slot zeroed for a later step
-static void op_update(Run* r, const Op* op) {
+static ComputeSpan op_update(Run* r, const Op* op) {
     Executor* ex = r->ex;
     Stage* st = r->st;
     int t = op->step, k = stage_grad_slot(st, t);
     StepState* ss = step_of(r, t);
     if (!ss->posted) td_fatal("stage %d: update of step %d before all its backward passes", r->s, t);
     comm_wait(ex->comm, &ss->pipe_req);
+    ComputeSpan span = {now_seconds(), 0.0}; // (not counted as busy, as the simulator does not count U)
     ss->loss = (float)ss->sums->loss;
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
@@ -533,6 +543,8 @@ static void op_update(Run* r, const Op* op) {
     ss->updated = 1;
     post_ready(r); // a step whose post waited for this update
     if (!r->report && ex->comm->replica == 0) comm_isend(ex->comm, &ss->stats, sizeof(ss->stats), 0, TAG_STATS, &ss->stats_send);
+    span.end = now;
+    return span;
 }
 
 // ---- reports and the two ways of running --------------------------------------------------------------
@@ -581,14 +593,12 @@ static void report_ready(Run* r, int wait_all) {
 // one op, traced; world rank 0 then reports the steps that are complete
 static void run_op(Run* r, const Op* op) {
     double t0 = now_seconds();
-    if (op->kind == OP_F) op_forward(r, op);
-    else if (op->kind == OP_U) op_update(r, op);
-    else op_backward(r, op);
+    ComputeSpan c = op->kind == OP_F ? op_forward(r, op) : op->kind == OP_U ? op_update(r, op) : op_backward(r, op);
     Trace* tr = r->ex->trace;
     if (tr && tr->enabled) {
         char name[32];
         schedule_op_name(op, name, sizeof(name));
-        trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds());
+        trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds(), c.start, c.end);
     }
     if (r->report) report_ready(r, 0);
 }

@@ -1,6 +1,7 @@
 // Schedule simulator: op durations from a per-(virtual-)stage cost model with optional Gamma jitter;
 // the synchronous lists replayed in order (schedule_replay_comm), tdpipe's event-driven policy run
-// live (schedule_run_tdpipe_comm), as the executor runs each, with optional message and DP times.
+// live (schedule_run_tdpipe_comm), as the executor runs each, with optional message and DP times,
+// and optionally stages sharing fewer cores than there are of them (processor sharing).
 #include "tdpipe/simulator.h"
 #include "llmc/common.h"
 #include "llmc/rng.h"
@@ -66,16 +67,126 @@ void simulator_free(SimResult* res) {
     memset(res, 0, sizeof(*res));
 }
 
+// an op's place in its stage's table of stretch factors: F, B, BI, BW by (step, mb, kind, chunk),
+// then each step's U
+static int share_key(const Schedule* sch, const Op* op) {
+    int chunks = schedule_chunks(sch), k = op->step - sch->first_step;
+    if (op->kind == OP_U) return sch->n_steps * sch->M * 4 * chunks + k;
+    return ((k * sch->M + op->mb) * 4 + (int)op->kind) * chunks + op->chunk;
+}
+static int share_keys(const Schedule* sch) { return sch->n_steps * (sch->M * 4 * schedule_chunks(sch) + 1); }
+
 typedef struct {
     const SimCost* cost;
-    int P;
+    const Schedule* sch;
+    double* const* stretch; // (P)[share_keys] each op's time over its work (cores shared), or NULL
 } OpTimeCtx;
 
-// one op's time: the cost model's, times its jitter draw
+// one op's time: the cost model's, times its jitter draw, stretched where the cores are shared
 static double op_time(void* ctx, int s, const Op* op) {
     const OpTimeCtx* x = (const OpTimeCtx*)ctx;
     const SimCost* c = x->cost;
-    return base_time(c, s, op->chunk * x->P + s, op->kind) * simulator_jitter(c->seed, s, op, c->jitter_cv);
+    double t = base_time(c, s, op->chunk * x->sch->P + s, op->kind) * simulator_jitter(c->seed, s, op, c->jitter_cv);
+    return x->stretch ? t * x->stretch[s][share_key(x->sch, op)] : t;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+// the first i with edges[i] >= t (edges sorted, t among them)
+static int edge_index(const double* edges, int n, double t) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (edges[mid] < t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// rate (P)[n_ops[s]]: each op's mean speed over its span in res's timeline when the stages share
+// `cores` cores: k ops computing at once each run at min(1, cores / k) of a core (processor sharing)
+static void share_rates(const SimResult* res, int cores, double** rate) {
+    int n = 0;
+    for (int s = 0; s < res->P; s++) n += res->n_ops[s];
+    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // (2n) every span's ends, sorted
+    int* active = (int*)calloc_check(2 * (size_t)n + 1, sizeof(int));    // ops computing in [edges[i], edges[i+1])
+    int m = 0;
+    for (int s = 0; s < res->P; s++)
+        for (int i = 0; i < res->n_ops[s]; i++) edges[m++] = res->start[s][i], edges[m++] = res->end[s][i];
+    qsort(edges, m, sizeof(double), cmp_double);
+    for (int s = 0; s < res->P; s++)
+        for (int i = 0; i < res->n_ops[s]; i++) {
+            active[edge_index(edges, m, res->start[s][i])]++;
+            active[edge_index(edges, m, res->end[s][i])]--;
+        }
+    for (int i = 1; i < m; i++) active[i] += active[i - 1];
+    for (int s = 0; s < res->P; s++)
+        for (int i = 0; i < res->n_ops[s]; i++) {
+            double a = res->start[s][i], b = res->end[s][i], work = 0.0;
+            for (int j = edge_index(edges, m, a); j + 1 < m && edges[j] < b; j++)
+                if (active[j] > cores) work += (edges[j + 1] - edges[j]) * (double)cores / active[j];
+                else work += edges[j + 1] - edges[j];
+            rate[s][i] = b > a ? work / (b - a) : 1.0;
+        }
+    free(edges);
+    free(active);
+}
+
+// one run of sch with each op's time stretched by stretch (NULL: none) into res (allocated)
+static int simulate_once(SimResult* res, const Schedule* sch, const SimCost* cost, double* const* stretch, char* err, size_t errlen) {
+    int P = sch->P, rc;
+    for (int s = 0; s < P; s++) memcpy(res->ops[s], sch->ops[s], (size_t)res->n_ops[s] * sizeof(Op));
+    OpTimeCtx ctx = {cost, sch, stretch};
+    ScheduleComm comm = {cost->t_msg_f, cost->t_msg_b, cost->t_dp, cost->dp_overlap};
+    const ScheduleComm* cm = cost->t_msg_f || cost->t_msg_b || cost->t_dp ? &comm : NULL;
+    if (schedule_event_driven(sch)) { // the policy decides the order under these op times
+        Schedule run = *sch;
+        run.ops = res->ops;
+        run.n_ops = res->n_ops;
+        return schedule_run_tdpipe_comm(&run, op_time, &ctx, cost->latency, cm, res->start, res->end, err, errlen);
+    }
+    double** dur = (double**)calloc_check(P, sizeof(double*)); // (P)[n_ops[s]]
+    for (int s = 0; s < P; s++) {
+        dur[s] = (double*)malloc_check((size_t)res->n_ops[s] * sizeof(double));
+        for (int i = 0; i < res->n_ops[s]; i++) dur[s][i] = op_time(&ctx, s, &res->ops[s][i]);
+    }
+    rc = schedule_replay_comm(sch, (const double* const*)dur, cost->latency, cm, res->start, res->end, err, errlen);
+    for (int s = 0; s < P; s++) free(dur[s]);
+    free(dur);
+    return rc;
+}
+
+// Shared cores: op times are work / rate, the rate from the timeline those times make. Half steps
+// toward the rates of the last run (a full step can oscillate: two ops that overlap stretch, stop
+// overlapping, shrink, overlap again) until no factor moves by 1e-9 of itself.
+static int simulate_shared(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen) {
+    int P = sch->P, keys = share_keys(sch), rc = 0;
+    double** stretch = (double**)malloc_check(P * sizeof(double*)); // (P)[keys]
+    double** rate = (double**)malloc_check(P * sizeof(double*));    // (P)[n_ops[s]]
+    for (int s = 0; s < P; s++) {
+        stretch[s] = (double*)malloc_check((size_t)keys * sizeof(double));
+        for (int k = 0; k < keys; k++) stretch[s][k] = 1.0;
+        rate[s] = (double*)malloc_check((size_t)res->n_ops[s] * sizeof(double));
+    }
+    for (int it = 0; it < SIM_SHARE_ITERS; it++) {
+        if ((rc = simulate_once(res, sch, cost, stretch, err, errlen))) break;
+        share_rates(res, cost->cores, rate);
+        double moved = 0.0;
+        for (int s = 0; s < P; s++)
+            for (int i = 0; i < res->n_ops[s]; i++) {
+                double* f = &stretch[s][share_key(sch, &res->ops[s][i])];
+                double next = 0.5 * (*f + 1.0 / rate[s][i]);
+                if (fabs(next - *f) > moved * *f) moved = fabs(next - *f) / *f;
+                *f = next;
+            }
+        if (moved < 1e-9) break;
+    }
+    for (int s = 0; s < P; s++) free(stretch[s]), free(rate[s]);
+    free(stretch);
+    free(rate);
+    return rc;
 }
 
 // what the trainer reports per step, averaged over steps 2..n-1 (1-based): per step, the stages'
@@ -110,6 +221,7 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
     int P = sch->P, Q = P * schedule_chunks(sch);
     memset(res, 0, sizeof(*res));
     if (cost->jitter_cv < 0) return td_error(err, errlen, "jitter coefficient of variation must be >= 0 (got %g)", cost->jitter_cv);
+    if (cost->cores < 0) return td_error(err, errlen, "shared cores must be >= 0 (got %d)", cost->cores);
     for (int q = 0; q < Q; q++)
         for (int k = OP_F; k <= OP_U; k++) {
             int used = sch->kind == SCHED_ZBH1 ? k != OP_B : k != OP_BI && k != OP_BW;
@@ -131,27 +243,8 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
         res->start[s] = (double*)calloc_check(n, sizeof(double));
         res->end[s] = (double*)calloc_check(n, sizeof(double));
         res->ops[s] = (Op*)malloc_check((size_t)n * sizeof(Op));
-        memcpy(res->ops[s], sch->ops[s], (size_t)n * sizeof(Op));
     }
-    int rc;
-    OpTimeCtx ctx = {cost, P};
-    ScheduleComm comm = {cost->t_msg_f, cost->t_msg_b, cost->t_dp, cost->dp_overlap};
-    const ScheduleComm* cm = cost->t_msg_f || cost->t_msg_b || cost->t_dp ? &comm : NULL;
-    if (schedule_event_driven(sch)) { // the policy decides the order under these op times
-        Schedule run = *sch;
-        run.ops = res->ops;
-        run.n_ops = res->n_ops;
-        rc = schedule_run_tdpipe_comm(&run, op_time, &ctx, cost->latency, cm, res->start, res->end, err, errlen);
-    } else {
-        double** dur = (double**)calloc_check(P, sizeof(double*)); // (P)[n_ops[s]]
-        for (int s = 0; s < P; s++) {
-            dur[s] = (double*)malloc_check((size_t)res->n_ops[s] * sizeof(double));
-            for (int i = 0; i < res->n_ops[s]; i++) dur[s][i] = op_time(&ctx, s, &res->ops[s][i]);
-        }
-        rc = schedule_replay_comm(sch, (const double* const*)dur, cost->latency, cm, res->start, res->end, err, errlen);
-        for (int s = 0; s < P; s++) free(dur[s]);
-        free(dur);
-    }
+    int rc = cost->cores > 0 && cost->cores < P ? simulate_shared(res, sch, cost, err, errlen) : simulate_once(res, sch, cost, NULL, err, errlen);
     if (rc) {
         simulator_free(res);
         return rc;

@@ -27,6 +27,10 @@ typedef struct {
     const double* t_msg_b; // (P*chunks - 1) input gradient from q+1 to q; NULL: latency instead
     const double* t_dp;    // (P) each stage's data-parallel gradient average per step, before its U; NULL: none
     int dp_overlap;        // 1: the average streams beside the step's last backward; 0: it starts after it
+    // the stages share this many cores (ranks oversubscribing a host): k ops computing at once each
+    // run at min(1, cores / k) of a core (processor sharing), so the op times above are each op's
+    // work on a core of its own; 0 (or >= P): every stage has its own
+    int cores;
 } SimCost;
 
 typedef struct {
@@ -45,8 +49,11 @@ typedef struct {
 } SimResult;
 
 // Runs sch as the executor would: synchronous lists in order, tdpipe by its event-driven policy.
-// Returns 0, or -1 with a message (a missing op time, or a deadlock naming the stuck stage, its
-// op and what it waits for). Deterministic for a seed. Free the result with simulator_free.
+// With cost->cores, each op's time is its work over its mean rate in the timeline it runs in, found
+// by damped fixed-point iteration (at most SIM_SHARE_ITERS runs). Returns 0, or -1 with a message
+// (a missing op time, or a deadlock naming the stuck stage, its op and what it waits for).
+// Deterministic for a seed. Free the result with simulator_free.
+#define SIM_SHARE_ITERS 200
 int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen);
 void simulator_free(SimResult* res);
 

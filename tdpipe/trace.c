@@ -11,7 +11,7 @@ void trace_init(Trace* t, int enabled) {
     t->enabled = enabled;
 }
 
-void trace_add(Trace* t, int stage, int replica, const char* name, double start, double end) {
+void trace_add(Trace* t, int stage, int replica, const char* name, double start, double end, double compute_start, double compute_end) {
     if (!t->enabled) return;
     if (t->n == t->cap) { // grows geometrically; tracing is opt-in, off the default hot path
         t->cap = t->cap ? 2 * t->cap : 4096;
@@ -21,6 +21,8 @@ void trace_add(Trace* t, int stage, int replica, const char* name, double start,
     TraceEvent* e = &t->events[t->n++];
     e->start = start;
     e->end = end;
+    e->compute_start = compute_start;
+    e->compute_end = compute_end;
     e->stage = stage;
     e->replica = replica;
     snprintf(e->name, sizeof(e->name), "%s", name);
@@ -39,8 +41,11 @@ int trace_write_json(const char* path, const TraceEvent* events, size_t n, char*
     for (size_t i = 0; i < n; i++) {
         const TraceEvent* e = &events[i];
         // one process per replica, one thread per stage: Perfetto draws each stage as a row
-        fprintf(f, "{\"name\": \"%s\", \"cat\": \"%c\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}%s\n",
-                e->name, e->name[0], e->replica, e->stage, (e->start - t0) * 1e6, (e->end - e->start) * 1e6, i + 1 < n ? "," : "");
+        fprintf(f,
+                "{\"name\": \"%s\", \"cat\": \"%c\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                "\"args\": {\"compute_ts\": %.3f, \"compute_dur\": %.3f}}%s\n",
+                e->name, e->name[0], e->replica, e->stage, (e->start - t0) * 1e6, (e->end - e->start) * 1e6, (e->compute_start - t0) * 1e6,
+                (e->compute_end - e->compute_start) * 1e6, i + 1 < n ? "," : "");
     }
     fprintf(f, "]}\n");
     if (fclose(f) != 0) {

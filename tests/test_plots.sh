@@ -14,6 +14,28 @@ check "  one row, 4 steps x (2 F + 2 B + 1 U) = 20 ops" grep -q "^# 20 ops, 1 ro
 check "  with what the stage waited for" grep -q "wait_F_ms wait_B_ms wait_U_ms" "$TMP/summary.txt"
 check "plot_trace --summary --steps 1:3 counts those steps' ops" $PY scripts/plot_trace.py "$TMP/trace.json" --summary --steps 1:3
 check "  2 steps x 5 ops" grep -Eq "^ +0 +0 +10 " "$TMP/out"
+check "  every op's compute lies inside its traced span" $PY -c "
+import json, sys
+ev = json.load(open('$TMP/trace.json'))['traceEvents']
+bad = [e['name'] for e in ev if not (e['ts'] - 1e-3 <= e['args']['compute_ts'] and
+       e['args']['compute_ts'] + e['args']['compute_dur'] <= e['ts'] + e['dur'] + 1e-3 and e['args']['compute_dur'] >= 0)]
+sys.exit(f'outside their spans: {bad[:5]}' if bad else 0)"
+check "plot_trace --op-times gives the simulator each op kind's compute" $PY scripts/plot_trace.py "$TMP/trace.json" --op-times
+check "  stages=1, f=, b=, u=" bash -c "grep -qx 'stages=1' '$TMP/out' && grep -Eq '^f=[0-9.]+$' '$TMP/out' && grep -Eq '^b=[0-9.]+$' '$TMP/out' && grep -Eq '^u=[0-9.]+$' '$TMP/out'"
+# two stages computing [0, 2] ms at once, then stage 1 alone [2, 3]: on one shared core the first two
+# each did 1 ms of work, the last 1 ms (processor sharing); on a core each, 2 and 1
+cat > "$TMP/shared.json" <<'JSON'
+{"traceEvents": [
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 2000, "args": {"compute_ts": 0, "compute_dur": 2000}},
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 0, "dur": 2000, "args": {"compute_ts": 0, "compute_dur": 2000}},
+{"name": "F1.1", "ph": "X", "pid": 0, "tid": 1, "ts": 2000, "dur": 1000, "args": {"compute_ts": 2000, "compute_dur": 1000}}
+]}
+JSON
+check "plot_trace --op-times --cores 1: the work of ops that shared a core" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores 1
+check "  by hand: f=1.0000,1.0000" grep -qx "f=1.0000,1.0000" "$TMP/out"
+check "plot_trace --op-times without --cores: their time" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times
+check "  by hand: f=2.0000,1.5000" grep -qx "f=2.0000,1.5000" "$TMP/out"
+refuse "plot_trace refuses --cores -1" "expected a number of cores >= 0" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores -1
 echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
 refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary
 echo '{"traceEvents": [' > "$TMP/cut.json"

@@ -2,7 +2,8 @@
 // tdpipe W = 0 identical to 1F1B, tdpipe against 1F1B under jitter, latency by hand, the jitter
 // distribution, determinism, per-op timing invariants, deadlock and missing-cost errors;
 // interleaved 1F1B's bubble (P - 1) / (v M), messages on links and the data-parallel average by
-// hand, and overlapped communication never slower than communication that blocks.
+// hand, and overlapped communication never slower than communication that blocks; stages sharing
+// cores (processor sharing) by hand, work-conserving on one core, unchanged with a core each.
 #include "tdpipe/simulator.h"
 #include "tests/test.h"
 #include <math.h>
@@ -384,6 +385,72 @@ static void test_comm(void) {
     CHECK(ok, "overlapped communication is never slower than blocking, nor the overlapped DP average than the exposed one (%d cases)", cases);
 }
 
+// Stages sharing cores. By hand: gpipe, P 2, M 2, F 1, B 2, one core: F0.1 on stage 0 and F0.0 on
+// stage 1 share [1, 3], F0.1 on stage 1 runs alone [3, 4], B0.0 on stage 1 [4, 6], then B0.1 there
+// and B0.0 on stage 0 share [6, 10] and B0.1 on stage 0 ends at 12, the total work: one core never
+// idles while work is ready. The fixed point moves each factor by < 1e-9 of itself at the end, so
+// times are checked within 1e-6. On one core, at the fixed point, the work (op times at full speed)
+// equals the time some op computes, so the makespan is at least the total work. With a core per
+// stage (cores >= P) nothing is shared and the result is bitwise the one without cores.
+static void test_shared_cores(void) {
+    unit_costs();
+    Schedule sch;
+    SimResult r;
+    char err[512];
+    SimCost c = cost_of(0.0, 1, 0.0);
+    c.cores = 1;
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_GPIPE, .P = 2, .M = 2, .n_steps = 1}, err, sizeof(err));
+    int rc = simulator_run(&r, &sch, &c, err, sizeof(err));
+    CHECK(rc == 0 && fabs(r.makespan - 12.0) < 1e-6 && fabs(r.end[0][1] - 3.0) < 1e-6 && fabs(r.start[1][1] - 3.0) < 1e-6 &&
+              fabs(r.end[1][2] - 6.0) < 1e-6 && fabs(r.end[1][3] - 10.0) < 1e-6,
+          "one core by hand: gpipe P 2 M 2 takes 12, the total work (got %g)", rc ? -1.0 : r.makespan);
+    if (!rc) simulator_free(&r);
+    schedule_free(&sch);
+    static const SchedKind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZBH1, SCHED_TDPIPE};
+    int ok_same = 1, ok_conserve = 1, ok_slower = 1, n = 0;
+    for (int k = 0; k < 4; k++)
+        for (int P = 2; P <= 6; P += 2)
+            for (int M = P; M <= 2 * P; M += P) {
+                ScheduleShape shape = {.kind = kinds[k], .P = P, .M = M, .W = kinds[k] == SCHED_TDPIPE ? P : 0, .n_steps = 3};
+                if (schedule_build(&sch, &shape, err, sizeof(err))) {
+                    ok_same = 0;
+                    continue;
+                }
+                SimResult base, wide, one;
+                SimCost cc = cost_of(0.3, 7, 0.05);
+                int rc0 = simulator_run(&base, &sch, &cc, err, sizeof(err));
+                cc.cores = P;
+                int rc1 = simulator_run(&wide, &sch, &cc, err, sizeof(err));
+                cc.cores = 1;
+                int rc2 = simulator_run(&one, &sch, &cc, err, sizeof(err));
+                if (rc0 || rc1 || rc2) {
+                    printf("  %s\n", err);
+                    ok_same = 0;
+                } else {
+                    for (int s = 0; s < P; s++)
+                        for (int i = 0; i < base.n_ops[s]; i++)
+                            ok_same &= base.start[s][i] == wide.start[s][i] && base.end[s][i] == wide.end[s][i];
+                    double work = 0.0; // the run's op times at full speed: the core-per-stage run's busy time
+                    for (int s = 0; s < P; s++) work += base.busy[s];
+                    ok_conserve &= one.makespan >= work * (1.0 - 1e-6);
+                    ok_slower &= one.makespan >= base.makespan;
+                    n++;
+                }
+                if (!rc0) simulator_free(&base);
+                if (!rc1) simulator_free(&wide);
+                if (!rc2) simulator_free(&one);
+                schedule_free(&sch);
+            }
+    CHECK(ok_same && n == 24, "a core per stage (cores = P): every op's start and end bitwise as without cores (%d cases, jitter 0.3, latency)", n);
+    CHECK(ok_conserve, "one core: the makespan is at least the total work in all %d cases", n);
+    CHECK(ok_slower, "  and never shorter than with a core per stage");
+    c.cores = -1;
+    schedule_build(&sch, &(ScheduleShape){.kind = SCHED_1F1B, .P = 2, .M = 2, .n_steps = 1}, err, sizeof(err));
+    rc = simulator_run(&r, &sch, &c, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "shared cores must be >= 0"), "cores -1 refused: %s", rc ? err : "accepted");
+    schedule_free(&sch);
+}
+
 int main(void) {
     unit_costs();
     test_textbook_bubble();
@@ -392,5 +459,6 @@ int main(void) {
     test_timing_invariants();
     test_interleaved();
     test_comm();
+    test_shared_cores();
     return test_summary();
 }
