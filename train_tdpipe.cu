@@ -139,14 +139,14 @@ static int parse_aew(const char* s, int P, int* W, int* stage_W, char* err, size
     return 0;
 }
 
-// each stage's window now: the requested (or auto's measured) one, halved by rollbacks and the drift
-// monitor; out (P). Returns the largest.
-static int windows_now(const Trainer* tr, int* out) {
+// each stage's window at (0-based) step: the requested (or auto's measured) one, halved by rollbacks
+// and the drift monitor, 0 before --aew-start; out (P). Returns the largest.
+static int windows_now(const Trainer* tr, int step, int* out) {
     const RunState* rs = &tr->state;
     int mx = 0;
     for (int i = 0; i < tr->comm.P; i++) {
         int base = tr->W == -2 ? tr->stage_W[i] : rs->aew_base < 0 ? 0 : (int)rs->aew_base;
-        out[i] = rs->aew_halvings >= 31 ? 0 : base >> rs->aew_halvings;
+        out[i] = rs->aew_halvings >= 31 || step < tr->a.aew_start ? 0 : base >> rs->aew_halvings;
         if (out[i] > mx) mx = out[i];
     }
     return mx;
@@ -209,6 +209,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
     parse_grad_sync(tr);
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
+    if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
@@ -380,6 +381,7 @@ static void print_startup(const Trainer* tr) {
     else printf("| %-20s | %s (fp32), %d OpenMP thread(s) per rank\n", "device", tr->device->name, omp_get_max_threads());
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
     if (tr->kind == SCHED_TDPIPE) printf(", AEW W = %s", a->aew);
+    if (tr->kind == SCHED_TDPIPE && a->aew_start > 0) printf(" from step %d (steps 1..%d synchronous)", a->aew_start + 1, a->aew_start);
     printf("\n");
     if (tr->comp.methods != STALE_NONE)
         printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.methods), tr->comp.tau,
@@ -712,7 +714,7 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
     TrainArgs* a = &tr->a;
     RunState* rs = &tr->state;
     int* windows = (int*)malloc_check(tr->comm.P * sizeof(int));
-    int t = tr->ex.halted_step, W_was = windows_now(tr, windows);
+    int t = tr->ex.halted_step, W_was = windows_now(tr, t, windows);
     if (t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one
     tr->redone += (long)(chunk_start + chunk - t) * a->grad_accum;
     if (W_was == 0) rs->rollbacks_in_row++;
@@ -731,7 +733,7 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
             if (dataloader_next(tr->ex.data, stage_inputs(&tr->stage, 0), stage_targets(&tr->stage, 0))) td_fatal("training data: %s", tr->ex.data->err);
     }
     if (W_was > 0) rs->aew_halvings++;
-    if (g_rank == 0) report_rollback(&tr->rep, t + 1, tr->ex.halt_reason, W_was, windows_now(tr, windows), (int)rs->rollbacks_in_row);
+    if (g_rank == 0) report_rollback(&tr->rep, t + 1, tr->ex.halt_reason, W_was, windows_now(tr, t, windows), (int)rs->rollbacks_in_row);
     free(windows);
     return t;
 }
@@ -748,11 +750,11 @@ static int train(Trainer* tr) {
     int* windows = (int*)malloc_check(tr->comm.P * sizeof(int)); // (P) each stage's window now
     while (step < a->steps) {
         int measure = rs->aew_base < 0; // --aew auto: this step runs synchronously and measures beta
-        int W_now = windows_now(tr, windows);
+        int W_now = windows_now(tr, step, windows);
         int chunk = tr->kind != SCHED_TDPIPE || measure ? 1 : a->consistency_every - step % a->consistency_every;
         for (int k = 1; k < chunk; k++)
             if (is_boundary(step + k, a->val_every) || is_boundary(step + k, a->sample_every) || is_boundary(step + k, a->ckpt_every) ||
-                is_boundary(step + k, a->drift_every)) {
+                is_boundary(step + k, a->drift_every) || step + k == a->aew_start) { // (the window opens at a flush)
                 chunk = k;
                 break;
             }
@@ -779,10 +781,10 @@ static int train(Trainer* tr) {
         if (measure) rs->aew_base = aew_measured(tr);
         if (tr->ex.drift_step >= 0) {
             double cos = drift_measure(tr, tr->ex.drift_step);
-            int W_was = windows_now(tr, windows);
+            int W_was = windows_now(tr, step - 1, windows);
             if (a->drift_min_cos > 0 && cos < a->drift_min_cos && W_was > 0) {
                 rs->aew_halvings++;
-                if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, windows));
+                if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, step - 1, windows));
             }
         }
         int stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got

@@ -11,7 +11,8 @@
 # computes exactly the pipeline's stale updates. Prints a table people and awk both read. Not a test.
 # usage: scripts/bench_convergence.sh [builtin|shakespeare|both (default)] [steps (default 300)]
 #   env: MS="8 16", WINDOWS="half one two" (W = M/2, M, 2M), COMPS="none predict predict/o1 dcasgd lr predict+lr",
-#   DC_LAMBDA=1e5, T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 76 runs a seed; Tiny Shakespeare's take minutes each)
+#   DC_LAMBDA=1e5, T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 76 runs a seed; Tiny Shakespeare's take minutes each),
+#   AEW_START=N: every run's window opens after step N (--aew-start; W = 0's rows are the same either way)
 set -u
 WHICH=${1:-both}
 STEPS=${2:-300}
@@ -24,9 +25,10 @@ MS=${MS:-8 16}                 # micro-batches per step
 WINDOWS=${WINDOWS:-half one two} # W as M/2, M, 2M
 COMPS=${COMPS:-none predict predict/o1 dcasgd lr predict+lr}
 SEEDS=${SEEDS:-1337}
+AEW_START=${AEW_START:-0}
 T_SHAKESPEARE=${T_SHAKESPEARE:-128}
 echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
-echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25, seeds $SEEDS)"
+echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25, --aew-start $AEW_START, seeds $SEEDS)"
 echo "# gap: val loss relative to the same M's W = 0 run; cos: the drift monitor's mean cosine to the exact synchronous gradient; util: tdpipe at P = 8, beta 0.3 (simulated)"
 printf '%-12s %3s %3s %-10s %10s %9s %8s %7s %9s\n' "#data" M W comp val_loss gap_% cos util_% spread_%
 sim_util() { "$SIM" -P 8 -M "$1" -n 12 -s 20 -W "$2" | awk -v w="$2" '/^beta / { b = $2 } b == 0.3 && $1 == "tdpipe" && $2 == w { print $6; exit }'; }
@@ -36,7 +38,7 @@ one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     [ "$method" != "$comp" ] && order=1
     for seed in $SEEDS; do
         local out="$TMP/$data.$M.$W.$method.$order.$seed"
-        $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$method" --predict-order "$order" --dc-lambda "$DC_LAMBDA" -x "$STEPS" -v "$STEPS" \
+        $BIN --device cpu --schedule tdpipe --micro-batches "$M" --aew "$W" --stale-comp "$method" --predict-order "$order" --dc-lambda "$DC_LAMBDA" --aew-start "$AEW_START" -x "$STEPS" -v "$STEPS" \
             --drift-every 25 -s 0 --seed "$seed" "$@" -o "$out" > "$out.txt" 2>&1 || { echo "$data M=$M W=$W $comp seed $seed: failed (see $out.txt)" >&2; return; }
         vals="$vals $(grep -o 'val loss [0-9.]*' "$out.txt" | tail -1 | cut -d' ' -f3)"
         coss="$coss $(grep -o '"drift_mean_cos": [0-9.e-]*' "$out/log.jsonl" | awk '{ s += $2; n++ } END { if (n) printf "%.6f", s / n; else print "-" }')"

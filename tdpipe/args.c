@@ -59,6 +59,7 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
     {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "", "gpipe | 1f1b | zbh1 | tdpipe (default: 1f1b; tdpipe when --aew is given)"},
     {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches, or auto (W = ceil(P (1 - beta)))"},
+    {"pipeline", 0, "aew-start", "pipeline.aew_start", A_INT, F(aew_start), 0, 1e9, "0", "tdpipe: steps 1..N run synchronously (W = 0) and the window opens after them, e.g. --warmup's steps"},
     {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_STR, F(grad_cache), 0, 0, "0", "gradient-cache slots per stage (0 = as many as the schedule needs), or with a unit (4MB) the gradient sync's bucket size"},
     {"pipeline", 0, "grad-quant", "pipeline.grad_quant", A_STR, F(grad_quant), 0, 0, "none", "how replicas average gradients: none (fp32) | int8 (blocks with an fp32 scale, two-shot, in buckets overlapped with backward)"},
     {"pipeline", 0, "quant-block", "pipeline.quant_block", A_INT, F(quant_block), 1, 1 << 20, "256", "elements per int8 block (one fp32 absmax scale each)"},

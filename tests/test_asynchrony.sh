@@ -68,6 +68,23 @@ check "  bitwise equal" same_run "$TMP/wl" "$TMP/wlj"
 refuse "--aew with a list of the wrong length" "--aew 2,2: 2 windows for 4 stages" $BIN --schedule tdpipe --stages 4 --aew 2,2
 refuse "--aew with a negative window in a list" "--aew 2,-1,2,2: expected a window size" $BIN --schedule tdpipe --stages 4 --aew 2,-1,2,2
 
+# --- --aew-start: the window opens after step N; the steps before it are W = 0's, bitwise, at any P
+check "--aew-start 6, W = 4" $BIN $S --aew 4 --aew-start 6 -o "$TMP/start6"
+check "tdpipe W = 0" $BIN $S --aew 0 -o "$TMP/start_w0"
+first6() { [ "$(losses "$1" | wc -l)" -eq 16 ] && diff <(losses "$1" | head -6) <(losses "$2" | head -6) >/dev/null; }
+check "  steps 1..6 bitwise W = 0's" first6 "$TMP/start6" "$TMP/start_w0"
+stale_from7() { # the log's per-step staleness: 0 through step 6, above 0 after (W = 4 of M = 4)
+    grep -o '"staleness": [0-9]*' "$1/log.jsonl" | cut -d' ' -f2 | awk 'NR <= 6 && $1 != 0 { bad = 1 } NR > 6 && $1 > 0 { later = 1 } END { exit bad || !later }'
+}
+check "  stale 0 through step 6, stale forwards after" stale_from7 "$TMP/start6"
+check "  and the later steps are not W = 0's" bash -c "! cmp -s '$TMP/start6/model.bin' '$TMP/start_w0/model.bin'"
+check "--aew-start 6, P = 2, jitter 0.3: bitwise the P = 1 run" \
+    bash -c "$MPI -np 2 $BIN $S --aew 4 --aew-start 6 --stages 2 --jitter 0.3 -o '$TMP/start6p2' >/dev/null 2>&1"
+check "  losses and model equal" same_run "$TMP/start6p2" "$TMP/start6"
+check "  the start-up table says when the window opens" bash -c "$BIN $S --aew 4 --aew-start 6 -x 1 -o '$TMP/start6t' | grep -q 'AEW W = 4 from step 7 (steps 1..6 synchronous)'"
+refuse "--aew-start on a synchronous schedule" "--aew-start 3: only the tdpipe schedule has a window to open" $BIN --schedule 1f1b --aew-start 3 -x 1
+refuse "--aew-start below 0" "aew-start" $BIN --schedule tdpipe --aew 2 --aew-start -1 -x 1
+
 # --- the drift monitor
 check "--drift-every 4 at W = 0 (1F1B)" $BIN $S --aew 0 --drift-every 4 -o "$TMP/dr0"
 cos_one() { python3 - "$1/log.jsonl" <<'EOF'
