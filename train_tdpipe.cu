@@ -152,6 +152,16 @@ static int windows_now(const Trainer* tr, int step, int* out) {
     return mx;
 }
 
+// the largest window --aew auto may choose, the staleness the compensation was measured to handle
+// (README, TD-Pipe convergence): without compensation M / 2 (converges like 1F1B); with it M (one
+// update stale), and 2M (two) when the window opens after the learning rate's warm-up
+// (--aew-start >= --warmup > 0), where two updates stale cost under 2%
+static int aew_auto_max(const Trainer* tr) {
+    int M = tr->a.grad_accum;
+    if (tr->comp.methods == STALE_NONE) return M / 2;
+    return tr->a.warmup > 0 && tr->a.aew_start >= tr->a.warmup ? 2 * M : M;
+}
+
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
 static void check_grad_cache(const Trainer* tr, const ScheduleShape* shape) {
     int need = schedule_shape_grad_slots(shape);
@@ -426,7 +436,7 @@ static void check_memory(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int slots, stashes, grad_slots, W_max = 0;
     for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
-    if (tr->W == -1) W_max = a->grad_accum; // auto: at most M (with compensation; M / 2 without)
+    if (tr->W == -1) W_max = aew_auto_max(tr);
     Schedule sch;
     ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = 2};
     char err[1024];
@@ -572,8 +582,7 @@ static void make_executor(Trainer* tr) {
 // --aew auto, after the first step ran synchronously: every stage's measured mean forward and backward
 // time and their coefficient of variation beta go through the simulator (the same schedule code and
 // policy), which picks the smallest W whose simulated utilisation is within one point of the best
-// window's, up to the staleness the compensation handles (none: W <= M / 2, the windows measured to
-// converge like 1F1B; a method: W <= M, one update stale). Printed beside the article's
+// window's, up to the staleness the compensation handles (aew_auto_max). Printed beside the article's
 // ceil(P (1 - beta)) and both predicted utilisations; every rank computes the same and checks it.
 static int aew_measured(Trainer* tr) {
     int P = tr->comm.P, M = tr->a.grad_accum, s = tr->comm.stage;
@@ -589,7 +598,7 @@ static int aew_measured(Trainer* tr) {
     comm_wait(&tr->comm, &r);
     double beta = 0.0;
     for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
-    int W_max = tr->comp.methods == STALE_NONE ? M / 2 : M, article = (int)ceil(P * (1.0 - beta));
+    int W_max = aew_auto_max(tr), article = (int)ceil(P * (1.0 - beta));
     if (article < 0) article = 0;
     double* util = (double*)calloc_check(W_max + 1, sizeof(double));
     char err[512];
@@ -606,9 +615,10 @@ static int aew_measured(Trainer* tr) {
         for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * all[i], 1e3 * all[P + i]);
         printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
         for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
-        printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles); "
+        printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles%s); "
                "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
-               W, 100.0 * util[W], W_max, staleness_name(tr->comp.methods), P, beta, article, 100.0 * u_article, tr->comm.world_size);
+               W, 100.0 * util[W], W_max, staleness_name(tr->comp.methods), W_max > M ? " with the window opening after the warm-up" : "", P,
+               beta, article, 100.0 * u_article, tr->comm.world_size);
     }
     free(chosen);
     free(util);

@@ -170,6 +170,11 @@ check "--spike-z 3: a run without spikes goes through" $BIN -e d2 -x 40 -v 0 -s 
 check "--aew auto with --stale-comp predict (windows up to M)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict -x 4 -o "$TMP/auto"
 check "  the simulated utilisations, the choice and the article's ceil(P (1 - beta)), the same on all 4 ranks" \
     grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/out"
+check "--aew auto with predict and the window opening after the warm-up (windows up to 2M)" \
+    $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --warmup 2 --aew-start 2 -x 5 -o "$TMP/auto2"
+check "  up to W = 8, and it says why" grep -Eq "up to W = 8, the staleness predict handles with the window opening after the warm-up" "$TMP/out"
+check "--aew auto with --aew-start below --warmup: up to M" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --warmup 3 --aew-start 2 -x 5 -o "$TMP/auto3"
+check "  up to W = 4" grep -Eq "up to W = 4, the staleness predict handles\)" "$TMP/out"
 
 # --- refusals
 refuse "an unknown --stale-comp" "--stale-comp ewma: expected none, or predict, dcasgd and lr alone or joined by \+ \(predict\+lr\)" $BIN --stale-comp ewma
