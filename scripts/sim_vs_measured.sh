@@ -44,7 +44,7 @@ for P in $PS; do
             fi
             # trace steps count from 0: steps 2..n-1 of the step lines are 1..n-2 there
             sim=()
-            for cores in 0 "$CORES"; do
+            for cores in 0 $([ "$CORES" != 0 ] && echo "$CORES"); do # (CORES 0: the two columns are one simulation)
                 python3 scripts/plot_trace.py "$out.json" --op-times --steps "1:$((STEPS - 1))" --cores "$cores" > "$out.ops$cores" || continue 2
                 args=()
                 for k in f b bi bw u; do
@@ -54,6 +54,7 @@ for P in $PS; do
                 "$REPLAY" --schedule $sched --stages $P --micro-batches $M --aew $W --steps "$STEPS" --cores "$cores" "${args[@]}" > "$out.sim$cores" || continue 2
                 sim+=("$(awk -F= '$1 == "step_ms" { print $2 }' "$out.sim$cores")" "$(awk -F= '$1 == "bubble" { print $2 }' "$out.sim$cores")")
             done
+            [ ${#sim[@]} -eq 2 ] && sim+=("${sim[@]}")
             grep '^{"step"' "$out/log.jsonl" | awk -v steps="$STEPS" -v m=$model -v p=$P -v s=$sched -v w=$W -v sm="${sim[0]}" -v sb="${sim[1]}" -v hm="${sim[2]}" -v hb="${sim[3]}" '
                 { match($0, /"step": [0-9]+/); k = substr($0, RSTART + 8, RLENGTH - 8) + 0
                   if (k < 2 || k >= steps) next

@@ -297,7 +297,6 @@ static inline void dp_sync_cuda_free(DpSyncCuda* ds) {
 
 // ---- one step ----------------------------------------------------------------------------------------
 
-
 // Bucket bi's three phases, enqueued on the communication stream behind whatever it was made to wait
 // for (the units' event, or all of the compute stream): pack into the owners' segments, the all-to-all,
 // the owner's sums / D (requantized), the all-gather, unpack into the gradient

@@ -48,12 +48,13 @@ typedef struct {
     double** end;       // (P)[n_ops[s]]
 } SimResult;
 
+#define SIM_SHARE_ITERS 200 // most runs the shared-cores fixed point takes (below)
+
 // Runs sch as the executor would: synchronous lists in order, tdpipe by its event-driven policy.
 // With cost->cores, each op's time is its work over its mean rate in the timeline it runs in, found
 // by damped fixed-point iteration (at most SIM_SHARE_ITERS runs). Returns 0, or -1 with a message
 // (a missing op time, or a deadlock naming the stuck stage, its op and what it waits for).
 // Deterministic for a seed. Free the result with simulator_free.
-#define SIM_SHARE_ITERS 200
 int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char* err, size_t errlen);
 void simulator_free(SimResult* res);
 
