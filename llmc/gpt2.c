@@ -271,6 +271,9 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
 static void unit_done(const GPT2UnitHook* hook, int unit) {
     if (hook) hook->done(hook->ctx, unit);
 }
+static void unit_between(const GPT2UnitHook* hook) {
+    if (hook && hook->between) hook->between(hook->ctx);
+}
 
 void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,
                           ParameterTensors* grads, float* dwte_head, int accumulate) {
@@ -292,10 +295,13 @@ void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2A
         const float* residual = l == 0 ? a->x_in : a->residual3 + (l - 1) * BTC;
         matmul_backward_weight(grads->fcprojw + l * 4 * c * c, grads->fcprojb + l * c, g->dres3 + l * BTC, a->fch_gelu + l * 4 * BTC, BT, 4 * C, C,
                                accumulate);
+        unit_between(hook);
         matmul_backward_weight(grads->fcw + l * 4 * c * c, grads->fcb + l * 4 * c, g->dfch + l * 4 * BTC, a->ln2 + l * BTC, BT, C, 4 * C, accumulate);
+        unit_between(hook);
         layernorm_backward_weight(grads->ln2w + l * c, grads->ln2b + l * c, g->dln2 + l * BTC, a->residual2 + l * BTC,
                                   a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C, accumulate);
         matmul_backward_weight(grads->attprojw + l * c * c, grads->attprojb + l * c, g->dres2 + l * BTC, a->atty + l * BTC, BT, C, C, accumulate);
+        unit_between(hook);
         matmul_backward_weight(grads->qkvw + l * 3 * c * c, grads->qkvb + l * 3 * c, g->dqkv + l * 3 * BTC, a->ln1 + l * BTC, BT, C, 3 * C,
                                accumulate);
         layernorm_backward_weight(grads->ln1w + l * c, grads->ln1b + l * c, g->dln1 + l * BTC, residual,

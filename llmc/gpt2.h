@@ -135,10 +135,12 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
 // told by gpt2_backward_weight as each unit's weight gradient is complete (0 the embeddings, 1 + l
 // layer l, L + 1 the final LayerNorm, L + 2 the LM head's share of wte), in the order computed: the
 // embeddings (their gradient needs only dx_in), the head, then the layers from the last: a caller
-// may send a finished unit while the rest is computed
+// may send a finished unit while the rest is computed. between (NULL or not): called between the
+// kernels inside a unit (the CPU's), so that the messages already sent move along within a layer too
 typedef struct {
     void (*done)(void* ctx, int unit);
     void* ctx;
+    void (*between)(void* ctx);
 } GPT2UnitHook;
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to
 // dwte_head (Vp, C) (the tied embedding: summed with the encoder's share once per step), the

@@ -384,6 +384,8 @@ void dp_sync_progress(DpSync* ds) {
     }
 }
 
+void dp_sync_between(void* ds) { dp_sync_progress((DpSync*)ds); }
+
 DpSyncStats dp_sync_finish(DpSync* ds) {
     if (!ds->active) td_fatal("dp_sync_finish: no sync was begun");
     double t0 = now_seconds();

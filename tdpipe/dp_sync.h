@@ -130,6 +130,8 @@ void dp_sync_begin_buffers(DpSync* ds, float* grads, float* head, int step);
 void dp_sync_unit_done(void* ds, int unit);
 // moves the buckets in flight along (cheap; call between ops and between units)
 void dp_sync_progress(DpSync* ds);
+// the same as a GPT2UnitHook's between (ctx the DpSync): inside a unit, between its kernels
+void dp_sync_between(void* ds);
 // posts the buckets still waiting, waits for every bucket, and leaves the replicas' average in the
 // slot, bitwise the same on every replica; returns the step's figures
 DpSyncStats dp_sync_finish(DpSync* ds);

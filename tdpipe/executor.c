@@ -305,7 +305,8 @@ static ComputeSpan op_backward(Run* r, const Op* op) {
     }
     if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
         const Executor* ex = r->ex;
-        GPT2UnitHook hook = ex->sync ? (GPT2UnitHook){dp_sync_unit_done, ex->sync} : (GPT2UnitHook){ex->device_sync.unit_done, ex->device_sync.ctx};
+        GPT2UnitHook hook = ex->sync ? (GPT2UnitHook){dp_sync_unit_done, ex->sync, dp_sync_between}
+                                     : (GPT2UnitHook){ex->device_sync.unit_done, ex->device_sync.ctx, NULL};
         int overlap = sync_overlaps(r, op), k = stage_grad_slot(st, op->step);
         if (overlap && ex->sync) dp_sync_begin(ex->sync, k, op->step);
         else if (overlap) ex->device_sync.begin(ex->device_sync.ctx, st, k, op->step);
