@@ -128,7 +128,7 @@ void dp_sync_begin(DpSync* ds, int k, int step);
 void dp_sync_begin_buffers(DpSync* ds, float* grads, float* head, int step);
 // backward has completed `unit` of the slot (a GPT2UnitHook's done, ctx the DpSync)
 void dp_sync_unit_done(void* ds, int unit);
-// moves the buckets in flight along (cheap; call between ops and between units)
+// moves the buckets in flight along (cheap; call between ops, between units and between a unit's kernels)
 void dp_sync_progress(DpSync* ds);
 // the same as a GPT2UnitHook's between (ctx the DpSync): inside a unit, between its kernels
 void dp_sync_between(void* ds);

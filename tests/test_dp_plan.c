@@ -2,12 +2,68 @@
 // block of its owner's segment, the plan alone (dp_sync_init_plan, what the GPU sync runs) equal to
 // the full one's, and the memory checks' bounds above what the host sync holds and what the GPU sync
 // allocates (dp_sync_device_sizes, the same function its init allocates by), over stages, D, owners,
-// block and bucket sizes.
+// block and bucket sizes; and the CPU weight backward tells the units the plan's buckets wait for, in
+// the order the plan expects, with its calls between a layer's kernels (GPT2UnitHook).
 #include <string.h>
 #include "llmc/common.h"
+#include "llmc/gpt2.h"
 #include "tdpipe/comm.h"
 #include "tdpipe/dp_sync.h"
+#include "tdpipe/stage_cpu.h"
 #include "tests/test.h"
+
+// what a GPT2UnitHook heard, in order: a unit's number for done, -1 for between
+typedef struct {
+    int ev[64];
+    int n;
+} HookLog;
+static void log_done(void* ctx, int unit) {
+    HookLog* h = (HookLog*)ctx;
+    if (h->n < 64) h->ev[h->n++] = unit;
+}
+static void log_between(void* ctx) { log_done(ctx, -1); }
+
+// one micro-batch's weight backward on a small whole model, with the hook and without: the units in
+// units_in_order's order (embeddings, head, final LayerNorm, layers from the last), three calls
+// between the four matmuls of each layer and none elsewhere, and the same gradient bits either way
+static void test_unit_hook(void) {
+    const GPT2Config cfg = {16, 64, 64, 3, 2, 16}; // maxT, V, Vp, L, NH, C
+    const int B = 2, T = 8, L = cfg.num_layers;
+    GPT2Range all = {0, L, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(&cfg, &all, sizes);
+    float* init = (float*)malloc_check(n * sizeof(float));
+    gpt2_init_full(&cfg, init, 5);
+    Stage st;
+    stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&st, 1, 1, 1, 0);
+    GPT2Acts* a = stage_cpu_acts(&st, 0);
+    GPT2GradActs* ga = stage_cpu_gacts(&st, 0);
+    for (int i = 0; i < B * T; i++) a->inputs[i] = (i * 7 + 3) % cfg.vocab_size, a->targets[i] = (i * 5 + 1) % cfg.vocab_size;
+    gpt2_forward(&cfg, &all, &st.p, a, 1);
+    gpt2_backward_input(&cfg, &all, &st.p, a, ga, NULL, 1.0f / (B * T));
+    float* g[2];
+    float* head[2];
+    HookLog log = {{0}, 0};
+    for (int k = 0; k < 2; k++) { // k 0 without a hook, 1 with one
+        g[k] = (float*)calloc_check(n, sizeof(float));
+        head[k] = (float*)calloc_check(st.sizes[0], sizeof(float));
+        ParameterTensors gv;
+        gpt2_point_params(&gv, g[k], sizes);
+        GPT2UnitHook hook = {log_done, &log, log_between};
+        gpt2_backward_weight(&cfg, &all, a, ga, k ? &hook : NULL, &gv, head[k], 0);
+    }
+    int want[64], nw = 0;
+    want[nw++] = 0, want[nw++] = L + 2, want[nw++] = L + 1;
+    for (int l = L - 1; l >= 0; l--) want[nw++] = -1, want[nw++] = -1, want[nw++] = -1, want[nw++] = 1 + l;
+    int order = log.n == nw && !memcmp(log.ev, want, nw * sizeof(int));
+    CHECK(order, "the weight backward tells embeddings, head, final LayerNorm, then each layer from the last, after 3 calls between its "
+                 "kernels (%d events, %d expected)", log.n, nw);
+    CHECK(!memcmp(g[0], g[1], n * sizeof(float)) && !memcmp(head[0], head[1], st.sizes[0] * sizeof(float)),
+          "the gradient with the hook is bitwise the one without (%zu values and the head's %zu)", n, st.sizes[0]);
+    for (int k = 0; k < 2; k++) free(g[k]), free(head[k]);
+    free(init);
+    stage_destroy(&st);
+}
 
 // every element of the stage's slices (stage_slices: on a last stage without the embeddings its copy of
 // wte is the tied exchange's, not a slice) and of the head share (vc, after the n parameters) in exactly
@@ -123,5 +179,6 @@ int main(void) {
           100.0 * worst_host);
     CHECK(dev_ok == cases, "dp_sync_device_planned_bytes bounds what the GPU sync allocates, in %d of %d (at most %.1f%% of it used)", dev_ok, cases,
           100.0 * worst_dev);
+    test_unit_hook();
     return test_summary();
 }
