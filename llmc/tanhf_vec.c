@@ -67,16 +67,13 @@ static vfloat tanhf_v(vfloat x) {
     vint jx = (vint)x, ix = jx & 0x7fffffff;
     vfloat ax = (vfloat)ix;
     vint big = ix >= spliti(0x3f800000); // |x| >= 1
-    vint special = ix >= spliti(0x7f800000); // inf, NaN
     vfloat t = expm1f_v(sel(big, ax + ax, splat(-2.0f) * ax));
-    // the three quotients the scalar code takes on its branches, 2 / (t + 2), -t / (t + 2) and 1 / x,
-    // as one division: each lane divides what its branch divides, so it rounds as that branch does
-    vfloat q = sel(special, splat(1.0f), sel(big, splat(2.0f), -t)) / sel(special, x, t + splat(2.0f));
-    vfloat z = sel(big, splat(1.0f) - q, q);
+    vfloat z = sel(big, splat(1.0f) - splat(2.0f) / (t + splat(2.0f)), -t / (t + splat(2.0f)));
     z = sel(ix >= spliti(0x41b00000), splat(1.0f), z); // |x| >= 22: 1 - tiny, which rounds to 1
     vfloat r = sel(jx < spliti(0), -z, z);
     r = sel(ix < spliti(0x24000000), x * (splat(1.0f) + x), r); // |x| < 2^-55 (and 0)
-    return sel(special, sel(jx < spliti(0), q - splat(1.0f), q + splat(1.0f)), r); // inf, NaN: 1 / x -+ 1
+    vfloat inv = splat(1.0f) / x;
+    return sel(ix >= spliti(0x7f800000), sel(jx < spliti(0), inv - splat(1.0f), inv + splat(1.0f)), r); // inf, NaN
 }
 
 void tanhf_vec(float* out, const float* in, long n) {
