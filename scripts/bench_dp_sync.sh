@@ -8,7 +8,7 @@
 # Tiny Shakespeare (GPT-2 tokens). On one machine the exchange runs through shared memory: the times say
 # little about a network; the bytes and the hidden fraction feed the cluster simulator. Not a test.
 # usage: scripts/bench_dp_sync.sh [--quick]   (--quick: the small shape only, fewer steps)
-#   PARTS="1 2 3" (env): which parts to run
+#   PARTS="1 2 3" (env): which parts to run; D_124M="2 4", STEPS_124M=41: part 2's 124M runs (default: D 2, 5 steps)
 set -u
 QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
 BIN=${BIN:-./train_tdpipe}
@@ -33,7 +33,7 @@ alone_ms() { # alone_ms D SHAPE_WORD MODE: the time column of bench_dp_sync's ro
 
 if part 2; then
 echo "## 2. inside training: the exposed communication (stage 0 of replica 0, steps after the first)"
-printf '%-30s %2s %-14s %10s %10s %10s %10s %9s %8s\n' "#shape" D mode step_ms exposed_ms span_ms alone_ms hidden_% bytes
+printf '%-30s %2s %-14s %10s %10s %10s %10s %9s %9s %9s %9s %10s %8s\n' "#shape" D mode step_ms exposed_ms span_ms alone_ms hidden_% med_exp med_late hid_med_% hid_late_% bytes
 run_modes() { # run_modes NAME SHAPE_WORD D FLAGS...
     local name=$1 word=$2 D=$3; shift 3
     for mode in fp32-blocking fp32-buckets int8-buckets; do
@@ -41,17 +41,33 @@ run_modes() { # run_modes NAME SHAPE_WORD D FLAGS...
         [ $mode = fp32-buckets ] && flags="--grad-cache 4MB"
         [ $mode = int8-buckets ] && flags="--grad-quant int8"
         local out="$TMP/$name.$D.$mode"
-        $MPI -np "$D" $BIN --device cpu "$@" $flags -v 0 -s 0 -o "$out" > "$out.txt" 2>&1 || { echo "$name D=$D $mode: failed (see $out.txt)" >&2; continue; }
+        $MPI -np "$D" $BIN --device cpu "$@" $flags -v 0 -s 0 --trace "$out.trace.json" -o "$out" > "$out.txt" 2>&1 || { echo "$name D=$D $mode: failed (see $out.txt)" >&2; continue; }
         local alone
         alone=$(alone_ms "$D" "$word" "$mode")
-        python3 - "$out/log.jsonl" "$name" "$D" "$mode" "${alone:-nan}" <<'EOF'
-import json, sys
+        python3 - "$out/log.jsonl" "$out.trace.json" "$name" "$D" "$mode" "${alone:-nan}" <<'EOF'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"dp_bytes"' in l][1:]  # the first step warms up
-name, D, mode, alone = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+name, D, mode, alone = sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6])
 mean = lambda k, i=0: sum(r[k][i] if isinstance(r[k], list) else r[k] for r in rows) / len(rows)
 wait, span, ms = mean('dp_wait_ms'), mean('dp_span_ms'), mean('ms')
 hidden = 100 * (1 - wait / alone) if alone == alone and alone > 0 else float('nan')
-print(f"{name:<30s} {D:>2s} {mode:<14s} {ms:10.1f} {wait:10.2f} {span:10.2f} {alone:10.2f} {hidden:9.1f} {mean('dp_bytes'):8.3g}")
+# From the trace (one clock for the ranks of a host): each step's last backward on stage 0 of every
+# replica. exposed = its end (the average in place) - its compute's end, on replica 0; late = its end -
+# the last replica's compute end: the part of the wait that is the exchange itself, not waiting for a
+# slower replica to finish its backward (load skew, which four ranks on two cores make large)
+last = {}  # (step, replica) -> (compute end, end) of the step's last backward
+for e in json.load(open(sys.argv[2]))["traceEvents"]:
+    if e["tid"] != 0 or e["name"][0] != "B": continue
+    step = int(e["name"].lstrip("BIW").split(".")[0])
+    ce, end = e["args"]["compute_ts"] + e["args"]["compute_dur"], e["ts"] + e["dur"]
+    if (step, e["pid"]) not in last or end > last[(step, e["pid"])][1]: last[(step, e["pid"])] = (ce, end)
+steps = sorted({s for s, _ in last})[1:]
+exp = [(last[(s, 0)][1] - last[(s, 0)][0]) / 1e3 for s in steps]
+late = [max(0.0, last[(s, 0)][1] - max(last[(s, r)][0] for r in range(int(D)))) / 1e3 for s in steps]
+med_exp, med_late = statistics.median(exp), statistics.median(late)
+ok = alone == alone and alone > 0
+hid_med, hid_late = (100 * (1 - med_exp / alone), 100 * (1 - med_late / alone)) if ok else (float('nan'), float('nan'))
+print(f"{name:<30s} {D:>2s} {mode:<14s} {ms:10.1f} {wait:10.2f} {span:10.2f} {alone:10.2f} {hidden:9.1f} {med_exp:9.2f} {med_late:9.2f} {hid_med:9.1f} {hid_late:10.1f} {mean('dp_bytes'):8.3g}")
 EOF
     done
 }
@@ -59,10 +75,14 @@ run_modes "small (d4 built-in)" "small" 2 -e d4 -b 4 -t 64 --micro-batches 2 -x 
 run_modes "small (d4 built-in)" "small" 4 -e d4 -b 4 -t 64 --micro-batches 2 -x 8
 if [ $QUICK = 0 ]; then
     bash dev/data/prepare_tinyshakespeare.sh > /dev/null || { echo "bench_dp_sync: no Tiny Shakespeare shards" >&2; exit 1; }
-    run_modes "GPT-2 124M (d12, Shakespeare)" "124M" 2 -e d12 -i 'data/tinyshakespeare/ts_train.bin' -b 1 -t 64 --micro-batches 1 -x 5
+    for D in ${D_124M:-2}; do
+        run_modes "GPT-2 124M (d12, Shakespeare)" "124M" "$D" -e d12 -i 'data/tinyshakespeare/ts_train.bin' -b 1 -t 64 --micro-batches 1 -x "${STEPS_124M:-5}"
+    done
 fi
 echo "# exposed: seconds from the end of the step's last backward until the average is in place; span: from its first bucket sent"
 echo "# alone: part 1's time for the same shape, mode and D; hidden = 1 - exposed / alone (blocking fp32 hides nothing by construction)"
+echo "# med_exp: the median step's exposed time (from --trace); med_late: the median time the average took after the LAST replica's backward"
+echo "# ended (the rest of the wait is a slower replica still computing); hid_med = 1 - med_exp / alone, hid_late = 1 - med_late / alone"
 fi
 part 3 || exit 0
 
