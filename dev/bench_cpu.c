@@ -137,8 +137,8 @@ static void train_step(Stage* s, int step, int L, const AdamWConfig* opt, double
     Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s->version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s->version};
     stage_forward(s, &f, 0, 1);
     stage_backward(s, &bw, 0, 1.0f / (s->B * s->T));
-    stage_tie_local(s, 0);
-    stage_grad_unit_sumsq(s, 0, units);
+    double wte_sq = stage_tie_local(s, 0); // (wte's part of the norm, from the sum's own pass)
+    stage_grad_unit_sumsq(s, 0, wte_sq, units);
     float norm = grad_norm_from_units(units, L + 2);
     stage_update(s, 0, opt, opt->lr, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
     stage_zero_grad(s, 0);

@@ -59,13 +59,20 @@ static inline void simd_transpose(float* restrict dst, int ldd, const float* res
 // Σ_i x[r][i] in double over i < n (squares: Σ x[r][i]²) for the 8 rows x[r] = base + r ld, summed side by
 // side in the lanes of one vector, each row in index order: bitwise each row's one-at-a-time sum (a
 // float squared is exact in double, so fusing that product into the add rounds the same). A serial
-// chain of adds is latency-bound; eight of them side by side are not.
-static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squares) {
+// chain of adds is latency-bound; eight of them side by side are not. add (NULL or not): the rows
+// summed are x = base + add, each x also stored to dst (which may be base) in the same pass.
+static inline v8d simd_sum8_rows_of(float* dst, const float* base, const float* add, size_t ld, size_t n, int squares) {
     v8d acc = {0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         v8f r[8];
-        for (int j = 0; j < 8; j++) r[j] = *(const v8f_u*)(base + (size_t)j * ld + i);
+        for (int j = 0; j < 8; j++) {
+            r[j] = *(const v8f_u*)(base + (size_t)j * ld + i);
+            if (add) {
+                r[j] += *(const v8f_u*)(add + (size_t)j * ld + i);
+                *(v8f_u*)(dst + (size_t)j * ld + i) = r[j];
+            }
+        }
         simd_transpose8(r); // row j now holds element i + j of every row
         for (int j = 0; j < 8; j++) {
             v8d d = __builtin_convertvector(r[j], v8d);
@@ -74,11 +81,16 @@ static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squ
     }
     for (; i < n; i++) {
         v8d d;
-        for (int j = 0; j < 8; j++) d[j] = base[(size_t)j * ld + i];
+        for (int j = 0; j < 8; j++) {
+            float x = base[(size_t)j * ld + i];
+            if (add) dst[(size_t)j * ld + i] = x = x + add[(size_t)j * ld + i];
+            d[j] = x;
+        }
         acc += squares ? d * d : d;
     }
     return acc;
 }
+static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squares) { return simd_sum8_rows_of(NULL, base, NULL, ld, n, squares); }
 
 // x (a vector of products) stays rounded: the compiler cannot fuse it into the add that follows (FMA
 // contraction), for sums that must add rounded products, as GCC's in-order vector reductions do

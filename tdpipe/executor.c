@@ -330,18 +330,16 @@ static void tied_start(Run* r, int t) {
     snprintf(ss->tied_recv.what, sizeof(ss->tied_recv.what), "the tied embedding's gradient share of step %d from stage %d", t + 1, other);
 }
 
-// both shares here: wte's gradient = first share + last share (one process: its two shares)
-static void tied_finish(Run* r, int t) {
+// both shares here: wte's gradient = first share + last share (one process: its two shares); returns
+// its sumsq where the sum's pass computed it (stage_tie_local)
+static double tied_finish(Run* r, int t) {
     Stage* st = r->st;
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t);
-    if (r->P == 1) {
-        stage_tie_local(st, k);
-        return;
-    }
+    if (r->P == 1) return stage_tie_local(st, k);
     comm_wait(r->ex->comm, &ss->tied_recv);
     comm_wait(r->ex->comm, &ss->tied_send); // this end's share is summed in place: once it has left
-    stage_tied_sum(st, k);
+    return stage_tied_sum(st, k);
 }
 
 // 1 when some micro-batch of step t is compensated by method m
@@ -427,10 +425,10 @@ static void post_step(Run* r, int t) {
         if (r->D > 1) comm_dp_average_double(ex->comm, small, L + 3);
     }
     tied_start(r, t);
-    if (r->first) tied_finish(r, t); // the norm needs wte's summed gradient
+    double wte_sq = r->first ? tied_finish(r, t) : STAGE_SUMSQ_UNKNOWN; // the norm needs wte's summed gradient
     ss->mine->loss = 0.0;
     memset(ss->mine->units, 0, (L + 2) * sizeof(double));
-    stage_grad_unit_sumsq(st, k, ss->mine->units);
+    stage_grad_unit_sumsq(st, k, wte_sq, ss->mine->units);
     if (r->last) { // the step's loss, averaged over the replicas here: U(t) has no collective among replicas
         ss->mine->loss = ss->loss_sum / r->sch->M;
         if (r->D > 1) comm_dp_average_double(ex->comm, &ss->mine->loss, 1);

@@ -174,7 +174,7 @@ int stage_grads_readable_during_backward(const Stage* st) { return st->be->host_
 void stage_gns_units(Stage* st, int k, double* out) {
     int L = st->cfg.num_layers;
     memset(out, 0, (L + 3) * sizeof(double));
-    st->be->grad_unit_sumsq(st, k, out);
+    st->be->grad_unit_sumsq(st, k, STAGE_SUMSQ_UNKNOWN, out);
     if (st->range.has_head) st->be->head_share_sumsq(st, k, &out[L + 2]); // (at P = 1 too: the shares are apart until post sums them)
 }
 
@@ -275,7 +275,7 @@ void stage_dp_average_host(void* comm, Stage* st, int k) {
     stage_host_grads_done(st, k);
 }
 
-void stage_tie_local(Stage* st, int k) { st->be->tie_local(st, k); }
+double stage_tie_local(Stage* st, int k) { return st->be->tie_local(st, k); }
 
 // Through host memory (a device backend whose tied shares no link reaches), slot k's gradient goes
 // down when this end's share is sent and comes back up with the sum; the device does not touch the
@@ -294,21 +294,21 @@ float* stage_tied_other(Stage* st, int k) {
     return st->host_tied_other[k];
 }
 
-void stage_tied_sum(Stage* st, int k) {
+double stage_tied_sum(Stage* st, int k) {
     int first = st->range.has_embed; // the encoder's share comes first on both ends: bitwise equal copies
     float* other = stage_tied_other(st, k);
     if (tied_direct(st)) {
         float* own = st->be->tied_share(st, k);
-        st->be->tied_sum(st, k, first ? own : other, first ? other : own);
-        return;
+        return st->be->tied_sum(st, k, first ? own : other, first ? other : own);
     }
     float* own = first ? st->host_grads[k] : st->host_dwte_head[k]; // sent from here at stage_tied_share
     float* wte = st->host_grads[k];
     for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first ? own[i] + other[i] : other[i] + own[i];
     stage_host_grads_done(st, k);
+    return STAGE_SUMSQ_UNKNOWN; // (a device backend's copy: the device reduces its own)
 }
 
-void stage_grad_unit_sumsq(Stage* st, int k, double* out) { st->be->grad_unit_sumsq(st, k, out); }
+void stage_grad_unit_sumsq(Stage* st, int k, double wte_sq, double* out) { st->be->grad_unit_sumsq(st, k, wte_sq, out); }
 
 int stage_slices(const Stage* st, StageSlice* out) {
     size_t off[GPT2_NUM_PARAM_TENSORS + 1] = {0};

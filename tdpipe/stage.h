@@ -47,10 +47,10 @@ typedef struct {
     void (*probs)(Stage* st, int slot, int t, float* out); // (V) last stage: softmax of row 0's logits at position t
     // weights, gradients and the optimizer
     void (*stash)(Stage* st, int i);  // the current weights into stash slot i
-    void (*grad_unit_sumsq)(Stage* st, int k, double* out); // as stage_grad_unit_sumsq
+    void (*grad_unit_sumsq)(Stage* st, int k, double wte_sq, double* out); // as stage_grad_unit_sumsq
     void (*update)(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float grad_scale);
     void (*zero_grad)(Stage* st, int k);
-    void (*tie_local)(Stage* st, int k); // P = 1: wte's gradient += the LM head's share
+    double (*tie_local)(Stage* st, int k); // P = 1: wte's gradient += the LM head's share; returns as stage_tie_local
     void (*to_host)(Stage* st);          // weights and AdamW moments -> st->params, adam_m, adam_v
     void (*from_host)(Stage* st);        // the reverse
     float* (*host_grads)(Stage* st, int k, float** dwte_head); // host-memory backends: slot k's own buffers
@@ -70,7 +70,7 @@ typedef struct {
     // the tied embedding's shares (first and last stage): this end's, the other end's (received), their sum
     float* (*tied_share)(Stage* st, int k);                                  // (Vp, C)
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
-    void (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last
+    double (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last; returns as stage_tie_local
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
     // device backends: the device's bytes in all, in use now (by anyone), and how many devices this
     // host has; NULL where the buffers are host memory
@@ -215,15 +215,20 @@ void stage_use_device_tied(Stage* st);
 
 // The gradient cache. k of step t; the tied embedding: P = 1 sums locally, else each end sends
 // stage_tied_share(k), receives the other's into stage_tied_other(k), and stage_tied_sum(k) makes
-// wte's gradient first + last on both ends (bitwise equal copies).
+// wte's gradient first + last on both ends (bitwise equal copies). Both return sumsq of the summed
+// wte gradient where the sum's own pass over memory computed it (host memory), else
+// STAGE_SUMSQ_UNKNOWN: the global norm then needs no second sweep of wte for it.
+#define STAGE_SUMSQ_UNKNOWN (-1.0)
 int stage_grad_slot(const Stage* st, int step);
-void stage_tie_local(Stage* st, int k);
+double stage_tie_local(Stage* st, int k);
 float* stage_tied_share(Stage* st, int k);
 float* stage_tied_other(Stage* st, int k);
-void stage_tied_sum(Stage* st, int k);
+double stage_tied_sum(Stage* st, int k);
 // sums of squares of slot k's gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then
 // one per layer, then the head (lnfw, lnfb). Writes this stage's units of out (L + 2 entries).
-void stage_grad_unit_sumsq(Stage* st, int k, double* out);
+// wte_sq: sumsq of wte's gradient when the tied sum returned it (bitwise what it would be here), or
+// STAGE_SUMSQ_UNKNOWN; a backend that reduces on its device computes its own.
+void stage_grad_unit_sumsq(Stage* st, int k, double wte_sq, double* out);
 // one slice of a stage's flat parameter layout (gpt2_param_sizes order) and the norm unit it belongs
 // to (units as stage_grad_unit_sumsq): what the units' sums fold, in the order they fold it
 typedef struct {

@@ -305,17 +305,20 @@ static void cpu_dc_correct(Stage* st, int k, float lambda) {
     if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
 }
 
-static void cpu_grad_unit_sumsq(Stage* st, int k, double* out) {
+static void cpu_grad_unit_sumsq(Stage* st, int k, double wte_sq, double* out) {
     double t0 = profile_begin();
     slot_materialize(st, k);
     StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
     int n = stage_slices(st, sl);
     const float* g = cpu_of(st)->grads[k];
+    size_t swept = 0;
     for (int i = 0; i < n; i++) {
         if (i == 0 || sl[i].unit != sl[i - 1].unit) out[sl[i].unit] = 0.0; // 0 + x is x: the same sums as unit by unit
-        out[sl[i].unit] += sumsq(g + sl[i].off, sl[i].n);
+        int known = sl[i].tensor == 0 && wte_sq >= 0.0;
+        out[sl[i].unit] += known ? wte_sq : sumsq(g + sl[i].off, sl[i].n);
+        swept += known ? 0 : sl[i].n;
     }
-    PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * st->num_params, 4.0 * st->num_params);
+    PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * swept, 4.0 * swept);
 }
 
 // AdamW over every tensor, each with its decay. The slot is left FRESH: the embeddings' gradients
@@ -362,16 +365,18 @@ static void cpu_zero_grad(Stage* st, int k) {
     PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
 
-// wte's gradient += the head's share
-static void cpu_tie_local(Stage* st, int k) {
+// wte's gradient = first + last (the encoder's share, the head's), and its sumsq, in one pass
+static double tied_sum_sumsq(Stage* st, int k, const float* first, const float* last) {
     double t0 = profile_begin();
-    CpuStage* c = cpu_of(st);
     slot_written(st, k);
-    float* wte = c->gviews[k].wte;
-    const float* head = c->dwte_head[k];
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] += head[i];
-    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
+    double sq = sumsq_of_sum(cpu_of(st)->gviews[k].wte, first, last, st->sizes[0]);
+    PROFILE_END(t0, "tied embedding", "sum+sumsq", 0, 0, 0, 2.0 * st->sizes[0], 12.0 * st->sizes[0]);
+    return sq;
+}
+
+// wte's gradient += the head's share
+static double cpu_tie_local(Stage* st, int k) {
+    return tied_sum_sumsq(st, k, cpu_of(st)->gviews[k].wte, cpu_of(st)->dwte_head[k]);
 }
 
 static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
@@ -397,15 +402,7 @@ static float* cpu_tied_share(Stage* st, int k) {
     return st->range.has_embed ? cpu_of(st)->gviews[k].wte : cpu_of(st)->dwte_head[k];
 }
 static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
-static void cpu_tied_sum(Stage* st, int k, const float* first, const float* last) {
-    double t0 = profile_begin();
-    CpuStage* c = cpu_of(st);
-    slot_written(st, k);
-    float* wte = c->gviews[k].wte;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first[i] + last[i];
-    PROFILE_END(t0, "tied embedding", "sum", 0, 0, 0, 0.0, 12.0 * st->sizes[0]);
-}
+static double cpu_tied_sum(Stage* st, int k, const float* first, const float* last) { return tied_sum_sumsq(st, k, first, last); }
 
 static void cpu_memory(const Stage* st, double bytes[4]) {
     CpuStage* c = cpu_of(st);

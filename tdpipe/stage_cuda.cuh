@@ -160,7 +160,7 @@ static void cuda_probs(Stage* st, int slot, int t, float* out) {
     free(logits);
 }
 
-static void cuda_sumsq(Stage* st, int k, double* out) { gpt2_cuda_grad_unit_sumsq(cuda_model_at(st, k), out); }
+static void cuda_sumsq(Stage* st, int k, double wte_sq, double* out) { gpt2_cuda_grad_unit_sumsq(cuda_model_at(st, k), out); }
 static void cuda_update(Stage* st, int k, const AdamWConfig* o, float lr, int t, float scale) {
     gpt2_cuda_update(cuda_model_at(st, k), lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, scale);
 }
@@ -174,7 +174,10 @@ static void cuda_zero(Stage* st, int k) {
         cudaCheck(cudaMemsetAsync(c->dc_b[k], 0, n * sizeof(float), g_cuda_stream));
     }
 }
-static void cuda_tie_local(Stage* st, int k) { gpt2_cuda_tie_wte_grads(cuda_model_at(st, k)); }
+static double cuda_tie_local(Stage* st, int k) {
+    gpt2_cuda_tie_wte_grads(cuda_model_at(st, k));
+    return STAGE_SUMSQ_UNKNOWN;
+}
 static void cuda_to_host(Stage* st) {
     gpt2_cuda_get_params(&cuda_of(st)->m, st->params);
     gpt2_cuda_get_adam(&cuda_of(st)->m, st->adam_m, st->adam_v);
@@ -217,8 +220,9 @@ static void cuda_download_dx_in(Stage* st, int gacts, float* dx) { floatX_downlo
 // the tied embedding's shares: wte's gradient in slot k (first stage) or the LM head's share (last)
 static float* cuda_tied_share(Stage* st, int k) { return st->range.has_embed ? cuda_model_at(st, k)->grads.wte : cuda_of(st)->dwte_ring[k]; }
 static float* cuda_tied_other(Stage* st, int k) { return cuda_of(st)->tied[k]; }
-static void cuda_tied_sum(Stage* st, int k, const float* first, const float* last) { // added as the CPU adds
+static double cuda_tied_sum(Stage* st, int k, const float* first, const float* last) { // added as the CPU adds
     comm_nccl_sum(cuda_model_at(st, k)->grads.wte, first, last, st->sizes[0], g_cuda_stream);
+    return STAGE_SUMSQ_UNKNOWN;
 }
 
 // weight prediction: stash i (floatX) = the fp32 master weights extrapolated along AdamW's direction

@@ -40,10 +40,10 @@ static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts,
 }
 static void staged_probs(Stage* st, int slot, int t, float* out) { cpu()->probs(inner(st), slot, t, out); }
 static void staged_stash(Stage* st, int i) { cpu()->stash(inner(st), i); }
-static void staged_sumsq(Stage* st, int k, double* out) { cpu()->grad_unit_sumsq(inner(st), k, out); }
+static void staged_sumsq(Stage* st, int k, double wte_sq, double* out) { cpu()->grad_unit_sumsq(inner(st), k, wte_sq, out); }
 static void staged_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float scale) { cpu()->update(inner(st), k, opt, lr, t, scale); }
 static void staged_zero(Stage* st, int k) { cpu()->zero_grad(inner(st), k); }
-static void staged_tie_local(Stage* st, int k) { cpu()->tie_local(inner(st), k); }
+static double staged_tie_local(Stage* st, int k) { return cpu()->tie_local(inner(st), k); }
 
 static void staged_to_host(Stage* st) {
     size_t bytes = st->num_params * sizeof(float);
@@ -80,7 +80,7 @@ static void staged_download_dx_in(Stage* st, int gacts, float* dx) { memcpy(dx, 
 
 static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inner(st), k); }
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
-static void staged_tied_sum(Stage* st, int k, const float* first, const float* last) { cpu()->tied_sum(inner(st), k, first, last); }
+static double staged_tied_sum(Stage* st, int k, const float* first, const float* last) { return cpu()->tied_sum(inner(st), k, first, last); }
 static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
 static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c) {
     inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)

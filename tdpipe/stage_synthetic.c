@@ -48,7 +48,8 @@ static void syn_backward_weight(Stage* st, const Op* op, int slot, int gacts, in
 static void syn_nothing(Stage* st) {}
 static void syn_destroy(Stage* st) { free(st->dev); }
 static void syn_stash(Stage* st, int i) {}
-static void syn_sumsq(Stage* st, int k, double* out) {} // no gradient: the units stay 0
+static void syn_sumsq(Stage* st, int k, double wte_sq, double* out) {} // no gradient: the units stay 0
+static double syn_tie(Stage* st, int k) { return STAGE_SUMSQ_UNKNOWN; }
 static void syn_update(Stage* st, int k, const AdamWConfig* opt, float lr, int t, float scale) {}
 static void syn_zero(Stage* st, int k) {}
 static float* syn_host_grads(Stage* st, int k, float** dwte_head) { // none: num_params is 0
@@ -61,7 +62,7 @@ static const void* syn_output_msg(Stage* st, int slot) { return syn_of(st)->msg[
 static void* syn_grad_msg(Stage* st, int gacts) { return syn_of(st)->msg[2]; }
 static const void* syn_dx_in_msg(Stage* st, int gacts, int slot) { return syn_of(st)->msg[3]; }
 static float* syn_tied(Stage* st, int k) { return syn_of(st)->msg[0]; } // empty: sizes[0] is 0
-static void syn_tied_sum(Stage* st, int k, const float* first, const float* last) {}
+static double syn_tied_sum(Stage* st, int k, const float* first, const float* last) { return STAGE_SUMSQ_UNKNOWN; }
 
 static const StageBackend SYNTHETIC = {
     .name = "synthetic",
@@ -75,7 +76,7 @@ static const StageBackend SYNTHETIC = {
     .grad_unit_sumsq = syn_sumsq,
     .update = syn_update,
     .zero_grad = syn_zero,
-    .tie_local = syn_zero,
+    .tie_local = syn_tie,
     .host_grads = syn_host_grads,
     .msg_bytes = syn_msg_bytes,
     .input_msg = syn_input_msg,

@@ -130,7 +130,7 @@ int main(void) {
         Op f = {.kind = OP_F, .step = step, .mb = 0, .version = s.version}, bw = {.kind = OP_B, .step = step, .mb = 0, .version = s.version};
         losses[step] = stage_forward(&s, &f, 0, 1);
         stage_backward(&s, &bw, 0, dloss);
-        stage_tie_local(&s, 0);
+        double wte_sq = stage_tie_local(&s, 0);
         if (step == 0) {
             // float32 forward vs float64: ~6e-8 relative per operation over chains of ~50 operations
             // (sums of <= 128 terms) on values of order 1 give a few 1e-7 at most; the reference's
@@ -179,7 +179,7 @@ int main(void) {
             for (size_t j = (size_t)V * C; j < sizes[0]; j++) pad_grad_zero &= grads[j] == 0.0f && ref_grads[j] == 0.0;
             CHECK(pad_grad_zero, "padded wte rows have an exactly zero gradient (here and in the reference)");
         }
-        stage_grad_unit_sumsq(&s, 0, units);
+        stage_grad_unit_sumsq(&s, 0, wte_sq, units);
         norms[step] = grad_norm_from_units(units, L + 2);
         float scale = (clip > 0 && norms[step] > clip) ? clip / norms[step] : 1.0f;
         float lr = lr_schedule(step, n_steps, 0, opt.lr, 1.0f); // constant: warmup 0, final fraction 1

@@ -153,9 +153,9 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             dc_correct(grads, dc_a, dc_b, s.params, n, comp->dc_lambda);
             dc_correct(head, dc_a + n, dc_b + n, s.params, vc, comp->dc_lambda);
         }
-        stage_tie_local(&s, 0);
+        double wte_sq = stage_tie_local(&s, 0);
         memset(units, 0, sizeof(units));
-        stage_grad_unit_sumsq(&s, 0, units);
+        stage_grad_unit_sumsq(&s, 0, wte_sq, units);
         double sq = 0.0;
         for (int i = 0; i < CFG.num_layers + 2; i++) sq += units[i];
         float norm = (float)sqrt(sq), scale = norm > CLIP ? CLIP / norm : 1.0f;

@@ -86,7 +86,19 @@ static void check_sumsq(size_t n) {
     CHECK(fabsl(one - ref) <= 1e-12L * ref + 1e-300L, "sumsq n %zu: within 1e-12 of the long double sum (%.3Lg off)", n, fabsl(one - ref) / (ref + 1e-300L));
     CHECK(!memcmp(&one, &two, sizeof(double)), "sumsq n %zu: 1 and 2 threads bitwise equal", n);
     CHECK(!memcmp(&one, &serial, sizeof(double)), "sumsq n %zu: bitwise the chunked serial sum", n);
-    free(x);
+    // the tied sum's pass: dst = a + b (here in place, as the P = 1 tie adds the head's share) and its sumsq
+    float *y = randn(n, 6, 1e-2f), *sum = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) sum[i] = x[i] + y[i];
+    double want = sumsq(sum, n);
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        float* a = copy(x, n);
+        double got = sumsq_of_sum(a, a, y, n);
+        CHECK(!memcmp(&got, &want, sizeof(double)) && !memcmp(a, sum, n * sizeof(float)),
+              "sumsq_of_sum n %zu, %d threads: the sum and its sumsq bitwise those of two passes", n, threads);
+        free(a);
+    }
+    free(x); free(y); free(sum);
 }
 
 // bytes the CPU stage's zero_grad swept, from the profiling hook (its time is not looked at)
@@ -139,8 +151,10 @@ static void check_zero_grad(void) {
     AdamWConfig opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
     double units[4];
     free(backward_grads(&s, 0, sizes[0]));
-    stage_tie_local(&s, 0);
-    stage_grad_unit_sumsq(&s, 0, units);
+    double wte_sq = stage_tie_local(&s, 0), units_swept[4];
+    stage_grad_unit_sumsq(&s, 0, wte_sq, units);
+    stage_grad_unit_sumsq(&s, 0, STAGE_SUMSQ_UNKNOWN, units_swept);
+    CHECK(wte_sq >= 0.0 && !memcmp(units, units_swept, sizeof(units)), "the norm's units with wte's sumsq from the tied sum's pass are bitwise those of a sweep");
     CHECK(units[0] > 0 && units[1] > 0, "zero_grad: the backward left a nonzero gradient");
     stage_update(&s, 0, &opt, 1e-3f, 1, 1.0f);
     double swept = zero_grad_bytes(&s);
