@@ -44,31 +44,7 @@ run_modes() { # run_modes NAME SHAPE_WORD D FLAGS...
         $MPI -np "$D" $BIN --device cpu "$@" $flags -v 0 -s 0 --trace "$out.trace.json" -o "$out" > "$out.txt" 2>&1 || { echo "$name D=$D $mode: failed (see $out.txt)" >&2; continue; }
         local alone
         alone=$(alone_ms "$D" "$word" "$mode")
-        python3 - "$out/log.jsonl" "$out.trace.json" "$name" "$D" "$mode" "${alone:-nan}" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"dp_bytes"' in l][1:]  # the first step warms up
-name, D, mode, alone = sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6])
-mean = lambda k, i=0: sum(r[k][i] if isinstance(r[k], list) else r[k] for r in rows) / len(rows)
-wait, span, ms = mean('dp_wait_ms'), mean('dp_span_ms'), mean('ms')
-hidden = 100 * (1 - wait / alone) if alone == alone and alone > 0 else float('nan')
-# From the trace (one clock for the ranks of a host): each step's last backward on stage 0 of every
-# replica. exposed = its end (the average in place) - its compute's end, on replica 0; late = its end -
-# the last replica's compute end: the part of the wait that is the exchange itself, not waiting for a
-# slower replica to finish its backward (load skew, which four ranks on two cores make large)
-last = {}  # (step, replica) -> (compute end, end) of the step's last backward
-for e in json.load(open(sys.argv[2]))["traceEvents"]:
-    if e["tid"] != 0 or e["name"][0] != "B": continue
-    step = int(e["name"].lstrip("BIW").split(".")[0])
-    ce, end = e["args"]["compute_ts"] + e["args"]["compute_dur"], e["ts"] + e["dur"]
-    if (step, e["pid"]) not in last or end > last[(step, e["pid"])][1]: last[(step, e["pid"])] = (ce, end)
-steps = sorted({s for s, _ in last})[1:]
-exp = [(last[(s, 0)][1] - last[(s, 0)][0]) / 1e3 for s in steps]
-late = [max(0.0, last[(s, 0)][1] - max(last[(s, r)][0] for r in range(int(D)))) / 1e3 for s in steps]
-med_exp, med_late = statistics.median(exp), statistics.median(late)
-ok = alone == alone and alone > 0
-hid_med, hid_late = (100 * (1 - med_exp / alone), 100 * (1 - med_late / alone)) if ok else (float('nan'), float('nan'))
-print(f"{name:<30s} {D:>2s} {mode:<14s} {ms:10.1f} {wait:10.2f} {span:10.2f} {alone:10.2f} {hidden:9.1f} {med_exp:9.2f} {med_late:9.2f} {hid_med:9.1f} {hid_late:10.1f} {mean('dp_bytes'):8.3g}")
-EOF
+        python3 scripts/dp_exposure.py "$out/log.jsonl" "$out.trace.json" "$name" "$D" "$mode" "${alone:-nan}"
     done
 }
 run_modes "small (d4 built-in)" "small" 2 -e d4 -b 4 -t 64 --micro-batches 2 -x 8
@@ -81,8 +57,8 @@ if [ $QUICK = 0 ]; then
 fi
 echo "# exposed: seconds from the end of the step's last backward until the average is in place; span: from its first bucket sent"
 echo "# alone: part 1's time for the same shape, mode and D; hidden = 1 - exposed / alone (blocking fp32 hides nothing by construction)"
-echo "# med_exp: the median step's exposed time (from --trace); med_late: the median time the average took after the LAST replica's backward"
-echo "# ended (the rest of the wait is a slower replica still computing); hid_med = 1 - med_exp / alone, hid_late = 1 - med_late / alone"
+echo "# med_exp: the median step's exposed time; med_late: the median of what is left of it once the time the LAST replica's backward ended"
+echo "# later than this one's (from --trace) is taken off (that is a slower replica still computing); hid_med = 1 - med_exp / alone, hid_late = 1 - med_late / alone"
 fi
 part 3 || exit 0
 
