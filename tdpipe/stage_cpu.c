@@ -365,12 +365,23 @@ static void cpu_zero_grad(Stage* st, int k) {
     PROFILE_END(t0, "zero grad", "memset", 0, 0, 0, 0.0, bytes);
 }
 
-// wte's gradient = first + last (the encoder's share, the head's), and its sumsq, in one pass
+// wte's gradient = first + last (the encoder's share, the head's). On the first stage, whose norm
+// holds wte, its sumsq comes from the same pass; the last stage's copy is in no norm of its own
+// (STAGE_SUMSQ_UNKNOWN), so it only adds
 static double tied_sum_sumsq(Stage* st, int k, const float* first, const float* last) {
     double t0 = profile_begin();
     slot_written(st, k);
-    double sq = sumsq_of_sum(cpu_of(st)->gviews[k].wte, first, last, st->sizes[0]);
-    PROFILE_END(t0, "tied embedding", "sum+sumsq", 0, 0, 0, 2.0 * st->sizes[0], 12.0 * st->sizes[0]);
+    float* wte = cpu_of(st)->gviews[k].wte;
+    size_t n = st->sizes[0];
+    int norm = st->range.has_embed;
+    double sq = STAGE_SUMSQ_UNKNOWN;
+    if (norm) {
+        sq = sumsq_of_sum(wte, first, last, n);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) wte[i] = first[i] + last[i];
+    }
+    PROFILE_END(t0, "tied embedding", norm ? "sum+sumsq" : "sum", 0, 0, 0, norm ? 2.0 * n : 0.0, 12.0 * n);
     return sq;
 }
 
