@@ -139,6 +139,22 @@ static int parse_aew(const char* s, int P, int* W, int* stage_W, char* err, size
     return 0;
 }
 
+// --aew-start: a step count, or auto: --aew auto with a compensation opens its window after the
+// learning rate's warm-up, where stale runs spike and where keeping it closed let two updates of
+// staleness cost under 2% (README, TD-Pipe convergence); any other run opens it at step 1 (0)
+static int parse_aew_start(const char* s, int W, unsigned methods, int warmup, int* out, char* err, size_t errlen) {
+    if (!strcmp(s, "auto")) {
+        *out = W == -1 && methods != STALE_NONE ? warmup : 0;
+        return 0;
+    }
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 0 || v > 1000000000)
+        return td_error(err, errlen, "--aew-start %s: expected a number of steps >= 0, or auto", s);
+    *out = (int)v;
+    return 0;
+}
+
 // each stage's window at (0-based) step: the requested (or auto's measured) one, halved by rollbacks
 // and the drift monitor, 0 before --aew-start; out (P). Returns the largest.
 static int windows_now(const Trainer* tr, int step, int* out) {
@@ -219,12 +235,13 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
     parse_grad_sync(tr);
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
-    if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
     if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
         fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
     tr->comp.tau = a->stale_tau;
+    if (parse_aew_start(a->aew_start_arg, tr->W, tr->comp.methods, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
+    if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
     tr->comp.curvature = a->predict_order == 2;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);

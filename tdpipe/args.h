@@ -42,7 +42,8 @@ typedef struct {
     int stages;               // --stages P (the rank count is P x D)
     char schedule[16];        // --schedule gpipe|1f1b|zbh1|tdpipe ("": 1f1b, or tdpipe when --aew is given)
     char aew[16];             // --aew W|auto  TD-Pipe's asynchronous execution window
-    int aew_start;            // --aew-start N  steps 1..N run synchronously (W = 0); the window opens after them
+    char aew_start_arg[16];   // --aew-start N|auto  as given (auto: --warmup's steps with --aew auto and a compensation, else 0)
+    int aew_start;            // resolved from it: steps 1..N run synchronously (W = 0); the window opens after them
     char grad_cache[32];      // --grad-cache N|SIZE  gradient-cache slots (0 = what the schedule needs), or with a unit (4MB) the sync's bucket size
     char grad_quant[8];       // --grad-quant none|int8  how gradients travel between replicas
     int quant_block;          // --quant-block N  elements per int8 block (one fp32 scale each)

@@ -83,7 +83,8 @@ check "--aew-start 6, P = 2, jitter 0.3: bitwise the P = 1 run" \
 check "  losses and model equal" same_run "$TMP/start6p2" "$TMP/start6"
 check "  the start-up table says when the window opens" bash -c "$BIN $S --aew 4 --aew-start 6 -x 1 -o '$TMP/start6t' | grep -q 'AEW W = 4 from step 7 (steps 1..6 synchronous)'"
 refuse "--aew-start on a synchronous schedule" "--aew-start 3: only the tdpipe schedule has a window to open" $BIN --schedule 1f1b --aew-start 3 -x 1
-refuse "--aew-start below 0" "aew-start" $BIN --schedule tdpipe --aew 2 --aew-start -1 -x 1
+refuse "--aew-start below 0" "--aew-start -1: expected a number of steps >= 0, or auto" $BIN --schedule tdpipe --aew 2 --aew-start -1 -x 1
+refuse "--aew-start not a number" "--aew-start 6x: expected a number of steps >= 0, or auto" $BIN --schedule tdpipe --aew 2 --aew-start 6x -x 1
 
 # --- the drift monitor
 check "--drift-every 4 at W = 0 (1F1B)" $BIN $S --aew 0 --drift-every 4 -o "$TMP/dr0"
@@ -167,9 +168,16 @@ check "  log.jsonl is valid JSON (no NaN literal)" json_ok
 check "--spike-z 3: a run without spikes goes through" $BIN -e d2 -x 40 -v 0 -s 0 --spike-z 3 -o "$TMP/spk"
 
 # --- --aew auto: the simulator's choice, the same on every rank
-check "--aew auto with --stale-comp predict (windows up to M)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict -x 4 -o "$TMP/auto"
+check "--aew auto with --stale-comp predict and --aew-start 0 (windows up to M)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --aew-start 0 -x 4 -o "$TMP/auto"
 check "  the simulated utilisations, the choice and the article's ceil(P (1 - beta)), the same on all 4 ranks" \
     grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/out"
+check "--aew auto with predict, --aew-start left to its default (auto)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict -x 4 -o "$TMP/auto_d"
+cp "$TMP/out" "$TMP/auto_d.out"
+check "  the window opens after --warmup's 20 steps" grep -q "AEW W = auto from step 21 (steps 1..20 synchronous)" "$TMP/auto_d.out"
+check "  so auto may choose up to 2M" grep -Eq "up to W = 8, the staleness predict handles with the window opening after the warm-up" "$TMP/auto_d.out"
+check "--aew auto without a compensation: the window opens at step 1 (auto start is 0)" \
+    bash -c "$MPI -np 4 $BIN $P4 --aew auto -x 2 -o '$TMP/auto_n' | grep -q 'AEW W = auto$'"
+check "an explicit window: --aew-start auto is 0" bash -c "$BIN $S --aew 4 --stale-comp predict --aew-start auto -x 1 -o '$TMP/auto_e' | grep -q 'AEW W = 4$'"
 check "--aew auto with predict and the window opening after the warm-up (windows up to 2M)" \
     $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --warmup 2 --aew-start 2 -x 5 -o "$TMP/auto2"
 check "  up to W = 8, and it says why" grep -Eq "up to W = 8, the staleness predict handles with the window opening after the warm-up" "$TMP/out"
