@@ -507,7 +507,9 @@ static void check_memory(Trainer* tr) {
     if (comm_any(&tr->comm, bad)) exit(1);
     if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
         fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
-                tr->comp.methods == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)" : "");
+                tr->comp.methods == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)"
+                : a->aew_start < a->warmup ? " (opening it after the warm-up, --aew-start N >= --warmup, costs less: README, TD-Pipe convergence)"
+                                           : "");
 }
 
 // phase 5: the memory check, then the output folder (rank 0: its lock, left-over temporary files, an

@@ -178,6 +178,7 @@ check "  so auto may choose up to 2M" grep -Eq "up to W = 8, the staleness predi
 check "--aew auto without a compensation: the window opens at step 1 (auto start is 0)" \
     bash -c "$MPI -np 4 $BIN $P4 --aew auto -x 2 -o '$TMP/auto_n' | grep -q 'AEW W = auto$'"
 check "an explicit window: --aew-start auto is 0" bash -c "$BIN $S --aew 4 --stale-comp predict --aew-start auto -x 1 -o '$TMP/auto_e' | grep -q 'AEW W = 4$'"
+check "  and the note on a window of M says that opening it after the warm-up costs less" grep -q "opening it after the warm-up, --aew-start N >= --warmup, costs less" "$TMP/err"
 check "--aew auto with predict and the window opening after the warm-up (windows up to 2M)" \
     $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --warmup 2 --aew-start 2 -x 5 -o "$TMP/auto2"
 check "  up to W = 8, and it says why" grep -Eq "up to W = 8, the staleness predict handles with the window opening after the warm-up" "$TMP/out"
