@@ -110,7 +110,7 @@ for _ in $(seq 600); do [ -s "$TMP/sig2/log.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; sleep 0.05; kill -INT $pid; wait $pid; rc=$?
 check "a second SIGINT exits at once with 128 + 2 (exit $rc)" test $rc -eq 130
 # SIGTERM delivered to rank 1 only: every rank stops after the same step and rank 0 names signal 15
-$MPI -np 2 $BIN $S -x 2000 --stages 2 --micro-batches 2 -n 1 --keep 2 -o "$TMP/sigr" >/dev/null 2>"$TMP/sr.err" & mpid=$!
+$MPI -np 2 $BIN $S -x 100000000 --stages 2 --micro-batches 2 -n 1 --keep 2 -o "$TMP/sigr" >/dev/null 2>"$TMP/sr.err" & mpid=$!
 for _ in $(seq 300); do [ "$(losses "$TMP/sigr" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
 rank1=$(rank_pid 1 "$TMP/sigr")
 kill -TERM "$rank1"; wait $mpid; rc=$?
