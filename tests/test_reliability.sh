@@ -52,18 +52,23 @@ moved_intact() {
 }
 check "  every earlier file is there byte for byte; the new log holds only the new run" moved_intact
 
-# --- two runs sharing -o: the second is refused at once and the first finishes untouched. The first
+# stopped_step ERR SIG: the step after which a run says signal SIG stopped it (empty if it does not)
+stopped_step() { grep -o "stopped by signal $2 after step [0-9]*" "$1" | grep -o "[0-9]*$"; }
+# has_ckpt DIR STEP: the checkpoint of that step is there
+has_ckpt() { [ -n "$2" ] && test -s "$1/ckpt_$(printf %08d "$2").tdck"; }
+
+# --- two runs sharing -o: the second is refused at once and the first goes on untouched. The first
 # runs until told to stop (a fixed -x finished before the probes on a fast CI machine), then stops on SIGINT
 $BIN $S -x 100000000 -o "$TMP/shared" >/dev/null 2>"$TMP/first.err" & first=$!
 for _ in $(seq 100); do [ -s "$TMP/shared/log.jsonl" ] && break; sleep 0.1; done
 refuse "a second run on an -o in use" "-o .*shared is in use by process $first on host" $BIN $S -x 2 -o "$TMP/shared"
 refuse "  also with -y 1" "is in use by process $first" $BIN $S -x 2 -y 1 -o "$TMP/shared"
 kill -INT $first; wait $first; rc=$?
-first_intact() { # exit 0, one log record per step up to the step it names, and that step's checkpoint
-    local k; k=$(grep -o "stopped by signal 2 after step [0-9]*" "$TMP/first.err" | grep -o "[0-9]*$")
-    [ -n "$k" ] && [ "$(losses "$TMP/shared" | wc -l)" -eq "$k" ] && test -s "$TMP/shared/ckpt_$(printf %08d "$k").tdck"
+first_intact() { # RC: exit 0, one log record per step up to the step it names, and that step's checkpoint
+    local k; k=$(stopped_step "$TMP/first.err" 2)
+    [ "$1" -eq 0 ] && has_ckpt "$TMP/shared" "$k" && [ "$(losses "$TMP/shared" | wc -l)" -eq "$k" ]
 }
-check "  the first run, stopped by SIGINT (exit $rc), logged every step once and checkpointed the last" eval 'test $rc -eq 0 && first_intact'
+check "  the first run, stopped by SIGINT (exit $rc), logged every step once and checkpointed the last" first_intact $rc
 check "  and its lock is gone: a later run may use the folder" $BIN $S -x 2 -y 0 -o "$TMP/shared"
 
 # --- memory: a run that cannot fit is refused with the figures before anything is allocated
@@ -115,8 +120,7 @@ for _ in $(seq 300); do [ "$(losses "$TMP/sigr" 2>/dev/null | wc -l)" -ge 3 ] &&
 rank1=$(rank_pid 1 "$TMP/sigr")
 kill -TERM "$rank1"; wait $mpid; rc=$?
 check "SIGTERM to the last rank only: rank 0 reports signal 15 (exit $rc)" grep -q "stopped by signal 15 after step" "$TMP/sr.err"
-ckpt_matches_log() { local k; k=$(grep -o "stopped by signal 15 after step [0-9]*" "$TMP/sr.err" | grep -o "[0-9]*$"); test -s "$TMP/sigr/ckpt_$(printf %08d "$k").tdck"; }
-check "  the checkpoint of the step it names is there" ckpt_matches_log
+check "  the checkpoint of the step it names is there" has_ckpt "$TMP/sigr" "$(stopped_step "$TMP/sr.err" 15)"
 
 # --- a stopped rank: --comm-timeout 3 names what the others wait for, every rank exits non-zero
 check "a P = 2 run with a checkpoint at step 2" $MPI -np 2 $BIN $S -x 2 --stages 2 --micro-batches 2 -n 2 -o "$TMP/hang"
