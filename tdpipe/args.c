@@ -131,12 +131,15 @@ void args_defaults(TrainArgs* a) {
         if (set_value(a, &SPECS[i], SPECS[i].def, SPECS[i].long_name, err, sizeof(err))) td_fatal("bad default: %s", err);
 }
 
-int args_set(TrainArgs* a, const char* yaml_key, const char* value, char* err, size_t errlen) {
+// the config file's setter (ConfigSetFn): one "section.key" of the file onto the TrainArgs at a
+static int set_yaml_key(void* a, const char* yaml_key, const char* value, char* err, size_t errlen) {
     for (int i = 0; i < NSPECS; i++)
         if (SPECS[i].yaml && !strcmp(SPECS[i].yaml, yaml_key)) return set_value(a, &SPECS[i], value, yaml_key, err, errlen);
     snprintf(err, errlen, "unknown key '%s'", yaml_key);
     return -1;
 }
+
+int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen) { return config_load_yaml(path, set_yaml_key, a, err, errlen); }
 
 void args_print_help(FILE* f) {
     fprintf(f, "usage: train_tdpipe [flags]   (no flags: train a small GPT-2 on the built-in dataset)\n");
@@ -215,7 +218,7 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
     // the config file first, so that flags override it
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--config")) {
-            if (config_load_yaml(a, argv[i + 1], err, sizeof(err))) args_fail("train_tdpipe: --config %s", err);
+            if (args_load_config(a, argv[i + 1], err, sizeof(err))) args_fail("train_tdpipe: --config %s", err);
         }
     for (int i = 1; i < argc; i++) {
         const ArgSpec* s = find_flag(argv[i]);

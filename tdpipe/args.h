@@ -83,9 +83,9 @@ void args_print_help(FILE* f);
 // MB, GB (powers of 1024; KiB, MiB, GiB too): the gradient sync's bucket size (*bucket_bytes, *slots
 // 0). 0, or -1 with a message naming the value.
 int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen);
-// sets one setting by its long name from a string value (used by the YAML config); returns 0, or -1
-// with a message in err naming the key and problem
-int args_set(TrainArgs* a, const char* long_name, const char* value, char* err, size_t errlen);
+// applies a YAML config file's keys (pipeline.stages, ...: each setting's "section.key") to a; 0, or
+// -1 with "path:line: ..." in err naming the key and the problem (an unknown key among them)
+int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 // The YAML config file (--config), parsed with libyaml: one document, a mapping of sections
-// (pipeline, model, optimizer, data, checkpoint, logging) of scalar keys, each applied through
-// args_set. A repeated section or key and a second document are refused with their line.
+// (pipeline, model, optimizer, data, checkpoint, logging) of scalar keys, each handed to the
+// caller's setter as "section.key" and its value. A repeated section or key and a second document
+// are refused with their line.
 #include <stdio.h>
 #include <string.h>
 #include <yaml.h>
@@ -24,7 +25,7 @@ static const yaml_node_t* earlier_same_key(yaml_document_t* doc, const yaml_node
     return NULL;
 }
 
-static int apply_document(TrainArgs* a, const char* path, yaml_document_t* doc, char* err, size_t errlen) {
+static int apply_document(ConfigSetFn set, void* ctx, const char* path, yaml_document_t* doc, char* err, size_t errlen) {
     yaml_node_t* root = yaml_document_get_root_node(doc);
     if (!root) return 0; // an empty file sets nothing
     if (root->type != YAML_MAPPING_NODE)
@@ -49,14 +50,14 @@ static int apply_document(TrainArgs* a, const char* path, yaml_document_t* doc, 
             snprintf(key, sizeof(key), "%s.%s", section, (const char*)k->data.scalar.value);
             if ((first = earlier_same_key(doc, sv, kp)) != NULL)
                 return td_error(err, errlen, "%s:%zu: key '%s' appears twice (first at line %zu)", path, line_of(k), key, line_of(first));
-            if (args_set(a, key, (const char*)v->data.scalar.value, msg, sizeof(msg)))
+            if (set(ctx, key, (const char*)v->data.scalar.value, msg, sizeof(msg)))
                 return td_error(err, errlen, "%s:%zu: %s", path, line_of(k), msg);
         }
     }
     return 0;
 }
 
-int config_load_yaml(TrainArgs* a, const char* path, char* err, size_t errlen) {
+int config_load_yaml(const char* path, ConfigSetFn set, void* ctx, char* err, size_t errlen) {
     FILE* f = td_fopen_regular(path, "YAML config", NULL, err, errlen);
     if (!f) return -1;
     yaml_parser_t parser;
@@ -77,7 +78,7 @@ int config_load_yaml(TrainArgs* a, const char* path, char* err, size_t errlen) {
     int second = yaml_document_get_root_node(&next) != NULL;
     if (second) td_error(err, errlen, "%s:%zu: a second YAML document (after '---'): a config file holds one", path, next.start_mark.line + 1);
     yaml_document_delete(&next);
-    if (!second) rc = apply_document(a, path, &doc, err, errlen);
+    if (!second) rc = apply_document(set, ctx, path, &doc, err, errlen);
 doc_done:
     yaml_document_delete(&doc);
 parser_done:

@@ -1,12 +1,16 @@
-// The YAML config file (--config): sections of scalar keys applied to TrainArgs through args_set;
-// an unknown key is refused with its line number.
+// The YAML config file (--config): one document of sections of scalar keys, each pair handed to a
+// setter as "section.key" = value; a setter's refusal is reported with the key's line number.
 #pragma once
-#include "args.h"
+#include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-int config_load_yaml(TrainArgs* a, const char* path, char* err, size_t errlen);
+// applies one setting ("pipeline.stages", "4"); 0, or -1 with a message in msg naming the problem
+typedef int (*ConfigSetFn)(void* ctx, const char* key, const char* value, char* msg, size_t msglen);
+
+// reads path and calls set(ctx, ...) for each key in file order; 0, or -1 with "path:line: ..." in err
+int config_load_yaml(const char* path, ConfigSetFn set, void* ctx, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
-// Tests of the YAML config reader (config_load_yaml): sections applied, and every refusal with
-// its line: a repeated key or section, a second document, unknown keys, non-mapping shapes.
-#include "tdpipe/config.h"
+// Tests of the YAML config reader (tdpipe/config.c, through args_load_config): sections applied, and
+// every refusal with its line: a repeated key or section, a second document, unknown keys,
+// non-mapping shapes.
+#include "tdpipe/args.h"
 #include "tests/test.h"
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@ static int load(const char* text, TrainArgs* a, char* err, size_t errlen) {
     fclose(f);
     args_defaults(a);
     err[0] = 0;
-    return config_load_yaml(a, path, err, errlen);
+    return args_load_config(a, path, err, errlen);
 }
 
 static void test_accepted(void) {

@@ -6,7 +6,7 @@
 #include "llmc/model_file.h"
 #include "llmc/shard.h"
 #include "llmc/tokenizer.h"
-#include "tdpipe/config.h"
+#include "tdpipe/args.h"
 #include "tests/test.h"
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +43,7 @@ static void expect_all_refuse(const char* path, const char* want, const char* ki
     CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "tokenizer file"), "encoder.json of %s: %s", kind, err);
     TrainArgs a;
     args_defaults(&a);
-    rc = config_load_yaml(&a, path, err, sizeof err);
+    rc = args_load_config(&a, path, err, sizeof err);
     CHECK(rc == -1 && strstr(err, path) && strstr(err, want) && strstr(err, "YAML config"), "config of %s: %s", kind, err);
 }
 
