@@ -30,7 +30,8 @@ T_SHAKESPEARE=${T_SHAKESPEARE:-128}
 echo "# bench_convergence: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores, $(date +%F)"
 echo "# command: scripts/bench_convergence.sh $WHICH $STEPS ($BIN, P = 1, default lr 3e-3, --dc-lambda $DC_LAMBDA, --drift-every 25, --aew-start $AEW_START, seeds $SEEDS)"
 echo "# gap: val loss relative to the same M's W = 0 run; cos: the drift monitor's mean cosine to the exact synchronous gradient; util: tdpipe at P = 8, beta 0.3 (simulated)"
-printf '%-12s %3s %3s %-10s %10s %9s %8s %7s %9s\n' "#data" M W comp val_loss gap_% cos util_% spread_%
+echo "# start: --aew-start; eff: the whole run's utilisation, its first start steps at W = 0's (steps / sum of step times)"
+printf '%-12s %3s %3s %-10s %5s %10s %9s %8s %7s %7s %9s\n' "#data" M W comp start val_loss gap_% cos util_% eff_% spread_%
 sim_util() { "$SIM" -P 8 -M "$1" -n 12 -s 20 -W "$2" | awk -v w="$2" '/^beta / { b = $2 } b == 0.3 && $1 == "tdpipe" && $2 == w { print $6; exit }'; }
 one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     local data=$1 M=$2 W=$3 comp=$4; shift 4
@@ -51,7 +52,12 @@ one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     local ref gap
     ref=$(cat "$TMP/ref.$data.$M")
     gap=$(awk -v a="$val" -v b="$ref" 'BEGIN { printf "%+.2f", 100 * (a - b) / b }')
-    printf '%-12s %3d %3d %-10s %10s %9s %8s %7s %9s\n' "$data" "$M" "$W" "$comp" "$val" "$gap" "$cos" "$(sim_util "$M" "$W")" "$spread"
+    local util util0 start=$AEW_START eff
+    util=$(sim_util "$M" "$W")
+    util0=$(sim_util "$M" 0)
+    [ "$W" = 0 ] && start=0
+    eff=$(awk -v s="$STEPS" -v n="$start" -v u0="$util0" -v u="$util" 'BEGIN { printf "%.2f", s / (n / u0 + (s - n) / u) }')
+    printf '%-12s %3d %3d %-10s %5d %10s %9s %8s %7s %7s %9s\n' "$data" "$M" "$W" "$comp" "$start" "$val" "$gap" "$cos" "$util" "$eff" "$spread"
 }
 table() { # table DATA FLAGS...
     local data=$1; shift
