@@ -52,11 +52,11 @@ one() { # one DATA M W COMP FLAGS...: the row, its val loss the mean over SEEDS
     local ref gap
     ref=$(cat "$TMP/ref.$data.$M")
     gap=$(awk -v a="$val" -v b="$ref" 'BEGIN { printf "%+.2f", 100 * (a - b) / b }')
-    local util util0 start=$AEW_START eff
+    local util start=$AEW_START eff
     util=$(sim_util "$M" "$W")
-    util0=$(sim_util "$M" 0)
     [ "$W" = 0 ] && start=0
-    eff=$(awk -v s="$STEPS" -v n="$start" -v u0="$util0" -v u="$util" 'BEGIN { printf "%.2f", s / (n / u0 + (s - n) / u) }')
+    eff=$util # with the window open from step 1, the window's own; else the first start steps at W = 0's
+    [ "$start" != 0 ] && eff=$(awk -v s="$STEPS" -v n="$start" -v u0="$(sim_util "$M" 0)" -v u="$util" 'BEGIN { printf "%.2f", s / (n / u0 + (s - n) / u) }')
     printf '%-12s %3d %3d %-10s %5d %10s %9s %8s %7s %7s %9s\n' "$data" "$M" "$W" "$comp" "$start" "$val" "$gap" "$cos" "$util" "$eff" "$spread"
 }
 table() { # table DATA FLAGS...

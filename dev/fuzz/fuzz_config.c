@@ -1,4 +1,5 @@
-// libFuzzer target: the YAML config reader (tdpipe/config.c, libyaml) applying keys to TrainArgs (args_load_config).
+// libFuzzer target: the YAML config reader (tdpipe/config.c, libyaml) applying keys to TrainArgs
+// through args_load_config.
 #include "dev/fuzz/fuzz_file.h"
 #include "tdpipe/args.h"
 
