@@ -18,7 +18,7 @@ static inline vint seli(vint m, vint a, vint b) { return (a & m) | (b & ~m); }
 
 // fdlibm's expm1f on the arguments tanhf gives it: 2|x| in [2, 44) and -2|x| in (-2, 0), so never
 // its overflow or -1 limits (|x| >= 27 ln2 with a negative x, or |x| >= 88.7)
-static vfloat expm1f_v(vfloat x) {
+static inline __attribute__((always_inline)) vfloat expm1f_v(vfloat x) {
     const float ln2_hi = 6.9313812256e-01f, ln2_lo = 9.0580006145e-06f, invln2 = 1.4426950216e+00f;
     const float Q1 = -3.3333335072e-02f, Q2 = 1.5873016091e-03f, Q3 = -7.9365076090e-05f, Q4 = 4.0082177293e-06f, Q5 = -2.0109921195e-07f;
     vint hx = (vint)x & 0x7fffffff;
@@ -63,17 +63,21 @@ static vfloat expm1f_v(vfloat x) {
     return sel(~reduce & (hx < spliti(0x33000000)), x, r); // |x| < 2^-25: x itself
 }
 
-static vfloat tanhf_v(vfloat x) {
+static inline __attribute__((always_inline)) vfloat tanhf_v(vfloat x) { // inlined: its constants leave the loop
     vint jx = (vint)x, ix = jx & 0x7fffffff;
     vfloat ax = (vfloat)ix;
     vint big = ix >= spliti(0x3f800000); // |x| >= 1
     vfloat t = expm1f_v(sel(big, ax + ax, splat(-2.0f) * ax));
-    vfloat z = sel(big, splat(1.0f) - splat(2.0f) / (t + splat(2.0f)), -t / (t + splat(2.0f)));
+    // 2 / (t + 2) where |x| >= 1, -t / (t + 2) below: one division with the numerator chosen per lane
+    // (divides are the slowest step here; each lane still rounds the quotient its branch rounds)
+    vfloat q = sel(big, splat(2.0f), -t) / (t + splat(2.0f));
+    vfloat z = sel(big, splat(1.0f) - q, q);
     z = sel(ix >= spliti(0x41b00000), splat(1.0f), z); // |x| >= 22: 1 - tiny, which rounds to 1
     vfloat r = sel(jx < spliti(0), -z, z);
     r = sel(ix < spliti(0x24000000), x * (splat(1.0f) + x), r); // |x| < 2^-55 (and 0)
-    vfloat inv = splat(1.0f) / x;
-    return sel(ix >= spliti(0x7f800000), sel(jx < spliti(0), inv - splat(1.0f), inv + splat(1.0f)), r); // inf, NaN
+    // fdlibm returns 1/x +- 1 for inf and NaN: +-1 for +-inf, which r already holds (the |x| >= 22
+    // lane), and for a NaN the NaN quieted, which x + 1 gives as 1/x + 1 does, without a division
+    return sel(ix > spliti(0x7f800000), x + splat(1.0f), r);
 }
 
 void tanhf_vec(float* out, const float* in, long n) {
