@@ -248,6 +248,14 @@ int main(int argc, char** argv) {
     have_blas = 1;
     printf("# OpenBLAS %s, parallel mode %d (2 = OpenMP), %d threads; blas columns: cblas_sgemm on the same operands, x = its time / ours\n",
            openblas_get_config(), openblas_get_parallel(), openblas_get_num_threads());
+    // OpenBLAS's DYNAMIC_ARCH picks its kernels by CPU model; a model newer than the library (0.3.21
+    // on an Intel family 6 model 207 VM) gets the generic SSE3 "Prescott" ones at ~10% of the peak,
+    // which would make the blas_x column a comparison with the wrong kernels
+    const char* core = openblas_get_corename();
+    if (VL >= 8 && (!strcmp(core, "Prescott") || !strcmp(core, "Core2") || !strcmp(core, "Nehalem") || !strcmp(core, "Generic")))
+        printf("# OpenBLAS: WARNING: core %s (no AVX kernels) on a CPU with %d-float SIMD: it does not know this CPU; "
+               "rerun with OPENBLAS_CORETYPE=%s for its own kernels\n",
+               core, VL, VL >= 16 ? "SkylakeX" : "Haswell");
 #else
     printf("# OpenBLAS: not built in (make finds it with pkg-config openblas: apt-get install libopenblas-openmp-dev)\n");
 #endif
