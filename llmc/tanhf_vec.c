@@ -69,7 +69,7 @@ static inline __attribute__((always_inline)) vfloat tanhf_v(vfloat x) { // inlin
     vint big = ix >= spliti(0x3f800000); // |x| >= 1
     vfloat t = expm1f_v(sel(big, ax + ax, splat(-2.0f) * ax));
     // 2 / (t + 2) where |x| >= 1, -t / (t + 2) below: one division with the numerator chosen per lane
-    // (divides are the slowest step here; each lane still rounds the quotient its branch rounds)
+    // (each lane still rounds the quotient its branch rounds; a division costs several multiplies)
     vfloat q = sel(big, splat(2.0f), -t) / (t + splat(2.0f));
     vfloat z = sel(big, splat(1.0f) - q, q);
     z = sel(ix >= spliti(0x41b00000), splat(1.0f), z); // |x| >= 22: 1 - tiny, which rounds to 1
