@@ -57,7 +57,7 @@ static void ref_head(double* att, double* out, double* dqkv, const float* qkv, c
     free(dpre);
 }
 
-// the largest |got - want| over a strided set of n values, relative to the largest |want|
+// the largest |got - want| over rows x cols values (row strides gld and wld); *maxabs: raised to the largest |want| seen
 static double worst_rel(const float* got, size_t gld, const double* want, size_t wld, int rows, int cols, double* maxabs) {
     double worst = 0.0;
     for (int r = 0; r < rows; r++)
@@ -68,6 +68,9 @@ static double worst_rel(const float* got, size_t gld, const double* want, size_t
         }
     return worst;
 }
+
+// an error relative to the largest value, or the error itself for a tensor that is all zero (dq and dk at T = 1)
+static double rel(double e, double m) { return m > 0 ? e / m : e; }
 
 static void check_attention(int T) {
     size_t nq = (size_t)B * T * 3 * C, na = (size_t)B * NH * T * T, no = (size_t)B * T * C;
@@ -106,12 +109,11 @@ static void check_attention(int T) {
     // own size or smaller, so its error is below 164 u = 1e-5 of the largest |value|; what the kernels
     // give is about 1e-7 to 1e-6, well inside
     const double tol = 1e-5;
-#define REL(e, m) ((m) > 0 ? (e) / (m) : (e)) // (a tensor that is all zero, as dq and dk at T = 1: the error itself)
     CHECK(e_att <= tol * m_att && e_out <= tol * m_out, "attention forward T %d: att and out within 1e-5 of double, relative to the largest value (%.2g, %.2g)", T,
-          REL(e_att, m_att), REL(e_out, m_out));
+          rel(e_att, m_att), rel(e_out, m_out));
     CHECK(e_dq <= tol * m_dq && e_dk <= tol * m_dk && e_dv <= tol * m_dv,
-          "attention backward T %d: dq, dk, dv within 1e-5 of double, relative to the largest value (%.2g, %.2g, %.2g)", T, REL(e_dq, m_dq), REL(e_dk, m_dk),
-          REL(e_dv, m_dv));
+          "attention backward T %d: dq, dk, dv within 1e-5 of double, relative to the largest value (%.2g, %.2g, %.2g)", T, rel(e_dq, m_dq), rel(e_dk, m_dk),
+          rel(e_dv, m_dv));
     CHECK(!memcmp(att[0], att[1], na * 4) && !memcmp(out[0], out[1], no * 4) && !memcmp(dqkv[0], dqkv[1], nq * 4),
           "attention T %d: 1 and 2 threads bitwise equal (att, out, dqkv)", T);
     for (int th = 0; th < 2; th++) {
