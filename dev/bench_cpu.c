@@ -19,11 +19,14 @@
 #include "llmc/simd.h"
 #define CHAINS 16 // independent FMA chains per thread: enough to cover FMA latency x ports
 
-// fp32 FMA peak: every thread runs CHAINS independent vector FMA chains
+// fp32 FMA peak: every thread runs CHAINS independent vector FMA chains, in windows of a few ms for
+// about a second, the best window kept. On a shared machine a few long windows can all land in a slow
+// spell (best of 3 x 60 ms read anywhere from 222 to 339 GFLOP/s on one VM); short windows find the
+// clock the chip reaches, the same way matmul_kernel_gflops measures the micro-kernel
 static double fma_peak_gflops(void) {
-    const long iters = 20000000;
-    double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
+    const long iters = 1000000;
+    double best = 0.0, t_end = now_seconds() + 1.0;
+    while (now_seconds() < t_end) {
         double t0 = now_seconds();
         float sink = 0.0f;
 #pragma omp parallel reduction(+ : sink)
@@ -177,6 +180,28 @@ static void print_breakdown(int steps, double step_s, double peak, double bw) {
            total_flops / step_s / 1e9, 100.0 * total_flops / step_s / 1e9 / peak);
 }
 
+// inside the profiled steps' matmuls: each thread's time packing operands and in the micro-kernel,
+// and the micro-kernel's rate there beside its rate on a tile that stays in L2 (the gap is time the
+// micro-kernel waited for memory in the step)
+static void print_matmul_split(int steps, double peak) {
+    int nt = omp_get_max_threads();
+    double thread_peak = peak / nt, alone = matmul_kernel_gflops(0.5);
+    const char* names[3] = {"fwd", "bwd_in", "bwd_w"};
+    MatmulSplit all = {0};
+    printf("# inside the matmuls of those steps: thread-seconds per step summed over the %d threads, packing against the micro-kernel; "
+           "GF/s per thread, %% of the peak's per-thread share (%.1f GF/s)\n", nt, thread_peak);
+    printf("#         pass       pack_ms  pack_%%  kernel_ms  kernel_GF/s  %%peak\n");
+    for (int p = 0; p <= 3; p++) {
+        MatmulSplit m = p < 3 ? matmul_profile_split(p) : all;
+        if (p < 3) all.pack_s += m.pack_s, all.kernel_s += m.kernel_s, all.kernel_flops += m.kernel_flops;
+        double g = m.kernel_s > 0 ? m.kernel_flops / m.kernel_s / 1e9 : 0.0;
+        printf("  split   %-8s %9.1f %6.1f%% %10.1f %12.1f %5.1f%%\n", p < 3 ? names[p] : "all", m.pack_s / steps * 1e3,
+               100.0 * m.pack_s / (m.pack_s + m.kernel_s), m.kernel_s / steps * 1e3, g, 100.0 * g / thread_peak);
+    }
+    printf("  kernel  alone, on every thread at once, each over one 256 x 288 tile of depth 256 in its L2: %.1f GF/s per thread, %.1f%% of the per-thread peak\n", alone,
+           100.0 * alone / thread_peak);
+}
+
 // median ms of full training steps on random tokens; profiled > 0: that many more steps with the
 // profiling hook on, then their breakdown
 static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps, int profiled, double peak, double bw) {
@@ -209,10 +234,12 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
     if (profiled > 0) { // shares of these steps' own mean time, as the ops' times are means: "the rest" is what no hook saw
         double t0 = now_seconds();
         profile_reset();
+        matmul_profile_reset();
         profile_on = 1;
         for (int i = 0; i < profiled; i++) train_step(&s, steps + 1 + i, L, &opt, units);
         profile_on = 0;
         print_breakdown(profiled, (now_seconds() - t0) / profiled, peak, bw);
+        print_matmul_split(profiled, peak);
     }
     free(units);
     free(t);

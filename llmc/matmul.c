@@ -129,29 +129,44 @@ typedef struct {
 } Gemm;
 
 // packs k-block kb of the shared operand into dst: panels p0, p0 + dp, ... (one thread's share)
-static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp) {
+static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp, MatmulSplit* prof) {
     int k0 = kb * KC, kc = MIN(g->K - k0, KC);
+    double t0 = prof ? now_seconds() : 0.0;
     for (int p = p0; p < g->sh_panels; p += dp)
         pack_panels(dst + (size_t)p * g->sh_w * kc, g->sh, p * g->sh_w, MIN(g->sh_rows - p * g->sh_w, g->sh_w), k0, kc, g->sh_w);
+    if (prof) prof->pack_s += now_seconds() - t0;
+}
+
+// every micro-tile of C (mi, nj) over one k-block: a packed (ceil(mi/MR), kc, MR), b packed
+// (ceil(nj/NR), kc, NR). The A micro-panel (MR x kc, 8 KiB) stays in L1 while B's stream from L2: a
+// few % faster here than keeping B's (48 KiB, as large as L1) and streaming A's
+static void block_kernels(int kc, const float* a, const float* b, float* C, int ldc, int mi, int nj, int mode, const float* bias) {
+    for (int ip = 0; ip < mi; ip += MR)
+        for (int jp = 0; jp < nj; jp += NR)
+            micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, C + (size_t)ip * ldc + jp, ldc, MIN(mi - ip, MR), MIN(nj - jp, NR), mode,
+                         bias ? bias + jp : NULL);
 }
 
 // tile t of C over k-block kb: its block of the split operand packed into blk, then every micro-tile;
-// shk: the shared operand's packed k-block
-static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* blk) {
+// shk: the shared operand's packed k-block; the seconds of each half added to `prof` when given
+static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* blk, MatmulSplit* prof) {
     int k0 = kb * KC, kc = MIN(g->K - k0, KC);
     int mode = kb > 0 ? C_ADD : g->mode;
     const float* bias = kb == g->nkb - 1 ? g->bias : NULL;
     int s0 = t * g->tile, sn = MIN(g->sp_rows - s0, g->tile);
+    double t0 = prof ? now_seconds() : 0.0;
     pack_panels(blk, g->sp, s0, sn, k0, kc, g->sp_w);
+    double t1 = prof ? now_seconds() : 0.0;
     const float* a = g->split_n ? shk : blk;
     const float* b = g->split_n ? blk : shk;
     int i0 = g->split_n ? 0 : s0, j0 = g->split_n ? s0 : 0, mi = g->split_n ? g->M : sn, nj = g->split_n ? sn : g->N;
-    // the A micro-panel (MR x kc, 8 KiB) stays in L1 while B's stream from L2: a few % faster here
-    // than keeping B's (48 KiB, as large as L1) and streaming A's
-    for (int ip = 0; ip < mi; ip += MR)
-        for (int jp = 0; jp < nj; jp += NR)
-            micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, g->C + (size_t)(i0 + ip) * g->ldc + j0 + jp, g->ldc, MIN(mi - ip, MR),
-                         MIN(nj - jp, NR), mode, bias ? bias + j0 + jp : NULL);
+    block_kernels(kc, a, b, g->C + (size_t)i0 * g->ldc + j0, g->ldc, mi, nj, mode, bias ? bias + j0 : NULL);
+    if (prof) {
+        double t2 = now_seconds();
+        prof->pack_s += t1 - t0;
+        prof->kernel_s += t2 - t1;
+        prof->kernel_flops += 2.0 * mi * nj * kc;
+    }
 }
 
 // C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
@@ -162,7 +177,7 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
 // be written out whole and read back by every thread: instead each thread packs each k-block of it
 // itself before its own tiles' share of that block. That packs it once per thread (a few % of the
 // work) but needs no barrier per block, which a thread descheduled on a shared machine would stall.
-static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias) {
+static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias, MatmulSplit* prof) {
     if (K == 0) {
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (mode == C_ADD ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
@@ -195,43 +210,86 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
         static __thread size_t own_cap = 0;
         float* blk = workspace(&own, &own_cap, (size_t)KC * TILE_MAX);
         int th = omp_get_thread_num(), nt = omp_get_num_threads();
+        MatmulSplit mine_s = {0}, *p = prof ? &mine_s : NULL; // this thread's seconds, added up below
         if (whole) {
-            for (int kb = 0; kb < g.nkb; kb++) pack_shared(&g, shbuf + g.sh_stride * (size_t)kb * KC, kb, th, nt);
+            for (int kb = 0; kb < g.nkb; kb++) pack_shared(&g, shbuf + g.sh_stride * (size_t)kb * KC, kb, th, nt, p);
 #pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
             for (int t = 0; t < g.ntiles; t++)
-                for (int kb = 0; kb < g.nkb; kb++) tile_block(&g, t, kb, shbuf + g.sh_stride * (size_t)kb * KC, blk);
+                for (int kb = 0; kb < g.nkb; kb++) tile_block(&g, t, kb, shbuf + g.sh_stride * (size_t)kb * KC, blk, p);
         } else {
             static __thread float* mine = NULL; // this thread's packed k-block of the shared operand
             static __thread size_t mine_cap = 0;
             float* shk = workspace(&mine, &mine_cap, g.sh_stride * KC);
             for (int kb = 0; kb < g.nkb; kb++) { // tiles th, th + nt, ...: this thread's own across all k-blocks
                 if (th >= g.ntiles) break;
-                pack_shared(&g, shk, kb, 0, 1);
-                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk);
+                pack_shared(&g, shk, kb, 0, 1, p);
+                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk, p);
+            }
+        }
+        if (prof) {
+#pragma omp critical(matmul_split)
+            {
+                prof->pack_s += mine_s.pack_s;
+                prof->kernel_s += mine_s.kernel_s;
+                prof->kernel_flops += mine_s.kernel_flops;
             }
         }
     }
 }
 
+static MatmulSplit split_by_pass[3]; // fwd, bwd_in, bwd_w: thread-seconds while profile_on
+static MatmulSplit* split_of(int pass) { return profile_on ? &split_by_pass[pass] : NULL; }
+
+MatmulSplit matmul_profile_split(int pass) { return split_by_pass[pass]; }
+void matmul_profile_reset(void) { memset(split_by_pass, 0, sizeof(split_by_pass)); }
+
+double matmul_kernel_gflops(double seconds) {
+    // on every thread at once (the clock a loaded chip runs at), each its own tile as sgemm runs it on
+    // 124M's shapes: 256 rows of C against 288 columns, depth one k-block, operands packed once
+    // (1 MiB in all) and reused, so they stay in its L2
+    const int mi = 256, nj = 288, ldc = 2304;
+    double sum = 0.0;
+#pragma omp parallel reduction(+ : sum)
+    {
+        float* a = (float*)aligned_alloc(64, sizeof(float) * mi * KC);
+        float* b = (float*)aligned_alloc(64, sizeof(float) * nj * KC);
+        float* c = (float*)aligned_alloc(64, sizeof(float) * mi * ldc);
+        if (!a || !b || !c) td_fatal("matmul_kernel_gflops: out of memory");
+        for (int i = 0; i < mi * KC; i++) a[i] = 1e-3f * (float)(i % 7);
+        for (int i = 0; i < nj * KC; i++) b[i] = 1e-3f * (float)(i % 5);
+        memset(c, 0, sizeof(float) * mi * ldc);
+        double best = 0.0, t_end = now_seconds() + seconds;
+        do {
+            double t0 = now_seconds();
+            for (int rep = 0; rep < 8; rep++) block_kernels(KC, a, b, c, ldc, mi, nj, rep ? C_ADD : C_SET, NULL);
+            double g = 8 * 2.0 * mi * nj * KC / (now_seconds() - t0) / 1e9;
+            best = g > best ? g : best;
+        } while (now_seconds() < t_end);
+        free(a); free(b); free(c);
+        sum += best;
+    }
+    return sum / omp_get_max_threads();
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     double t0 = profile_begin();
     // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias
-    sgemm(N, OC, C, (Operand){inp, C, 0}, (Operand){weight, C, 0}, out, OC, C_SET, bias);
+    sgemm(N, OC, C, (Operand){inp, C, 0}, (Operand){weight, C, 0}, out, OC, C_SET, bias, split_of(0));
     PROFILE_END(t0, "matmul", "fwd", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * C + (double)OC * C + (double)N * OC));
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC, int accumulate) {
     double t0 = profile_begin();
     // dinp (N, C) (+)= dout (N, OC) · weight (OC, C): Bt(j, k) = weight[k*C + j]
-    sgemm(N, C, OC, (Operand){dout, OC, 0}, (Operand){weight, C, 1}, dinp, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
+    sgemm(N, C, OC, (Operand){dout, OC, 0}, (Operand){weight, C, 1}, dinp, C, accumulate ? C_ADD : C_ZERO_ADD, NULL, split_of(1));
     PROFILE_END(t0, "matmul", "bwd_in", N, C, OC, 2.0 * N * C * OC, 4.0 * ((double)N * OC + (double)OC * C + (accumulate ? 2.0 : 1.0) * N * C));
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC, int accumulate) {
     double t0 = profile_begin();
     // dweight (OC, C) (+)= dout (N, OC)ᵀ · inp (N, C): A(o, n) = dout[n*OC + o], Bt(c, n) = inp[n*C + c]
-    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, accumulate ? C_ADD : C_ZERO_ADD, NULL);
+    sgemm(OC, C, N, (Operand){dout, OC, 1}, (Operand){inp, C, 1}, dweight, C, accumulate ? C_ADD : C_ZERO_ADD, NULL, split_of(2));
     if (dbias) {
         // each thread owns a column range of dbias and sums n in order (onto 0 when not accumulating,
         // bitwise the old sum into zeroed memory): deterministic

@@ -13,6 +13,20 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 // written, bitwise as if added to zeros
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C, int OC, int accumulate);
 
+// Where a matmul's threads spend their time (dev/bench_cpu's breakdown): with profile_on, the
+// thread-seconds packing operands and in the micro-kernel, and the product's FLOPs the micro-kernel
+// computed (2 M N K: a partial tile's padding is not counted), summed over threads and calls since
+// matmul_profile_reset; pass 0 forward, 1 backward-input, 2 backward-weight
+typedef struct {
+    double pack_s, kernel_s, kernel_flops;
+} MatmulSplit;
+MatmulSplit matmul_profile_split(int pass);
+void matmul_profile_reset(void);
+// the micro-kernel alone, on every thread at once, each over one tile whose packed operands stay in
+// its L2 (what it does with no memory traffic to wait for): GFLOP/s per thread, each thread's best
+// over about `seconds`, averaged
+double matmul_kernel_gflops(double seconds);
+
 #ifdef __cplusplus
 }
 #endif

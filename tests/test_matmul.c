@@ -2,11 +2,13 @@
 // the blocked SGEMM (tiles split by rows or by columns, short and long depths, partial panels,
 // the widest tiles, a shared operand packed one k-block at a time), forward and both backward halves, with 1 and 2 threads, bitwise equal
 // across thread counts, and the written backward halves bitwise the ones added into zeros. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
+// The profiling split (packing against micro-kernel) counts each pass's FLOPs exactly and changes no bit.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/matmul.h"
+#include "llmc/profile.h"
 #include "llmc/rng.h"
 #include "tests/test.h"
 
@@ -92,6 +94,35 @@ static void check_shape(int N, int C, int OC) {
     free(inp); free(w); free(bias); free(dout); free(ref); free(mag);
 }
 
+// the profiling split (matmul.h: MatmulSplit) counts exactly each pass's FLOPs, on both paths of the
+// shared operand (packed whole, packed per k-block), and leaves the results bitwise as they are without it
+static void check_split(int N, int C, int OC) {
+    float *inp = randn((size_t)N * C, 11), *w = randn((size_t)OC * C, 12), *dout = randn((size_t)N * OC, 13);
+    float *out[2], *dinp[2], *dw[2];
+    for (int on = 0; on < 2; on++) {
+        out[on] = (float*)malloc(sizeof(float) * N * OC);
+        dinp[on] = (float*)malloc(sizeof(float) * N * C);
+        dw[on] = (float*)malloc(sizeof(float) * OC * C);
+        matmul_profile_reset();
+        profile_on = on;
+        matmul_forward(out[on], inp, w, NULL, N, C, OC);
+        matmul_backward_input(dinp[on], dout, w, N, C, OC, 0);
+        matmul_backward_weight(dw[on], NULL, dout, inp, N, C, OC, 0);
+        profile_on = 0;
+    }
+    double flops = 2.0 * N * C * OC;
+    for (int pass = 0; pass < 3; pass++) {
+        MatmulSplit m = matmul_profile_split(pass);
+        CHECK(m.kernel_flops == flops && m.pack_s > 0 && m.kernel_s > 0, "split of pass %d, N %d C %d OC %d: %.0f FLOPs counted of %.0f, pack %.2g s, kernel %.2g s",
+              pass, N, C, OC, m.kernel_flops, flops, m.pack_s, m.kernel_s);
+    }
+    CHECK(!memcmp(out[0], out[1], sizeof(float) * N * OC) && !memcmp(dinp[0], dinp[1], sizeof(float) * N * C) &&
+              !memcmp(dw[0], dw[1], sizeof(float) * OC * C),
+          "N %d C %d OC %d: the three passes bitwise equal with the split counted and without", N, C, OC);
+    for (int on = 0; on < 2; on++) { free(out[on]); free(dinp[on]); free(dw[on]); }
+    free(inp); free(w); free(dout);
+}
+
 int main(void) {
     check_shape(7, 5, 3);       // smaller than one micro-panel
     check_shape(64, 48, 96);    // whole panels, one depth block
@@ -100,6 +131,8 @@ int main(void) {
     check_shape(40, 2100, 1100); // tiles split by columns, a long depth, the widest column tiles
     check_shape(130, 20, 2600); // backward weight: long depth 130 is short, rows 2600 split
     check_shape(37, 60, 120001); // backward input: a shared operand too large to pack whole, packed per k-block (partial panels, a partial last block)
+    check_split(37, 300, 70);
+    check_split(37, 60, 120001);
     omp_set_num_threads(2);
     return test_summary();
 }
