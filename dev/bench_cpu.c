@@ -183,21 +183,26 @@ static void print_breakdown(int steps, double step_s, double peak, double bw) {
 // inside the profiled steps' matmuls: each thread's time packing operands and in the micro-kernel,
 // and the micro-kernel's rate there beside its rate on a tile that stays in L2 (the gap is time the
 // micro-kernel waited for memory in the step)
+static void print_split_row(const char* name, MatmulSplit m, int steps, double thread_peak) {
+    double g = m.kernel_s > 0 ? m.kernel_flops / m.kernel_s / 1e9 : 0.0;
+    printf("  split   %-8s %9.1f %6.1f%% %10.1f %12.1f %5.1f%%\n", name, m.pack_s / steps * 1e3, 100.0 * m.pack_s / (m.pack_s + m.kernel_s),
+           m.kernel_s / steps * 1e3, g, 100.0 * g / thread_peak);
+}
+
 static void print_matmul_split(int steps, double peak) {
     int nt = omp_get_max_threads();
     double thread_peak = peak / nt, alone = matmul_kernel_gflops(0.5);
     const char* names[3] = {"fwd", "bwd_in", "bwd_w"};
-    MatmulSplit all = {0};
     printf("# inside the matmuls of those steps: thread-seconds per step summed over the %d threads, packing against the micro-kernel; "
            "GF/s per thread, %% of the peak's per-thread share (%.1f GF/s)\n", nt, thread_peak);
     printf("#         pass       pack_ms  pack_%%  kernel_ms  kernel_GF/s  %%peak\n");
-    for (int p = 0; p <= 3; p++) {
-        MatmulSplit m = p < 3 ? matmul_profile_split(p) : all;
-        if (p < 3) all.pack_s += m.pack_s, all.kernel_s += m.kernel_s, all.kernel_flops += m.kernel_flops;
-        double g = m.kernel_s > 0 ? m.kernel_flops / m.kernel_s / 1e9 : 0.0;
-        printf("  split   %-8s %9.1f %6.1f%% %10.1f %12.1f %5.1f%%\n", p < 3 ? names[p] : "all", m.pack_s / steps * 1e3,
-               100.0 * m.pack_s / (m.pack_s + m.kernel_s), m.kernel_s / steps * 1e3, g, 100.0 * g / thread_peak);
+    MatmulSplit all = {0};
+    for (int p = 0; p < 3; p++) {
+        MatmulSplit m = matmul_profile_split(p);
+        print_split_row(names[p], m, steps, thread_peak);
+        all.pack_s += m.pack_s, all.kernel_s += m.kernel_s, all.kernel_flops += m.kernel_flops;
     }
+    print_split_row("all", all, steps, thread_peak);
     printf("  kernel  alone, on every thread at once, each over one 256 x 288 tile of depth 256 in its L2: %.1f GF/s per thread, %.1f%% of the per-thread peak\n", alone,
            100.0 * alone / thread_peak);
 }
