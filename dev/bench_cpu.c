@@ -180,15 +180,16 @@ static void print_breakdown(int steps, double step_s, double peak, double bw) {
            total_flops / step_s / 1e9, 100.0 * total_flops / step_s / 1e9 / peak);
 }
 
-// inside the profiled steps' matmuls: each thread's time packing operands and in the micro-kernel,
-// and the micro-kernel's rate there beside its rate on a tile that stays in L2 (the gap is time the
-// micro-kernel waited for memory in the step)
+// one row of the split: a pass's (or all passes') thread-seconds per step, packing and micro-kernel
 static void print_split_row(const char* name, MatmulSplit m, int steps, double thread_peak) {
     double g = m.kernel_s > 0 ? m.kernel_flops / m.kernel_s / 1e9 : 0.0;
     printf("  split   %-8s %9.1f %6.1f%% %10.1f %12.1f %5.1f%%\n", name, m.pack_s / steps * 1e3, 100.0 * m.pack_s / (m.pack_s + m.kernel_s),
            m.kernel_s / steps * 1e3, g, 100.0 * g / thread_peak);
 }
 
+// inside the profiled steps' matmuls: each thread's time packing operands and in the micro-kernel,
+// and the micro-kernel's rate there beside its rate on a tile that stays in L2 (the gap: time the
+// micro-kernel lost in the step, to memory waits or, on a shared VM, to other load)
 static void print_matmul_split(int steps, double peak) {
     int nt = omp_get_max_threads();
     double thread_peak = peak / nt, alone = matmul_kernel_gflops(0.5);
