@@ -123,8 +123,7 @@ static int writer_fail(CkptWriter* w, char* err, size_t errlen, const char* fmt,
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        snprintf(w->err, sizeof w->err, "%s: %s (checkpoint for step %ld not saved; earlier checkpoints untouched)",
-                 w->tmp_path, msg, w->step);
+        snprintf(w->err, sizeof w->err, "%s: %s", w->tmp_path, msg); // the caller says which step and what it keeps
         if (w->fd >= 0) close(w->fd);
         w->fd = -1;
         unlink(w->tmp_path);

@@ -41,7 +41,7 @@ static const ArgSpec SPECS[] = {
     {"optimisation", 0, "clip", "optimizer.clip", A_FLOAT, F(clip), 0, 1e9, "1.0", "global gradient-norm clipping threshold; 0 = off"},
     {"optimisation", 0, "beta1", "optimizer.beta1", A_FLOAT, F(beta1), 0, 0.999999, "0.9", "AdamW's first-moment decay rate"},
     {"optimisation", 0, "beta2", "optimizer.beta2", A_FLOAT, F(beta2), 0, 0.999999, "0.95", "AdamW's second-moment decay rate"},
-    {"optimisation", 0, "eps", "optimizer.eps", A_FLOAT, F(eps), 0, 1, "1e-8", "AdamW's epsilon"},
+    {"optimisation", 0, "eps", "optimizer.eps", A_FLOAT, F(eps), 1e-30, 1, "1e-8", "AdamW's epsilon (> 0: at 0, a weight whose gradient has always been 0 gets 0/0)"},
     {"optimisation", 'x', "steps", "optimizer.steps", A_INT, F(steps), 1, 1e9, "300", "training steps"},
     {"optimisation", 0, "micro-batches", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step and replica (gradient accumulation), M"},
     {"optimisation", 0, "grad-accum", NULL, A_INT, F(grad_accum), 1, 1e6, "1", "the same as --micro-batches"},
