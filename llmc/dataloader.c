@@ -48,7 +48,7 @@ static int load_shard(DataLoader* dl, int f, char* err, size_t errlen) {
     dl->cur_shard = -1;
     ShardInfo info;
     if (shard_read(dl->paths[f], &info, dl->tokens, (size_t)dl->shard_tokens[f], err, errlen) != 0) return -1;
-    if (info.num_tokens != dl->shard_tokens[f] || info.tokenizer != dl->tokenizer) {
+    if (info.num_tokens != dl->shard_tokens[f] || shard_tokenizer_kind(info.tokenizer) != dl->tokenizer) {
         snprintf(err, errlen, "%s: changed since the loader opened it (%lld tokens, tokenizer %d; was %lld, %d)",
                  dl->paths[f], (long long)info.num_tokens, info.tokenizer, (long long)dl->shard_tokens[f],
                  dl->tokenizer);
@@ -148,8 +148,8 @@ int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int rank,
     for (int f = 0; f < dl->num_shards; f++) {
         ShardInfo info;
         if (shard_read_header(dl->paths[f], &info, err, errlen) != 0) goto error;
-        if (f == 0) dl->tokenizer = info.tokenizer;
-        if (info.tokenizer != dl->tokenizer) {
+        if (f == 0) dl->tokenizer = shard_tokenizer_kind(info.tokenizer);
+        if (shard_tokenizer_kind(info.tokenizer) != dl->tokenizer) {
             snprintf(err, errlen, "%s: tokenizer id %d differs from %s's %d: a set of shards must share one tokenizer",
                      dl->paths[f], info.tokenizer, dl->paths[0], dl->tokenizer);
             goto error;

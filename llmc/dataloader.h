@@ -32,7 +32,7 @@ typedef struct {
     int B, T, rank, world, shuffle, V;
     uint64_t seed;
     // the data; read these fields, do not write them
-    int tokenizer;        // header[3] of the shards (SHARD_TOKENIZER_*), the same in all; 0 for memory
+    int tokenizer;        // the shards' shard_tokenizer_kind (llm.c's 0 read as GPT-2), the same in all; 0 for memory
     int num_shards;       // 1 for an in-memory array
     int64_t num_tokens;   // over all shards
     int64_t num_windows;  // per epoch, over all ranks

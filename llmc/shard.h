@@ -21,6 +21,9 @@ enum {
     SHARD_TOKENIZER_BYTES = 2,       // one token per byte, V = 256
 };
 
+// what a tokenizer id means: llm.c's 0 is GPT-2, so 0 and 1 are the same tokens
+static inline int shard_tokenizer_kind(int id) { return id == SHARD_TOKENIZER_UNSPECIFIED ? SHARD_TOKENIZER_GPT2 : id; }
+
 typedef struct {
     int64_t num_tokens; // header[2]
     int tokenizer;      // header[3], one of SHARD_TOKENIZER_*

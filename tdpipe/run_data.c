@@ -29,6 +29,9 @@ int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, i
     memset(d, 0, sizeof(*d));
     uint64_t seed = (uint64_t)a->seed;
     if (!a->train_pattern[0]) {
+        if (a->val_pattern[0]) // (it would be ignored: the built-in data validates on its own split)
+            return td_error(why, whylen, "-j %s: validation shards need training shards (-i) of the same tokenizer; the built-in dataset has its own validation split",
+                            a->val_pattern);
         d->builtin = 1;
         d->tokenizer = SHARD_TOKENIZER_BYTES;
         markov_init(&d->source, BUILTIN_SOURCE_SEED);
@@ -54,6 +57,9 @@ int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, i
         if (dataloader_init(&d->val, a->val_pattern, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
             return td_error(why, whylen, "-j %s: %s", a->val_pattern, err);
         d->has_val = 1;
+        if (d->val.tokenizer != d->train.tokenizer) // (tokens < V would pass, meaning other text)
+            return td_error(why, whylen, "-j %s: its tokenizer (id %d) differs from the training shards' (-i %s: id %d); both must share one",
+                            a->val_pattern, d->val.tokenizer, a->train_pattern, d->train.tokenizer);
     }
     // samples start from the first validation (or training) token
     DataLoader* src = d->has_val ? &d->val : &d->train;

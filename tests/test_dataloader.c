@@ -301,6 +301,12 @@ static void test_loader_refusals(void) {
     rc = dataloader_init(&dl, test_path("mixed_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "mixed_b.bin") && strstr(err, "tokenizer"), "refuses shards of two tokenizers: %s",
           err);
+    write_ramp(test_path("llmc_a.bin"), 0, 40, SHARD_TOKENIZER_UNSPECIFIED); // llm.c's own shards leave the id 0
+    write_ramp(test_path("llmc_b.bin"), 0, 40, SHARD_TOKENIZER_GPT2);
+    rc = dataloader_init(&dl, test_path("llmc_*.bin"), 1, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    CHECK(rc == 0 && shard_tokenizer_kind(dl.tokenizer) == SHARD_TOKENIZER_GPT2, "llm.c's tokenizer id 0 and GPT-2's 1 make one set: %s",
+          rc ? err : "ok");
+    if (rc == 0) dataloader_free(&dl);
 
     uint16_t mem[10] = {0};
     rc = dataloader_init_memory(&dl, mem, 10, 2, 8, 0, 1, 0, 0, 256, err, sizeof err);

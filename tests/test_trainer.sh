@@ -57,6 +57,14 @@ printf 'It was the best of times, it was the worst of times, it was the age of w
 check "train on byte shards with -i and -j" $BIN -i "$TMP/sh_train.bin" -j "$TMP/sh_val.bin" -x 3 -v 3 -s 3 -g 8 -o "$TMP/shards"
 check "validation on the shards prints" grep -q "^val loss" "$TMP/out"
 cp "$TMP/sh_train.bin" "$TMP/bad.bin"; printf '\x00\x00\x00\x00' | dd of="$TMP/bad.bin" conv=notrunc 2>/dev/null
+refuse "-j without -i (the built-in data would ignore it)" "^train_tdpipe: -j .*sh_val.bin: validation shards need training shards \\(-i\\)" \
+    $BIN -j "$TMP/sh_val.bin" -x 1 $Q -o "$TMP/r"
+# the same byte tokens marked GPT-2 (header[3] = 1): tokens < V pass, so only the id tells the two apart
+cp "$TMP/sh_val.bin" "$TMP/gpt2_val.bin"; printf '\x01' | dd of="$TMP/gpt2_val.bin" bs=1 seek=12 conv=notrunc 2>/dev/null
+refuse "-j shards of another tokenizer than -i's" "gpt2_val.bin: its tokenizer \\(id 1\\) differs from the training shards' .*id 2" \
+    $BIN -i "$TMP/sh_train.bin" -j "$TMP/gpt2_val.bin" -x 1 $Q -o "$TMP/r"
+check "GPT-2 shards with -s 0 and no tokenizer files" $BIN -i "$TMP/gpt2_val.bin" --tokenizer-dir "$TMP/no_tokenizer" -x 1 $Q -o "$TMP/r"
+check "  say nothing of the tokenizer (no sample needs it)" bash -c "! grep -q tokenizer '$TMP/err'"
 refuse "shard with a wrong magic" "bad.bin" $BIN -i "$TMP/bad.bin" -x 1 $Q -o "$TMP/r"
 refuse "shard glob that matches nothing" "nothing_here" $BIN -i "$TMP/nothing_here_*.bin" -x 1 $Q -o "$TMP/r"
 refuse "a directory as -i" "adir: is a directory, not a token shard" $BIN -i "$TMP/adir" -x 1 $Q -o "$TMP/r"
