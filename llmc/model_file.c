@@ -2,6 +2,7 @@
 #include "model_file.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -84,6 +85,21 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
     if (got != n) {
         free(p);
         return td_error(err, errlen, "%s: truncated model file (%zu of %zu parameters)", path, got, n);
+    }
+    // a NaN or Inf would train on (one in a row no batch reaches, such as wpe past T, until the
+    // final checkpoint refuses the state): refused here, named by tensor, layer and element
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(p[i])) continue;
+        size_t at = i;
+        int t = 0;
+        while (at >= sizes[t]) at -= sizes[t++];
+        float bad = p[i];
+        free(p);
+        if (!gpt2_param_is_layer(t))
+            return td_error(err, errlen, "%s: parameter %zu (%s[%zu]) is %g: the model's weights are not finite", path, i, gpt2_param_name(t), at, bad);
+        size_t per = sizes[t] / (size_t)cfg->num_layers;
+        return td_error(err, errlen, "%s: parameter %zu (layer %zu's %s[%zu]) is %g: the model's weights are not finite", path, i, at / per,
+                        gpt2_param_name(t), at % per, bad);
     }
     *params = p;
     return 0;

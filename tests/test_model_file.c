@@ -1,5 +1,6 @@
 // llm.c model files: fp32 export and import round trip bitwise, bf16 (version 5) import equals the
-// rounded-down fp32 values, and the refusals of bad headers and lengths.
+// rounded-down fp32 values, and the refusals of bad headers, lengths and non-finite weights.
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,23 @@ int main(void) {
     fwrite(h, 4, 256, f);
     fclose(f);
     CHECK(model_file_read_config(path16, &got, err, sizeof(err)) == -1 && strstr(err, "implausible"), "bad shape refused: %s", err);
+
+    // non-finite weights: refused at load, named by tensor (and layer), not trained on
+    size_t at_wpe = sizes[0] + sizes[1] - 1, at_fcw = 5 + sizes[10] / 2; // wpe's last element; layer 1's fcw[5]
+    for (int k = 0; k < 10; k++) at_fcw += sizes[k];
+    float nan_inf[2] = {NAN, -INFINITY};
+    size_t at[2] = {at_wpe, at_fcw};
+    const char* named[2] = {"(wpe[", "(layer 1's fcw[5])"};
+    for (int c = 0; c < 2; c++) {
+        float keep = p[at[c]];
+        p[at[c]] = nan_inf[c];
+        snprintf(path16, sizeof(path16), "%s/nf%d.bin", dir, c);
+        CHECK(model_file_save(path16, &cfg, p, err, sizeof(err)) == 0, "save a model with a %g", nan_inf[c]);
+        p[at[c]] = keep;
+        q = NULL;
+        int rc = model_file_load(path16, &got, &q, err, sizeof(err));
+        CHECK(rc == -1 && q == NULL && strstr(err, named[c]) && strstr(err, "not finite"), "a %g weight is refused at load: %s", nan_inf[c], err);
+    }
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd)) return 1;
