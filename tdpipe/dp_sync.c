@@ -1,11 +1,13 @@
 // The replicas' bucketed two-shot gradient average (see dp_sync.h). A bucket's life:
 //   phase 0  waiting: backward has not completed all its units this step
-//   phase 1  its blocks quantized (int8) or copied (fp32) into buf, each owner's segment sent to it,
-//            the other replicas' shares of this replica's segment received into recv
+//   phase 1  its blocks quantized (int8) into buf, each owner's segment sent to it, the other
+//            replicas' shares of this replica's segment received into recv; fp32: each owner's pieces
+//            sent from the slot itself
 //   phase 2  (this replica as owner) the D shares of its segment summed in replica order, divided by
 //            D, requantized with the owner's residual; the result sent to every replica, theirs
-//            received into buf
-//   phase 3  done: every block of buf (now the owners' results) written back into the slot
+//            received into buf (fp32: into the slot)
+//   phase 3  done: every block of buf (now the owners' results) written back into the slot (fp32:
+//            already there)
 // Messages are point-to-point, tagged by bucket and phase, so buckets move along in whatever order
 // their units complete and their messages arrive on each replica; the sums do not depend on it.
 #include "dp_sync.h"
@@ -71,15 +73,41 @@ static void bucket_build(DpSync* ds, DpBucket* b, const int* units, int u0, int 
             }
         }
     for (int j = 0; j < D; j++) b->seg_off[j + 1] = b->seg_off[j] + seg_bytes(ds, b->seg_blocks[j], b->seg_elems[j]);
+    if (int8_mode(ds)) return;
+    // fp32: each run of blocks contiguous in memory (a slice, or slices that follow each other)
+    // counted by owner, then cut into one piece per owner, in owner order
+    size_t* count = (size_t*)calloc_check(D, sizeof(size_t));
+    size_t* elem = (size_t*)calloc_check(D, sizeof(size_t));
+    b->pieces = (DpPiece*)calloc_check((size_t)D * (cap ? cap : 1), sizeof(DpPiece));
+    for (int i = 0, j; i < b->n_blocks; i = j) {
+        const DpBlock* first = &b->blocks[i];
+        size_t end = first->src;
+        memset(count, 0, D * sizeof(size_t));
+        for (j = i; j < b->n_blocks && b->blocks[j].src == end && b->blocks[j].head == first->head; j++) {
+            count[b->blocks[j].owner] += b->blocks[j].len;
+            end += b->blocks[j].len;
+        }
+        size_t at = first->src;
+        for (int o = 0; o < D; o++) {
+            if (!count[o]) continue;
+            b->pieces[b->n_pieces++] = (DpPiece){at, count[o], first->head, o, elem[o]};
+            at += count[o];
+            elem[o] += count[o];
+        }
+    }
+    free(count);
+    free(elem);
 }
 
 // a bucket's host buffers: its segments, the other replicas' shares of this replica's, the requests
+static size_t bucket_reqs(const DpSync* ds, const DpBucket* b) { return int8_mode(ds) ? 2 * (size_t)(ds->D - 1) : (size_t)(ds->D - 1) * b->n_pieces; }
+
 static void bucket_buffers(const DpSync* ds, DpBucket* b) {
     int D = ds->D;
-    b->buf = (uint8_t*)malloc_check(b->seg_off[D] ? b->seg_off[D] : 1);
+    b->buf = int8_mode(ds) ? (uint8_t*)malloc_check(b->seg_off[D] ? b->seg_off[D] : 1) : NULL;
     size_t mine = b->seg_off[ds->me + 1] - b->seg_off[ds->me];
     b->recv = (uint8_t*)malloc_check((D - 1) * mine + 1);
-    b->req = (CommRequest*)calloc_check(2 * (D - 1) + 1, sizeof(CommRequest));
+    b->req = (CommRequest*)calloc_check(bucket_reqs(ds, b) + 1, sizeof(CommRequest));
 }
 
 void dp_sync_init_plan(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st, int plan_only) {
@@ -119,7 +147,10 @@ void dp_sync_init_plan(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st, 
         ds->ef_replica = (float*)calloc_check(n, sizeof(float));
         ds->ef_owner = (float*)calloc_check(n, sizeof(float));
     }
-    if (!plan_only) ds->scratch = (float*)malloc_check((size_t)cfg->block * sizeof(float));
+    if (!plan_only) {
+        ds->scratch = (float*)malloc_check((size_t)cfg->block * sizeof(float));
+        ds->shares = (const float**)malloc_check((size_t)ds->D * sizeof(float*));
+    }
 }
 
 void dp_sync_init(DpSync* ds, const DpSyncConfig* cfg, Comm* c, Stage* st) { dp_sync_init_plan(ds, cfg, c, st, 0); }
@@ -128,6 +159,7 @@ void dp_sync_free(DpSync* ds) {
     for (int i = 0; i < ds->n_buckets; i++) {
         DpBucket* b = &ds->buckets[i];
         free(b->blocks);
+        free(b->pieces);
         free(b->seg_off);
         free(b->seg_blocks);
         free(b->seg_elems);
@@ -140,6 +172,7 @@ void dp_sync_free(DpSync* ds) {
     free(ds->ef_replica);
     free(ds->ef_owner);
     free(ds->scratch);
+    free(ds->shares);
     memset(ds, 0, sizeof(*ds));
 }
 
@@ -158,6 +191,7 @@ DpSyncBounds dp_sync_bounds(const DpSyncConfig* cfg, const Stage* st, int D) {
     b.all_bytes = int8 ? b.elems + 4 * b.blocks : 4 * b.elems;
     b.share_bytes = int8 ? b.share_elems + 4 * b.share_blocks : 4 * b.share_elems;
     b.units = (size_t)st->cfg.num_layers + 3;
+    b.slices = ns;
     return b;
 }
 
@@ -166,20 +200,23 @@ double dp_sync_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D) {
     double ef = cfg->quant == GRAD_QUANT_INT8 && cfg->error_feedback ? 8.0 * b.elems : 0.0;
     double per_bucket = (double)(D + 1) * sizeof(size_t) + D * (sizeof(int) + sizeof(size_t)) + (2.0 * (D - 1) + 1) * sizeof(CommRequest) + 3.0 +
                         sizeof(DpBucket); // tables, requests, the 1-byte minimum of buf and recv
+    // fp32: the pieces (D per block reserved, D at least a bucket) and D - 1 requests a piece (D a slice at most)
+    double pieces = cfg->quant == GRAD_QUANT_INT8 ? 0.0 : (double)D * (b.blocks + b.units) * sizeof(DpPiece) + (double)(D - 1) * D * b.slices * sizeof(CommRequest);
     return (double)b.all_bytes + (double)(D - 1) * b.share_bytes + ef + (double)b.blocks * sizeof(DpBlock) + (double)b.units * (per_bucket + sizeof(int)) +
-           4.0 * cfg->block;
+           4.0 * cfg->block + (double)D * sizeof(float*) + pieces;
 }
 
 double dp_sync_held_bytes(const DpSync* ds) {
     int D = ds->D;
-    double bytes = (double)ds->n_units * (sizeof(int) + sizeof(DpBucket)) + (ds->scratch ? 4.0 * ds->cfg.block : 0.0); // (buckets: one a unit at most, reserved)
+    double bytes = (double)ds->n_units * (sizeof(int) + sizeof(DpBucket)) + (ds->scratch ? 4.0 * ds->cfg.block + (double)D * sizeof(float*) : 0.0); // (buckets: one a unit at most, reserved)
     size_t n = ds->st->num_params + (ds->st->range.has_head ? ds->st->sizes[0] : 0);
     if (ds->ef_replica) bytes += 8.0 * n;
     for (int i = 0; i < ds->n_buckets; i++) {
         const DpBucket* b = &ds->buckets[i];
         bytes += (double)(b->n_blocks ? b->n_blocks : 1) * sizeof(DpBlock) + (double)(D + 1) * sizeof(size_t) + D * (sizeof(int) + sizeof(size_t));
-        if (b->buf) bytes += (double)(b->seg_off[D] ? b->seg_off[D] : 1) + (double)(D - 1) * (b->seg_off[ds->me + 1] - b->seg_off[ds->me]) + 1.0 +
-                             (2.0 * (D - 1) + 1) * sizeof(CommRequest);
+        if (b->pieces) bytes += (double)D * (b->n_blocks ? b->n_blocks : 1) * sizeof(DpPiece);
+        if (b->recv) bytes += (b->buf ? (double)(b->seg_off[D] ? b->seg_off[D] : 1) : 0.0) + (double)(D - 1) * (b->seg_off[ds->me + 1] - b->seg_off[ds->me]) +
+                              1.0 + (bucket_reqs(ds, b) + 1.0) * sizeof(CommRequest);
     }
     return bytes;
 }
@@ -221,10 +258,9 @@ static float* residual_of(float* ef, const DpSync* ds, const DpBlock* blk) {
     return ef + (blk->head ? ds->st->num_params : 0) + blk->src;
 }
 
-// where block blk's scale and values sit in segment `seg` (int8), or its values (fp32)
+// where block blk's scale and values sit in segment `seg` (int8)
 static float* seg_scales(uint8_t* seg) { return (float*)seg; }
 static int8_t* seg_q(const DpBucket* b, int owner, uint8_t* seg) { return (int8_t*)(seg + b->seg_blocks[owner] * sizeof(float)); }
-static float* seg_f32(uint8_t* seg) { return (float*)seg; }
 
 // the other replicas in a fixed order, and the index of replica j's share in recv
 static int peer_index(const DpSync* ds, int j) { return j < ds->me ? j : j - 1; }
@@ -233,18 +269,90 @@ static int tag_of(int bucket, int phase) { return 2 * bucket + phase; }
 
 static void count(DpSync* ds, size_t bytes) { ds->stats.bytes += (double)bytes; }
 
+// ---- fp32: pieces moved from and into the slot ------------------------------------------------------
+
+static float* piece_of(const DpSync* ds, const DpPiece* pc) { return (pc->head ? ds->head : ds->grads) + pc->src; }
+// where replica j's share of this replica's piece pc lands in recv
+static float* piece_share(const DpSync* ds, DpBucket* b, const DpPiece* pc, int j) {
+    return (float*)b->recv + (size_t)peer_index(ds, j) * b->seg_elems[ds->me] + pc->elem;
+}
+
+// phase 0 -> 1 (fp32): every other owner's pieces sent from the slot; the shares of this replica's received
+static void pieces_post(DpSync* ds, DpBucket* b, int bi) {
+    int r = 0;
+    for (int i = 0; i < b->n_pieces; i++) {
+        const DpPiece* pc = &b->pieces[i];
+        size_t bytes = pc->len * sizeof(float);
+        if (pc->owner != ds->me) {
+            comm_dp_isend(ds->comm, piece_of(ds, pc), bytes, pc->owner, tag_of(bi, 0), &b->req[r++]);
+            count(ds, bytes);
+            continue;
+        }
+        for (int j = 0; j < ds->D; j++) {
+            if (j == ds->me) continue;
+            comm_dp_irecv(ds->comm, piece_share(ds, b, pc, j), bytes, j, tag_of(bi, 0), &b->req[r]);
+            snprintf(b->req[r++].what, sizeof(b->req[0].what), "replica %d's share of gradient bucket %d", j, bi);
+            count(ds, bytes);
+        }
+    }
+    b->n_req = r;
+}
+
+// out (n) = (x_0 + x_1 + ... + x_{D-1}) / D elementwise, x_q = share[q]: COMM_ORDERED_AVERAGE's order and
+// division, through scratch (chunk floats) a chunk at a time, so out may be one of the shares
+static void average_ordered(float* out, const float* const* share, int D, size_t n, float* scratch, size_t chunk) {
+    for (size_t c0 = 0; c0 < n; c0 += chunk) {
+        size_t m = n - c0 < chunk ? n - c0 : chunk;
+        memcpy(scratch, share[0] + c0, m * sizeof(float));
+        for (int q = 1; q < D; q++) {
+            const float* x = share[q] + c0;
+            for (size_t e = 0; e < m; e++) scratch[e] += x[e];
+        }
+        for (size_t e = 0; e < m; e++) out[c0 + e] = scratch[e] / (float)D;
+    }
+}
+
+// phase 1 -> 2 (fp32): this replica's pieces averaged in place in replica order; sent to every other
+// replica, theirs received into the slot (their sends from there are done: phase 1 is complete)
+static void pieces_reduce(DpSync* ds, DpBucket* b, int bi) {
+    int D = ds->D, me = ds->me, r = 0;
+    const float** share = ds->shares;
+    for (int i = 0; i < b->n_pieces; i++) {
+        const DpPiece* pc = &b->pieces[i];
+        float* x = piece_of(ds, pc);
+        size_t bytes = pc->len * sizeof(float);
+        if (pc->owner != me) {
+            comm_dp_irecv(ds->comm, x, bytes, pc->owner, tag_of(bi, 1), &b->req[r]);
+            snprintf(b->req[r++].what, sizeof(b->req[0].what), "replica %d's averaged blocks of gradient bucket %d", pc->owner, bi);
+            count(ds, bytes);
+            continue;
+        }
+        for (int q = 0; q < D; q++) share[q] = q == me ? x : piece_share(ds, b, pc, q);
+        average_ordered(x, share, D, pc->len, ds->scratch, (size_t)ds->cfg.block);
+        for (int j = 0; j < D; j++) {
+            if (j == me) continue;
+            comm_dp_isend(ds->comm, x, bytes, j, tag_of(bi, 1), &b->req[r++]);
+            count(ds, bytes);
+        }
+    }
+    b->n_req = r;
+}
+
+// ---- int8 (and the blocks' layout) ----------------------------------------------------------------
+
 // phase 0 -> 1: this replica's gradient into buf by owner; each owner's segment on its way
 static void bucket_post(DpSync* ds, int bi) {
     DpBucket* b = &ds->buckets[bi];
     if (ds->t_first == 0.0) ds->t_first = now_seconds();
+    b->phase = 1;
+    if (!int8_mode(ds)) {
+        pieces_post(ds, b, bi);
+        return;
+    }
     for (int i = 0; i < b->n_blocks; i++) {
         const DpBlock* blk = &b->blocks[i];
         uint8_t* seg = b->buf + b->seg_off[blk->owner];
         const float* x = src_of(ds, blk);
-        if (!int8_mode(ds)) {
-            memcpy(seg_f32(seg) + blk->elem, x, blk->len * sizeof(float));
-            continue;
-        }
         int8_t* q = seg_q(b, blk->owner, seg) + blk->elem;
         float* s = seg_scales(seg) + blk->idx;
         ds->stats.nonfinite += ds->ef_replica ? quant_int8_ef(x, residual_of(ds->ef_replica, ds, blk), blk->len, blk->len, q, s)
@@ -261,7 +369,7 @@ static void bucket_post(DpSync* ds, int bi) {
         snprintf(b->req[ds->D - 1 + p].what, sizeof(b->req[0].what), "replica %d's share of gradient bucket %d", j, bi);
         count(ds, bytes + mine);
     }
-    b->phase = 1;
+    b->n_req = 2 * (ds->D - 1);
 }
 
 // the share of this replica's segment that replica q sent (its own for q = me)
@@ -275,29 +383,22 @@ static uint8_t* share_of(const DpSync* ds, DpBucket* b, int q) {
 static void bucket_reduce(DpSync* ds, int bi) {
     DpBucket* b = &ds->buckets[bi];
     int D = ds->D, me = ds->me;
+    b->phase = 2;
+    if (!int8_mode(ds)) {
+        pieces_reduce(ds, b, bi);
+        return;
+    }
     uint8_t* out = b->buf + b->seg_off[me];
     for (int i = 0; i < b->n_blocks; i++) {
         const DpBlock* blk = &b->blocks[i];
         if (blk->owner != me) continue;
         float* acc = ds->scratch;
-        if (int8_mode(ds)) {
-            memset(acc, 0, blk->len * sizeof(float));
-            for (int q = 0; q < D; q++) {
-                uint8_t* seg = share_of(ds, b, q);
-                dequant_int8_add(seg_q(b, me, seg) + blk->elem, seg_scales(seg) + blk->idx, blk->len, blk->len, acc);
-            }
-        } else { // as COMM_ORDERED_AVERAGE: x_0, then + x_1, + x_2, ...
-            memcpy(acc, seg_f32(share_of(ds, b, 0)) + blk->elem, blk->len * sizeof(float));
-            for (int q = 1; q < D; q++) {
-                const float* x = seg_f32(share_of(ds, b, q)) + blk->elem;
-                for (uint32_t e = 0; e < blk->len; e++) acc[e] += x[e];
-            }
+        memset(acc, 0, blk->len * sizeof(float));
+        for (int q = 0; q < D; q++) {
+            uint8_t* seg = share_of(ds, b, q);
+            dequant_int8_add(seg_q(b, me, seg) + blk->elem, seg_scales(seg) + blk->idx, blk->len, blk->len, acc);
         }
         for (uint32_t e = 0; e < blk->len; e++) acc[e] /= (float)D;
-        if (!int8_mode(ds)) {
-            memcpy(seg_f32(out) + blk->elem, acc, blk->len * sizeof(float));
-            continue;
-        }
         int8_t* q = seg_q(b, me, out) + blk->elem;
         float* s = seg_scales(out) + blk->idx;
         ds->stats.nonfinite += ds->ef_owner ? quant_int8_ef(acc, residual_of(ds->ef_owner, ds, blk), blk->len, blk->len, q, s)
@@ -313,24 +414,23 @@ static void bucket_reduce(DpSync* ds, int bi) {
         snprintf(b->req[D - 1 + p].what, sizeof(b->req[0].what), "replica %d's averaged blocks of gradient bucket %d", j, bi);
         count(ds, mine + bytes);
     }
-    b->phase = 2;
+    b->n_req = 2 * (D - 1);
 }
 
 // phase 2 -> 3: the owners' results into the slot, the same bits on every replica
 static void bucket_unpack(DpSync* ds, int bi) {
     DpBucket* b = &ds->buckets[bi];
+    b->phase = 3;
+    if (!int8_mode(ds)) return; // (fp32: received into the slot)
     for (int i = 0; i < b->n_blocks; i++) {
         const DpBlock* blk = &b->blocks[i];
         uint8_t* seg = b->buf + b->seg_off[blk->owner];
-        float* x = src_of(ds, blk);
-        if (int8_mode(ds)) dequant_int8(seg_q(b, blk->owner, seg) + blk->elem, seg_scales(seg) + blk->idx, blk->len, blk->len, x);
-        else memcpy(x, seg_f32(seg) + blk->elem, blk->len * sizeof(float));
+        dequant_int8(seg_q(b, blk->owner, seg) + blk->elem, seg_scales(seg) + blk->idx, blk->len, blk->len, src_of(ds, blk));
     }
-    b->phase = 3;
 }
 
 static int phase_done(DpSync* ds, DpBucket* b) {
-    for (int i = 0; i < 2 * (ds->D - 1); i++)
+    for (int i = 0; i < b->n_req; i++)
         if (!comm_test(ds->comm, &b->req[i])) return 0;
     return 1;
 }
@@ -400,7 +500,7 @@ DpSyncStats dp_sync_finish(DpSync* ds) {
         for (int i = 0; i < ds->n_buckets && !pending; i++)
             if (ds->buckets[i].phase != 3) pending = &ds->buckets[i];
         if (!pending) break;
-        for (int i = 0; i < 2 * (ds->D - 1); i++) // every request here is posted: waiting on one cannot stall the others
+        for (int i = 0; i < pending->n_req; i++) // every request here is posted: waiting on one cannot stall the others
             if (pending->req[i].active) {
                 comm_wait(ds->comm, &pending->req[i]);
                 break;

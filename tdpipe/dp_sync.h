@@ -33,6 +33,16 @@ typedef struct {
     size_t elem;         // its first element's index among its owner's elements in the bucket
 } DpBlock;
 
+// fp32 on the host: each slice of a bucket cut into D contiguous pieces, owner j's holding exactly
+// the elements its blocks hold there (so every owner's share, and the bytes, are the blocks'), moved
+// straight from and into the slot: the average is elementwise, so it is the same bits either way
+typedef struct {
+    size_t src, len;
+    int head;            // 1: in the LM head's share of wte
+    int owner;
+    size_t elem;         // its first element's index among its owner's elements in the bucket
+} DpPiece;
+
 // A bucket: whole units, in the order backward completes them. Its bytes are laid out by owner, so
 // an owner's share is one segment: int8: (scales, float) then (values, int8); fp32: (values, float).
 typedef struct {
@@ -43,9 +53,12 @@ typedef struct {
     size_t* seg_off;         // (D + 1) byte offset of each owner's segment in buf
     int* seg_blocks;         // (D) blocks each owner owns here
     size_t* seg_elems;       // (D) their elements
-    uint8_t* buf;            // (seg_off[D])
+    DpPiece* pieces;         // (n_pieces) fp32: the slices cut by owner, in the blocks' order
+    int n_pieces;
+    uint8_t* buf;            // (seg_off[D]) int8 only (fp32 moves the slot's own bytes)
     uint8_t* recv;           // (D - 1) segments of this replica's size: the other replicas' shares
-    CommRequest* req;        // (2 (D - 1)) this phase's sends and receives
+    CommRequest* req;        // (n_req) this phase's sends and receives: int8 2 (D - 1), fp32 (D - 1) a piece
+    int n_req;
     int phase;               // 0 waiting for its units, 1 shares in flight, 2 results in flight, 3 done
 } DpBucket;
 
@@ -70,6 +83,7 @@ typedef struct {
     float* ef_replica;       // (num_params + head share) this replica's error-feedback residual, the slot's layout
     float* ef_owner;         // (the same) the requantization's residual, of the blocks this replica owns
     float* scratch;          // (block) the owner's sum of one block
+    const float** shares;    // (D) fp32: the D replicas' shares of one piece, in replica order
     float* grads;            // the slot being synced (host memory), and its LM head's share
     float* head;
     int k, active, measure_entropy; // k: the slot being synced (-1: the caller's buffers)
@@ -103,6 +117,7 @@ typedef struct {
     size_t share_elems, share_blocks; // one owner's share of them, at most
     size_t all_bytes, share_bytes;   // those as segment bytes (int8: values and scales; fp32: values)
     size_t units;                    // buckets at most (whole units)
+    size_t slices;                   // the (unit, tensor) slices of the gradient
 } DpSyncBounds;
 DpSyncBounds dp_sync_bounds(const DpSyncConfig* cfg, const Stage* st, int D);
 // host bytes dp_sync_init takes for stage st, at most; dp_sync_held_bytes: what an initialised one holds

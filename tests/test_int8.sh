@@ -18,6 +18,11 @@ check "P = 2 x D = 2, zbh1, fp32 buckets" $MPI -np 4 $BIN $S --grad-cache 16KB -
 check "  bitwise too" same_run "$TMP/blk" "$TMP/b32z"
 check "cpu-staged (the gradient a device's: the sync after the step), fp32 buckets" $MPI -np 2 $BIN $S --grad-cache 16KB --device cpu-staged -o "$TMP/b32s"
 check "  bitwise too" same_run "$TMP/blk" "$TMP/b32s"
+# D = 3: an owner's own share sits between the others' in the replica-ordered sum; blocks of 7
+# cut the slices into uneven pieces
+check "D = 3, blocking fp32 average" $MPI -np 3 $BIN $S -o "$TMP/blk3"
+check "D = 3, fp32 in 16 KB buckets, blocks of 7" $MPI -np 3 $BIN $S --grad-cache 16KB --quant-block 7 -o "$TMP/b32d3"
+check "  bitwise the blocking D = 3 run" same_run "$TMP/blk3" "$TMP/b32d3"
 
 # --- int8: replicas equal, deterministic, the same at every P and thread count
 check "D = 2, int8 with error feedback, checkpoint at step 6" $MPI -np 2 $BIN $Q -n 6 --keep 5 -o "$TMP/i8"
