@@ -4,6 +4,7 @@
 #include "quant.h"
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 // Every loop below is branch-free inside a block, so GCC vectorizes it (the divisions, rintf and
@@ -35,6 +36,34 @@ static void quantize_block(const float* x, float* r, size_t m, float s, int8_t* 
     }
 }
 
+// max |v| over the finite v = x (+ r) (m), and how many are not finite. On the bits: |v|'s patterns
+// order as the values do, Inf and NaN above every finite one, so this is the float maximum exactly,
+// as an integer max reduction, which vectorizes (a float one, by NaN's rules, does not)
+static inline uint32_t abs_bits(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & 0x7fffffffu;
+}
+static float finite_absmax(const float* x, const float* r, size_t m, uint32_t* nonfinite) {
+    uint32_t top = 0, bad = 0;
+    if (r) {
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u = abs_bits(x[i] + r[i]), finite = u < 0x7f800000u, keep = u & (0u - finite); // (a mask: a ?: here stops the vectorizer)
+            bad += 1u - finite;
+            top = top > keep ? top : keep;
+        }
+    } else {
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u = abs_bits(x[i]), finite = u < 0x7f800000u, keep = u & (0u - finite);
+            bad += 1u - finite;
+            top = top > keep ? top : keep;
+        }
+    }
+    *nonfinite = bad;
+    union { uint32_t u; float f; } absmax = {.u = top}; // (not memcpy: taking top's address stops the vectorizer)
+    return absmax.f;
+}
+
 // quant_int8 (r NULL) and quant_int8_ef (r the residual)
 static size_t quant_blocks_run(const float* x, float* r, size_t n, int block, int8_t* q, float* scale) {
     size_t bad = 0;
@@ -42,13 +71,9 @@ static size_t quant_blocks_run(const float* x, float* r, size_t n, int block, in
         size_t m = n - off < (size_t)block ? n - off : (size_t)block, nonfinite = 0;
         const float* xb = x + off;
         float* rb = r ? r + off : NULL;
-        float absmax = 0.0f;
-        for (size_t i = 0; i < m; i++) {
-            float a = fabsf(rb ? xb[i] + rb[i] : xb[i]);
-            int finite = a <= FLT_MAX; // (NaN compares false)
-            nonfinite += !finite;
-            absmax = finite && a > absmax ? a : absmax;
-        }
+        uint32_t nonfinite32;
+        float absmax = finite_absmax(xb, rb, m, &nonfinite32);
+        nonfinite = nonfinite32;
         scale[b] = scale_of(absmax, nonfinite, &bad);
         quantize_block(xb, rb, m, scale[b], q + off);
     }

@@ -183,8 +183,43 @@ static void entropy(void) {
     CHECK(fabs(quant_entropy_bits(h) - want) < 1e-12, "two values at 1/4 and 3/4: %.6f bits (%.6f)", quant_entropy_bits(h), want);
 }
 
+// the scale is the block's largest finite |v| / 127 (v = x + r with error feedback), for values of
+// every magnitude and sign, -0 and subnormals among them: the absmax the quantizer takes on the
+// values' bits (an integer maximum) is the plain float one
+static void scale_is_absmax(void) {
+    enum { M = 4099 };
+    static float x[M], r[M], r0[M];
+    float s[M];
+    int8_t q[M];
+    Rng g;
+    rng_init(&g, 11);
+    int blocks[] = {1, 7, 256, M}, ok = 1, checked = 0;
+    for (int trial = 0; trial < 8; trial++)
+        for (int bi = 0; bi < 4; bi++) {
+            for (int i = 0; i < M; i++) { // any finite float below 2^126, so that absmax / 127 * 127 stays finite
+                uint32_t bits = (uint32_t)rng_u64(&g);
+                bits = (bits & 0x80000000u) | (bits & 0x7fffffffu) % 0x7e800000u;
+                memcpy(&x[i], &bits, 4);
+                r[i] = r0[i] = trial % 2 ? x[(i * 13) % M] * 1e-3f : 0.0f;
+            }
+            if (trial % 2) quant_int8_ef(x, r, M, blocks[bi], q, s);
+            else quant_int8(x, M, blocks[bi], q, s);
+            for (int b0 = 0, k = 0; b0 < M; b0 += blocks[bi], k++) {
+                float ref = 0.0f;
+                for (int i = b0; i < M && i < b0 + blocks[bi]; i++) {
+                    float v = x[i] + r0[i]; // (r0: the residuals before; r now holds the new ones)
+                    ref = fabsf(v) > ref ? fabsf(v) : ref;
+                }
+                ok &= s[k] == ref / 127.0f;
+                checked++;
+            }
+        }
+    CHECK(ok, "every block's scale is its largest |v| / 127, for values of every magnitude, sign and subnormal (%d blocks)", checked);
+}
+
 int main(void) {
     round_trips();
+    scale_is_absmax();
     non_finite();
     telescopes();
     replica_order_sum();
