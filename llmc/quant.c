@@ -2,7 +2,6 @@
 // IEEE operation at a time (a true division by the scale, rintf, a product for the dequantized value,
 // fmaf where a product is added: written out, so no compiler's contraction changes a bit).
 #include "quant.h"
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -44,20 +43,12 @@ static inline uint32_t abs_bits(float v) {
     memcpy(&u, &v, sizeof u);
     return u & 0x7fffffffu;
 }
-static float finite_absmax(const float* x, const float* r, size_t m, uint32_t* nonfinite) {
+static float finite_absmax(const float* x, const float* r, size_t m, size_t* nonfinite) {
     uint32_t top = 0, bad = 0;
-    if (r) {
-        for (size_t i = 0; i < m; i++) {
-            uint32_t u = abs_bits(x[i] + r[i]), finite = u < 0x7f800000u, keep = u & (0u - finite); // (a mask: a ?: here stops the vectorizer)
-            bad += 1u - finite;
-            top = top > keep ? top : keep;
-        }
-    } else {
-        for (size_t i = 0; i < m; i++) {
-            uint32_t u = abs_bits(x[i]), finite = u < 0x7f800000u, keep = u & (0u - finite);
-            bad += 1u - finite;
-            top = top > keep ? top : keep;
-        }
+    for (size_t i = 0; i < m; i++) {
+        uint32_t u = abs_bits(r ? x[i] + r[i] : x[i]), finite = u < 0x7f800000u, keep = u & (0u - finite); // (a mask: a ?: here stops the vectorizer)
+        bad += 1u - finite;
+        top = top > keep ? top : keep;
     }
     *nonfinite = bad;
     union { uint32_t u; float f; } absmax = {.u = top}; // (not memcpy: taking top's address stops the vectorizer)
@@ -68,12 +59,10 @@ static float finite_absmax(const float* x, const float* r, size_t m, uint32_t* n
 static size_t quant_blocks_run(const float* x, float* r, size_t n, int block, int8_t* q, float* scale) {
     size_t bad = 0;
     for (size_t b = 0, off = 0; off < n; b++, off += (size_t)block) {
-        size_t m = n - off < (size_t)block ? n - off : (size_t)block, nonfinite = 0;
+        size_t m = n - off < (size_t)block ? n - off : (size_t)block, nonfinite;
         const float* xb = x + off;
         float* rb = r ? r + off : NULL;
-        uint32_t nonfinite32;
-        float absmax = finite_absmax(xb, rb, m, &nonfinite32);
-        nonfinite = nonfinite32;
+        float absmax = finite_absmax(xb, rb, m, &nonfinite);
         scale[b] = scale_of(absmax, nonfinite, &bad);
         quantize_block(xb, rb, m, scale[b], q + off);
     }

@@ -99,9 +99,10 @@ static void bucket_build(DpSync* ds, DpBucket* b, const int* units, int u0, int 
     free(elem);
 }
 
-// a bucket's host buffers: its segments, the other replicas' shares of this replica's, the requests
+// the requests a phase of bucket b posts at most: int8 a send and a receive a peer; fp32 D - 1 a piece
 static size_t bucket_reqs(const DpSync* ds, const DpBucket* b) { return int8_mode(ds) ? 2 * (size_t)(ds->D - 1) : (size_t)(ds->D - 1) * b->n_pieces; }
 
+// a bucket's host buffers: its segments (int8), the other replicas' shares of this replica's, the requests
 static void bucket_buffers(const DpSync* ds, DpBucket* b) {
     int D = ds->D;
     b->buf = int8_mode(ds) ? (uint8_t*)malloc_check(b->seg_off[D] ? b->seg_off[D] : 1) : NULL;
