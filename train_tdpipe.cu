@@ -398,10 +398,9 @@ static void print_startup(const Trainer* tr) {
            cfg->vocab_size, cfg->padded_vocab_size, cfg->max_seq_len);
     printf("| %-20s | %zu\n", "parameters", gpt2_param_sizes(cfg, &all, sizes));
     if (!tr->synthetic) { // rank 0's stage; the pipeline's extra slots, stashes and gradient ring are reported at the end
-        StageMemory m = stage_memory(&tr->stage);
         double mib = 1.0 / (1024.0 * 1024.0);
         printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight\n", "memory (stage 0)",
-               16.0 * tr->stage.num_params * mib, m.act_bytes * mib);
+               16.0 * tr->stage.num_params * mib, stage_slot_bytes(&tr->stage) * mib);
     }
     if (tr->use_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s\n", "device", a->matmul);
     else if (tr->synthetic) printf("| %-20s | synthetic compute (timed waits from a cost model), no model\n", "device");

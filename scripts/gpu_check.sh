@@ -9,16 +9,18 @@
 # (binaries for x86-64-v3, shards, .devlibs and .devmpi to carry): with SKIP_BUILD=1 nothing is
 # compiled there, and a binary that is missing is a failed step, as is a step skipped for want of
 # mpirun or data ("SKIPPED" in the log).
-# Usage: [SKIP_BUILD=1] scripts/gpu_check.sh [--part A|B] [--quick] [log file, default gpu_check.log].
-# --quick (for a rerun after a fix) leaves out the kernel benchmarks and the 124M training. Exit code:
-# the number of steps that failed or were skipped.
+# Usage: [SKIP_BUILD=1] scripts/gpu_check.sh [--part A|B] [--quick] [--only REGEX] [log file, default gpu_check.log].
+# --quick (for a rerun after a fix) leaves out the kernel benchmarks and the 124M training; --only runs
+# just the steps whose names match REGEX (bash's =~; a step that needs one left out does not run either).
+# Exit code: the number of steps that failed or were skipped.
 set -u
 cd "$(dirname "$0")/.."
-PART=AB QUICK=0
+PART=AB QUICK=0 ONLY=
 while [ $# -gt 0 ]; do
     case $1 in
     --part) PART=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --only) ONLY=$2; shift 2 ;;
     *) break ;;
     esac
 done
@@ -62,6 +64,7 @@ command -v mpirun >/dev/null && mpirun --oversubscribe -np 2 true >/dev/null 2>&
 run() {
     local name=$1 limit=$2
     shift 2
+    [ -z "$ONLY" ] || [[ $name =~ $ONLY ]] || return 1 # left out by --only: not run, not counted
     echo "=== $name: $*" | tee -a "$LOG"
     local t0 rc
     t0=$(date +%s)
@@ -159,11 +162,19 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     build build_train train_tdpipe build/dev/data/make_shards build/dev/sim_replay || return
     if [ $QUICK = 0 ]; then
         if [ -s data/tinyshakespeare/ts_train.bin ] || run data 120 bash dev/data/prepare_tinyshakespeare.sh; then
-            # d12 (V 50257 from the GPT-2 shards), B 16, T 1024, 30 steps with each matmul: tokens/s and MFU
-            for mm in tdpipe cublaslt; do
-                run "train_gpt2_124m_$mm" 240 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
-                    -b 16 -t 1024 -x 30 -v 0 -s 0 -o "build/gpu_train_$mm"
+            # d12 (V 50257 from the GPT-2 shards), T 1024, B 16 and 64, with each matmul: tokens/s and MFU
+            # (about 25 s of each run is the compressed 2 GB checkpoint at the end)
+            for b in 16 64; do
+                for mm in tdpipe cublaslt; do
+                    run "train_gpt2_124m_${mm}_b$b" 120 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
+                        -b $b -t 1024 -x $((480 / b)) -v 0 -s 0 -o "build/gpu_train_${mm}_b$b"
+                done
             done
+            # the same shape trained by PyTorch on the same GPU (what a user would pick instead), eager and compiled
+            if python3 -c "import torch" 2>/dev/null; then
+                run torch_gpt2_124m_eager 90 python3 dev/cuda/torch_gpt2_step.py -b 16 -t 1024 --steps 20
+                run torch_gpt2_124m_compile 180 python3 dev/cuda/torch_gpt2_step.py -b 16 -t 1024 --steps 20 --compile
+            fi
             # its first steps' losses on the GPU (bf16) next to the CPU's (fp32), same init and data
             run train_gpt2_124m_gpu_small 120 ./train_tdpipe --device cuda -e d12 -i data/tinyshakespeare/ts_train.bin -b 4 -t 64 -x 4 -v 0 -s 0 -o build/gpu_124m_small &&
                 run train_gpt2_124m_cpu_small 300 ./train_tdpipe --device cpu -e d12 -i data/tinyshakespeare/ts_train.bin -b 4 -t 64 -x 4 -v 0 -s 0 -o build/cpu_124m_small &&
@@ -176,8 +187,9 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     run gpu_samples 60 ./train_tdpipe --device cuda -e d4 -b 4 -t 64 -x 4 -v 0 -s 2 -o build/gpu_samples &&
         run gpu_samples_printed 5 said gpu_samples "^sample (greedy)"
     # a run that cannot fit the GPU is refused with its figures before anything is reserved
-    # (d12 at B 512, T 1024: about 150 GiB of activations for one slot)
-    gpu_mem_refused() { ./train_tdpipe --device cuda -e d12 -b 512 -t 1024 -x 1 -v 0 -s 0 -o build/gpu_mem 2>&1 | tee /dev/stderr |
+    # (d12 at B 256, T 1024: about 170 GiB of activations for one slot; the shard holds the 262145
+    # tokens of one such window, the built-in dataset does not)
+    gpu_mem_refused() { ./train_tdpipe --device cuda -e d12 -i data/tinyshakespeare/ts_train.bin -b 256 -t 1024 -x 1 -v 0 -s 0 -o build/gpu_mem 2>&1 | tee /dev/stderr |
         grep -q "GiB of GPU memory .* but the GPU has" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
     export -f gpu_mem_refused
     run gpu_memory_refusal 60 gpu_mem_refused
@@ -241,7 +253,7 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     date
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
     nvcc --version 2>/dev/null | tail -n 2
-    echo "part $PART, SKIP_BUILD=$SKIP_BUILD, quick $QUICK, mpirun: $(command -v mpirun || echo none) (works: $HAVE_MPI)"
+    echo "part $PART, SKIP_BUILD=$SKIP_BUILD, quick $QUICK, only '${ONLY:-all}', mpirun: $(command -v mpirun || echo none) (works: $HAVE_MPI)"
     ldd ./train_tdpipe 2>/dev/null | grep "not found"
 } 2>&1 | tee -a "$LOG"
 case $PART in *A*) part_a ;; esac
@@ -249,7 +261,7 @@ case $PART in *B*) part_b ;; esac
 
 {
     echo "=== summary"
-    grep -E "^(d12 +2 |test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed|dp_sync_check: rank [0-9]+: [0-9]+ passed|quant_check: [0-9]+ passed|compensation_check: [0-9]+ passed)|SKIPPED|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^step +30/30|^average step|^=== train_gpt2_124m|^pipeline on one GPU" "$LOG" | grep -v "^=== "
+    grep -a -E "^(d12 +2 |torch=|step_ms=|test_gpt2cu|matmul tdpipe:|nccl_check: rank [0-9]+: [0-9]+ passed|dp_sync_check: rank [0-9]+: [0-9]+ passed|quant_check: [0-9]+ passed|compensation_check: [0-9]+ passed)|SKIPPED|overall okay|checks vs CPU|goal|at [0-9.]+% of cuBLASLt|one training step|^average step|^=== train_gpt2_124m|^=== torch_gpt2|^pipeline on one GPU" "$LOG" | grep -v "^=== "
     echo "NOT OK lines: $(grep -c "NOT OK" "$LOG")"
     if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "failed steps: ${failed[*]}"; fi
 } 2>&1 | tee -a "$LOG"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 echo "# gpu_prepare: building for x86-64-v3 (make ARCH=x86-64-v3)"
 make -j"$JOBS" ARCH=x86-64-v3 cuda train_tdpipe build/dev/data/make_shards build/dev/sim_replay >/dev/null
-bash dev/data/prepare_tinyshakespeare.sh >/dev/null
+ARCH=x86-64-v3 bash dev/data/prepare_tinyshakespeare.sh >/dev/null # (its make, with the same ARCH, rebuilds nothing)
 BINS="train_tdpipe test_gpt2cu build/test_gpt2cu_fp32 $(ls build/dev/cuda/*)"
 
 # every shared library a file loads that is not the C library's own, the GPU driver or CUDA's (the

@@ -404,6 +404,12 @@ StageMemory stage_memory(const Stage* st) {
     return m;
 }
 
+double stage_slot_bytes(const Stage* st) {
+    double b[4] = {0.0, 0.0, 0.0, 0.0};
+    if (st->be->memory) st->be->memory(st, b);
+    return b[0];
+}
+
 // second-order prediction's trajectory: two fp32 copies of the weights' size
 static double trajectory_bytes(const Stage* st) {
     return staleness_second_order(st->comp) ? 8.0 * (double)st->num_params : 0.0;

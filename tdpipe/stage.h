@@ -291,6 +291,8 @@ typedef struct {
     double stash_bytes, grad_bytes;
 } StageMemory;
 StageMemory stage_memory(const Stage* st);
+// one activation slot's bytes (a micro-batch in flight), allocated or not yet
+double stage_slot_bytes(const Stage* st);
 // the host memory this stage will hold with that many activation slots, activation-gradient
 // buffers, gradient slots and stashes: its host weights and AdamW moments, and the backend's
 // buffers where they are host memory (a GPU's are the GPU's)

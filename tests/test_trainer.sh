@@ -18,6 +18,13 @@ check "built-in data: val loss within 0.05 nats of the entropy floor after 200 s
 check "start-up table prints the entropy floor" grep -q "entropy floor" "$TMP/conv.out"
 check "the entropy floor is 1.75 ln 2 = 1.213008 nats" grep -q "1.213008 nats/token" "$TMP/conv.out"
 check "validation lines print the gap to the floor" grep -q "gap to floor" "$TMP/conv.out"
+# the start-up table's activations per micro-batch in flight: one slot's bytes, more than 0 (it printed
+# 0.0 when read before the slots were allocated) and no more than the end-of-run table's slots and
+# activation-gradient buffers together
+act_start=$(grep -o 'activations [0-9.]* MiB per micro-batch' "$TMP/conv.out" | cut -d' ' -f2)
+act_end=$(awk '/act\. slots/ { getline; print $7 }' "$TMP/conv.out")
+act_ok() { awk -v a="$act_start" -v e="$act_end" 'BEGIN { exit !(a > 0 && e != "" && a <= e) }'; }
+check "start-up table: activations $act_start MiB per micro-batch in flight (end-of-run table: $act_end MiB in all)" act_ok
 
 # --- determinism: the same flags give bitwise the same losses with 1 and 2 threads
 # (9 significant digits identify a float32 uniquely, so equal text means equal bits)
