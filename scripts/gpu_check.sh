@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, in one go on a GPU machine (never run yet): the GPU tests (bf16 and fp32 builds; the
+# The GPU check, in one go on a GPU machine (first run on an H200 on 2026-12-04): the GPU tests (bf16 and fp32 builds; the
 # model again on the mma.sync fallback), NCCL's checks with two ranks on one GPU, the int8 gradient
 # quantization kernels against the CPU (bitwise), the int8 sync over NCCL against the host's, the
 # kernel benchmarks, pipelines on the one GPU (host-staged and over NCCL), the int8 sync in training,
