@@ -165,15 +165,17 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
             # d12 (V 50257 from the GPT-2 shards), T 1024, B 16 and 64, with each matmul: tokens/s and MFU
             # (about 25 s of each run is the compressed 2 GB checkpoint at the end)
             for b in 16 64; do
-                for mm in tdpipe cublaslt; do
+                for mm in tdpipe tdpipe-mma cublaslt; do
                     run "train_gpt2_124m_${mm}_b$b" 120 ./train_tdpipe --device cuda --matmul $mm -e d12 -i data/tinyshakespeare/ts_train.bin \
                         -b $b -t 1024 -x $((480 / b)) -v 0 -s 0 -o "build/gpu_train_${mm}_b$b"
                 done
             done
             # the same shape trained by PyTorch on the same GPU (what a user would pick instead), eager and compiled
             if python3 -c "import torch" 2>/dev/null; then
-                run torch_gpt2_124m_eager 90 python3 dev/cuda/torch_gpt2_step.py -b 16 -t 1024 --steps 20
-                run torch_gpt2_124m_compile 180 python3 dev/cuda/torch_gpt2_step.py -b 16 -t 1024 --steps 20 --compile
+                for b in 16 64; do
+                    run "torch_gpt2_124m_eager_b$b" 90 python3 dev/cuda/torch_gpt2_step.py -b $b -t 1024 --steps 20
+                    run "torch_gpt2_124m_compile_b$b" 180 python3 dev/cuda/torch_gpt2_step.py -b $b -t 1024 --steps 20 --compile
+                done
             fi
             # its first steps' losses on the GPU (bf16) next to the CPU's (fp32), same init and data
             run train_gpt2_124m_gpu_small 120 ./train_tdpipe --device cuda -e d12 -i data/tinyshakespeare/ts_train.bin -b 4 -t 64 -x 4 -v 0 -s 0 -o build/gpu_124m_small &&
@@ -216,6 +218,7 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         # ops, over NCCL and over host memory: bitwise
         P3="--stages 3 --schedule tdpipe --aew 2 --jitter 0.3"
         run gpu_p3_mpi 180 mpirun --oversubscribe -np 3 ./train_tdpipe --device cuda $SM $P3 --comm mpi -o build/gpu_p3_mpi &&
+            { [ ! -s build/gpu_p1_tdpipe/log.jsonl ] || run gpu_p3_vs_p1_equal 5 same "tdpipe W = 2: P = 3 with jitter vs P = 1" build/gpu_p1_tdpipe build/gpu_p3_mpi; } &&
             run gpu_p3_nccl 240 ncclN 3 ./train_tdpipe --device cuda $SM $P3 -o build/gpu_p3_nccl &&
             run gpu_p3_nccl_used 5 said gpu_p3_nccl "between stages in GPU memory, NCCL" &&
             run gpu_p3_nccl_equal 5 same "tdpipe W = 2, P = 3, jitter: over NCCL vs over host memory" build/gpu_p3_mpi build/gpu_p3_nccl
