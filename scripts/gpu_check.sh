@@ -248,7 +248,10 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     # the cluster simulator's replay against the GPU: each stage's op times from a trace of a real
     # pipeline (two ranks sharing the GPU), replayed through the same schedules (issue 12's goal: 10%)
     if [ $QUICK = 0 ] && [ $HAVE_MPI = 1 ]; then
-        run sim_vs_measured_gpu 300 env DEVICE=cuda MODELS=d12 PS=2 B=8 T=512 bash scripts/sim_vs_measured.sh 6 ./train_tdpipe
+        # (its traces come back beside the log: the replay missed by 46-72% on 2026-12-04, and what
+        # the two ranks sharing the GPU spend outside compute is to be read from them)
+        run sim_vs_measured_gpu 300 env DEVICE=cuda MODELS=d12 PS=2 B=8 T=512 KEEP="$(cd "$(dirname "$LOG")" && pwd)/sim_vs_measured_gpu.tgz" \
+            bash scripts/sim_vs_measured.sh 6 ./train_tdpipe
     fi
 }
 

@@ -11,7 +11,8 @@
 #   env: DEVICE=cpu|cuda (cuda: the ranks share this machine's GPU(s), messages through host memory),
 #   MODELS="d4 d8", PS="2 4", B=4, T=64, M=8 (scripts/gpu_check.sh runs d12 on one H200 this way),
 #   CORES: what the ranks share (default: this host's cores; with DEVICE=cuda its GPUs, which ranks
-#   sharing one time-slice); 0: a core or device per rank, and both columns agree
+#   sharing one time-slice); 0: a core or device per rank, and both columns agree; KEEP=FILE.tgz:
+#   the runs' traces, logs and op times kept in one archive (for study where the runs cannot be redone)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${1:-8}
@@ -23,7 +24,8 @@ for f in "$BIN" "$REPLAY"; do [ -x "$f" ] || { echo "sim_vs_measured: $f not fou
 [ "$STEPS" -ge 4 ] 2>/dev/null || { echo "sim_vs_measured: steps must be at least 4 (got $STEPS)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
-TMP=$(mktemp -d /tmp/sim_vs_measured.XXXXXX); trap 'rm -rf "$TMP"' EXIT
+TMP=$(mktemp -d /tmp/sim_vs_measured.XXXXXX)
+trap '[ -z "${KEEP:-}" ] || tar czf "$KEEP" --exclude="*.tdck" --exclude=model.bin -C "$TMP" . || echo "sim_vs_measured: could not write $KEEP" >&2; rm -rf "$TMP"' EXIT
 
 echo "# sim_vs_measured: $(uname -m), $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(grep -c ^processor /proc/cpuinfo) cores, $(date -u +%Y-%m-%d)"
 echo "# command: $0 $STEPS $BIN"
