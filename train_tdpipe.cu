@@ -70,7 +70,7 @@ typedef struct {
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
     Partition part;
-    LayerCosts* profiled;   // (P) each stage's timed passes (--partition auto on CPUs; NULL: the FLOP model)
+    LayerCosts* profiled;   // (P) each stage's timed passes (--partition auto; NULL: the FLOP model)
     GPT2Range* ranges;      // (P) every stage's layers
     const StageDevice* device;
     int use_cuda, synthetic;
@@ -265,19 +265,18 @@ static void parse(Trainer* tr, int argc, char** argv) {
     schedule_free(&sch);
 }
 
-// phase 2b: the split. --partition auto on CPU ranks times one layer, the embeddings and the head on
-// every rank (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a warm-up)
-// and solves over those seconds; every rank gathers every rank's times, so all solve the same split.
-// Timed passes vary from run to run and so may the split, but no result depends on it (a run is
-// bitwise the same under any partition). GPUs and synthetic compute keep the FLOP model: the timed
-// passes run the CPU backend.
+// phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
+// on the run's device (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a
+// warm-up) and solves over those seconds; every rank gathers every rank's times, so all solve the
+// same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
+// run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
+// timed waits follow.
 static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int P = tr->comm.P, R = tr->comm.world_size;
-    int cpu = tr->device == &STAGE_CPU || tr->device == &STAGE_CPU_STAGED;
-    if (!strcmp(a->partition, "auto") && P > 1 && cpu) {
+    if (!strcmp(a->partition, "auto") && P > 1 && !tr->synthetic) {
         LayerCosts mine;
-        profile_layer_costs(&tr->cfg, a->B, a->T, 3, &mine);
+        profile_layer_costs(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
         double in[3] = {mine.layer, mine.embed, mine.head};
         double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
         comm_allgather_double(&tr->comm, in, 3, all);

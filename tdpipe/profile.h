@@ -1,7 +1,8 @@
 // What --partition auto measures at start: one transformer layer's, the embeddings' and the LM
-// head's forward + backward time on this rank's CPU (a few timed passes of one micro-batch).
+// head's forward + backward time on this rank's device (a few timed passes of one micro-batch).
 #pragma once
 #include "llmc/gpt2.h"
+#include "tdpipe/stage.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -13,8 +14,9 @@ typedef struct {
 } LayerCosts;
 
 // the median of `reps` passes after one warm-up, each of a one-layer stage with the embeddings, with
-// the head, and with neither (the shares are the differences, at least 0)
-void profile_layer_costs(const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out);
+// the head, and with neither (the shares are the differences, at least 0), made on device (comm: the
+// rank's Comm, which a GPU stage reads its local rank from) and destroyed again
+void profile_layer_costs(const StageDevice* device, void* comm, const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out);
 
 #ifdef __cplusplus
 }

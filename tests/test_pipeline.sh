@@ -183,13 +183,19 @@ $MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed
 check "--rank-speed 1,1,0.5,1: the half-speed rank gets the fewest layers" grep -Eq "^2 +\[[0-9]+,[0-9]+\) +1 " "$TMP/part.txt"
 refuse "--rank-mem too small for any split" "no split of 8 layers over 2 stages fits the memory limits" $MPI -np 2 $BIN --print-schedule -e d8 --stages 2 --micro-batches 2 --rank-mem 0.001,1
 refuse "--rank-speed with the wrong count" "--rank-speed 1,2: expected 4 positive numbers" $MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed 1,2
-# --partition auto times a layer, the embeddings and the head on each CPU rank (tdpipe/profile.c): the
+# --partition auto times a layer, the embeddings and the head on each rank (tdpipe/profile.c): the
 # split may move with the timings, the losses may not
 same_ref1() { [ "$(losses "$1" | wc -l)" -eq 20 ] && diff <(losses "$1") <(losses "$TMP/ref1") >/dev/null; }
 check "--partition auto at P = 2: the split from timed passes" $MPI -np 2 $BIN $SMALL --stages 2 -o "$TMP/prof"
 check "  the start-up table says so, with every stage's measured times" \
     bash -c "grep -q 'partition (auto, from timed passes' '$TMP/out' && grep -Eq 'stage 1 measured: a layer [0-9.]+ ms, embeddings [0-9.]+ ms, head [0-9.]+ ms' '$TMP/out'"
 check "  20 losses bitwise equal to P = 1" same_ref1 "$TMP/prof"
+# the timed passes run on the run's device: cpu-staged's is the path a GPU's takes (its own buffers,
+# each pass ended by stage_finish)
+check "--partition auto on cpu-staged at P = 2: timed on the device's path" $MPI -np 2 $BIN $SMALL --device cpu-staged --stages 2 -o "$TMP/profst"
+check "  the start-up table has every stage's measured times" \
+    bash -c "grep -q 'partition (auto, from timed passes' '$TMP/out' && grep -Eq 'stage 1 measured: a layer [0-9.]+ ms, embeddings [0-9.]+ ms, head [0-9.]+ ms' '$TMP/out'"
+check "  20 losses bitwise equal to P = 1" same_ref1 "$TMP/profst"
 check "--partition model at P = 2: the FLOP model, not profiled" $MPI -np 2 $BIN $SMALL --stages 2 --partition model -o "$TMP/pmod"
 check "  the start-up table says so" grep -q "partition (model; predicted time in FLOPs" "$TMP/out"
 check "  20 losses bitwise equal to P = 1" same_ref1 "$TMP/pmod"
