@@ -196,6 +196,7 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     export -f gpu_mem_refused
     run gpu_memory_refusal 60 gpu_mem_refused
     # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
+    # (--partition auto, the default, times a layer on the GPU at start: its table has to say so)
     # (weight stashes and the gradient ring on the device), against one rank, and one rank
     # against the CPU (bf16 against fp32: close, not equal). Mismatches are reported, not
     # failed: bitwise equality across P on the GPU is a goal, not yet a measured fact.
@@ -205,6 +206,7 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
             tag=${sch%% *}
             run "gpu_p1_$tag" 60 ./train_tdpipe --device cuda $SM --schedule $sch -o "build/gpu_p1_$tag" &&
                 run "gpu_p2_$tag" 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule $sch -o "build/gpu_p2_$tag" &&
+                run "gpu_p2_${tag}_profiled" 5 said "gpu_p2_$tag" "stage 1 measured: a layer [0-9]" &&
                 compare "$tag: P = 2 vs P = 1" "build/gpu_p1_$tag" "build/gpu_p2_$tag" | tee -a "$LOG"
             run "cpu_p1_$tag" 120 ./train_tdpipe --device cpu $SM --schedule $sch -o "build/cpu_p1_$tag" && [ -s "build/gpu_p1_$tag/log.jsonl" ] &&
                 compare "$tag: GPU (bf16) vs CPU (fp32), P = 1" "build/cpu_p1_$tag" "build/gpu_p1_$tag" | tee -a "$LOG"
