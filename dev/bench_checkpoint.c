@@ -13,6 +13,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <omp.h>
 
 typedef struct {
     char name[CKPT_NAME_CAP];
@@ -182,7 +183,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
     printf("\n# machine: %s, %s, %ld online CPUs, zlib %s\n", u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), zlibVersion());
     printf("# source: %s; %d sections, %.2f MB raw (prepared in %.1f s)\n", source, n, raw / 1e6, t_prep);
-    printf("# written to %s; save = open + shuffle + deflate + write + fsync + rename (single thread);\n", dir);
+    printf("# written to %s; save = open + shuffle + deflate + write + fsync + rename (%d OpenMP threads compress blocks);\n", dir, omp_get_max_threads());
     printf("# load = ckpt_read: read + both CRCs + inflate + unshuffle, from the page cache (just written).\n");
     printf("# MB = 1e6 bytes; MB/s are raw bytes over wall time; each figure the median of 3 runs\n");
     printf("#%7s %6s %10s %10s %8s %10s %10s\n", "mode", "level", "raw_MB", "file_MB", "ratio", "save_MB/s", "load_MB/s");

@@ -13,8 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-#define IO_CHUNK (1 << 20)  // bytes per read/write call and per deflate output buffer
+#define IO_CHUNK (1 << 20)  // bytes per read/write call
+#define OUT_CAP (compressBound(CKPT_SHUFFLE_BLOCK) + 64) // one block's deflate output, with room for its flush
 #define ZLIB_MAX_RATIO 1032 // deflate's best ratio: a descriptor claiming more is damaged or hostile
 #define PATH_CAP 4096
 
@@ -92,9 +96,15 @@ struct CkptWriter {
     uint64_t offset;                // bytes written so far
     int num_sections, cap_sections;
     char (*names)[CKPT_NAME_CAP];   // (cap_sections,) names added so far, to refuse duplicates
-    z_stream zs;
-    unsigned char* out;             // (IO_CHUNK,) deflate output
-    unsigned char* shuf;            // (CKPT_SHUFFLE_BLOCK,) one shuffled block of input
+    // a section is compressed CKPT_SHUFFLE_BLOCK bytes at a time, n_lanes blocks at once (one per
+    // OpenMP thread); each lane its own raw deflate stream and buffers
+    int n_lanes;
+    z_stream* zs;                   // (n_lanes,)
+    unsigned char** out;            // (n_lanes, OUT_CAP) one block's deflate output
+    size_t* out_len;                // (n_lanes,)
+    unsigned char** shuf;           // (n_lanes, CKPT_SHUFFLE_BLOCK) one shuffled block of input
+    uint32_t *crc_raw, *crc_comp, *adler; // (n_lanes,) each block's
+    int* zerr;                      // (n_lanes,) deflate's failure in that lane, 0 if none
     int failed;
     char err[PATH_CAP + 1024];
     struct sigaction old_xfsz;
@@ -103,10 +113,13 @@ struct CkptWriter {
 static void writer_free(CkptWriter* w) {
     if (w->fd >= 0) close(w->fd);
     sigaction(SIGXFSZ, &w->old_xfsz, NULL);
-    deflateEnd(&w->zs);
+    for (int i = 0; i < w->n_lanes; i++) {
+        if (w->zs) deflateEnd(&w->zs[i]);
+        if (w->out) free(w->out[i]);
+        if (w->shuf) free(w->shuf[i]);
+    }
+    free(w->zs), free(w->out), free(w->shuf), free(w->out_len), free(w->crc_raw), free(w->crc_comp), free(w->adler), free(w->zerr);
     free(w->names);
-    free(w->out);
-    free(w->shuf);
     free(w);
 }
 
@@ -181,25 +194,41 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
         free(w);
         return NULL;
     }
-    int huffman = zlib_level == CKPT_LEVEL_HUFFMAN;
-    if (deflateInit2(&w->zs, huffman ? 1 : zlib_level, Z_DEFLATED, 15, 8, huffman ? Z_HUFFMAN_ONLY : Z_DEFAULT_STRATEGY) != Z_OK) {
-        td_error(err, errlen, "%s: zlib deflateInit failed", dir);
-        free(w);
-        return NULL;
-    }
     // a file-size limit (RLIMIT_FSIZE) must surface as EFBIG from write(), not kill the trainer
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, &w->old_xfsz);
+    int huffman = zlib_level == CKPT_LEVEL_HUFFMAN;
+#ifdef _OPENMP
+    w->n_lanes = omp_get_max_threads();
+#else
+    w->n_lanes = 1;
+#endif
+    w->zs = (z_stream*)calloc_check((size_t)w->n_lanes, sizeof(z_stream));
+    w->out = (unsigned char**)calloc_check((size_t)w->n_lanes, sizeof(unsigned char*));
+    w->shuf = (unsigned char**)calloc_check((size_t)w->n_lanes, sizeof(unsigned char*));
+    w->out_len = (size_t*)calloc_check((size_t)w->n_lanes, sizeof(size_t));
+    w->crc_raw = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
+    w->crc_comp = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
+    w->adler = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
+    w->zerr = (int*)calloc_check((size_t)w->n_lanes, sizeof(int));
+    for (int i = 0; i < w->n_lanes; i++) { // raw deflate (windowBits -15): the zlib wrapper is written around the blocks
+        if (deflateInit2(&w->zs[i], huffman ? 1 : zlib_level, Z_DEFLATED, -15, 8, huffman ? Z_HUFFMAN_ONLY : Z_DEFAULT_STRATEGY) != Z_OK) {
+            td_error(err, errlen, "%s: zlib deflateInit failed", dir);
+            w->n_lanes = i; // (the lanes before it are freed; no file exists yet)
+            writer_free(w);
+            return NULL;
+        }
+        w->out[i] = (unsigned char*)malloc_check(OUT_CAP);
+        w->shuf[i] = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+    }
     w->fd = td_create_regular(w->tmp_path, "checkpoint file", err, errlen);
     if (w->fd < 0) {
         writer_free(w);
         return NULL;
     }
-    w->out = (unsigned char*)malloc_check(IO_CHUNK);
-    w->shuf = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
     unsigned char zero[CKPT_HEADER_BYTES] = {0}; // the real header is written by commit
     if (write_all(w, zero, sizeof zero, err, errlen) != 0) {
         writer_free(w);
@@ -222,38 +251,63 @@ int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t by
     if (write_all(w, desc, sizeof desc, err, errlen) != 0) return -1;
 
     int shuffled = w->shuffle && elem_size > 1;
-    uint32_t crc_raw = 0, crc_comp = 0;
-    uint64_t comp = 0;
-    if (deflateReset(&w->zs) != Z_OK) return writer_fail(w, err, errlen, "section '%s': zlib deflateReset failed", name);
-    size_t off = 0;
-    do {
-        size_t n = bytes - off < CKPT_SHUFFLE_BLOCK ? bytes - off : CKPT_SHUFFLE_BLOCK;
-        const unsigned char* in = (const unsigned char*)data + off;
-        if (n > 0) {
-            crc_raw = ckpt_crc32(crc_raw, in, n);
-            if (shuffled) {
-                shuffle_block(w->shuf, in, n, elem_size);
-                in = w->shuf;
+    // the section's zlib stream, built as pigz builds one: the 2-byte zlib header; each block of
+    // CKPT_SHUFFLE_BLOCK input bytes as its own raw deflate stream, ended by a sync flush (byte
+    // aligned, not final) or, for the last block, finished; then the adler32 of the whole input.
+    // The reader inflates it as one ordinary stream. The bytes depend on the block size alone, not
+    // on the thread count; the blocks lose only the matches LZ77 would find across a boundary
+    // (none with Huffman-only coding).
+    int level_flags = w->level == CKPT_LEVEL_HUFFMAN || w->level < 2 ? 0 : w->level < 6 ? 1 : w->level == 6 ? 2 : 3;
+    unsigned zhdr = (0x78u << 8) | ((unsigned)level_flags << 6);
+    zhdr += 31 - zhdr % 31;
+    unsigned char head[2] = {(unsigned char)(zhdr >> 8), (unsigned char)zhdr}, tail[4];
+    if (write_all(w, head, 2, err, errlen) != 0) return -1;
+    uint32_t crc_raw = 0, crc_comp = ckpt_crc32(0, head, 2), adler = 1;
+    uint64_t comp = 2;
+    size_t n_blocks = bytes == 0 ? 1 : (bytes + CKPT_SHUFFLE_BLOCK - 1) / CKPT_SHUFFLE_BLOCK;
+    for (size_t first = 0; first < n_blocks; first += (size_t)w->n_lanes) {
+        int lanes = n_blocks - first < (size_t)w->n_lanes ? (int)(n_blocks - first) : w->n_lanes;
+#pragma omp parallel for schedule(static, 1) num_threads(lanes) if (lanes > 1)
+        for (int l = 0; l < lanes; l++) {
+            size_t off = (first + l) * (size_t)CKPT_SHUFFLE_BLOCK;
+            size_t n = bytes - off < CKPT_SHUFFLE_BLOCK ? bytes - off : CKPT_SHUFFLE_BLOCK;
+            const unsigned char* in = (const unsigned char*)data + off;
+            w->crc_raw[l] = n > 0 ? ckpt_crc32(0, in, n) : 0;
+            if (n > 0 && shuffled) {
+                shuffle_block(w->shuf[l], in, n, elem_size);
+                in = w->shuf[l];
             }
+            w->adler[l] = n > 0 ? (uint32_t)adler32(1, in, (uInt)n) : 1;
+            z_stream* zs = &w->zs[l];
+            w->zerr[l] = deflateReset(zs) != Z_OK;
+            zs->next_in = (Bytef*)in;
+            zs->avail_in = (uInt)n;
+            zs->next_out = w->out[l];
+            zs->avail_out = OUT_CAP;
+            int ret = deflate(zs, first + l == n_blocks - 1 ? Z_FINISH : Z_SYNC_FLUSH);
+            // one call does the block: OUT_CAP is compressBound's bound on a zlib stream of it, above
+            // what a raw one with its flush marker can take; a call that leaves input or output
+            // unfinished is a failure, not a loop
+            if (ret == Z_STREAM_ERROR || zs->avail_in != 0 || zs->avail_out == 0 || (first + l == n_blocks - 1 && ret != Z_STREAM_END))
+                w->zerr[l] = 1;
+            w->out_len[l] = OUT_CAP - zs->avail_out;
+            w->crc_comp[l] = ckpt_crc32(0, w->out[l], w->out_len[l]);
         }
-        off += n;
-        int flush = off == bytes ? Z_FINISH : Z_NO_FLUSH;
-        w->zs.next_in = (Bytef*)in;
-        w->zs.avail_in = (uInt)n;
-        int ret;
-        do {
-            w->zs.next_out = w->out;
-            w->zs.avail_out = IO_CHUNK;
-            ret = deflate(&w->zs, flush);
-            if (ret == Z_STREAM_ERROR) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
-            size_t have = IO_CHUNK - w->zs.avail_out;
-            if (have > 0) {
-                crc_comp = ckpt_crc32(crc_comp, w->out, have);
-                if (write_all(w, w->out, have, err, errlen) != 0) return -1;
-                comp += have;
-            }
-        } while (flush == Z_FINISH ? ret != Z_STREAM_END : w->zs.avail_out == 0);
-    } while (off < bytes);
+        for (int l = 0; l < lanes; l++) { // in file order
+            size_t n = bytes - (first + l) * (size_t)CKPT_SHUFFLE_BLOCK;
+            if (n > CKPT_SHUFFLE_BLOCK) n = CKPT_SHUFFLE_BLOCK;
+            if (w->zerr[l]) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
+            if (write_all(w, w->out[l], w->out_len[l], err, errlen) != 0) return -1;
+            crc_raw = (uint32_t)crc32_combine(crc_raw, w->crc_raw[l], (z_off_t)n);
+            adler = (uint32_t)adler32_combine(adler, w->adler[l], (z_off_t)n);
+            crc_comp = (uint32_t)crc32_combine(crc_comp, w->crc_comp[l], (z_off_t)w->out_len[l]);
+            comp += w->out_len[l];
+        }
+    }
+    for (int i = 0; i < 4; i++) tail[i] = (unsigned char)(adler >> (24 - 8 * i)); // big-endian, as zlib's trailer
+    if (write_all(w, tail, 4, err, errlen) != 0) return -1;
+    crc_comp = ckpt_crc32(crc_comp, tail, 4);
+    comp += 4;
 
     memcpy(desc, name, strlen(name));
     put_u32(desc + 32, (uint32_t)elem_size);

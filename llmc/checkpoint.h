@@ -21,6 +21,10 @@ extern "C" {
 // Shuffle: the raw bytes are cut into blocks of CKPT_SHUFFLE_BLOCK; within a block the n whole
 // elements of size e are transposed into e byte planes (byte j of element i goes to j*n + i);
 // bytes past the last whole element stay where they are.
+// Compression: a section's zlib stream holds one raw deflate stream per block of CKPT_SHUFFLE_BLOCK
+// input bytes, each ended by a sync flush (the last one finished), so the writer compresses blocks
+// on OpenMP threads and the bytes depend on the block size alone, not on the thread count. The
+// reader inflates it as one stream, as it does the single-stream sections of older files.
 #define CKPT_MAGIC 20241130
 #define CKPT_VERSION 1
 #define CKPT_HEADER_INTS 256
