@@ -70,6 +70,9 @@ typedef struct {
     GPT2Config cfg;
     int from_file;          // -e names a model file (else a fresh dN)
     Partition part;
+    Placement placement;    // which consecutive launch ranks hold what (tdpipe/placement.h)
+    int placement_auto;     // 1: chosen by the bytes between hosts, which place_cross holds
+    double place_cross[2];  // bytes a step between hosts under each layout (indexed by Placement)
     LayerCosts* profiled;   // (P) each stage's timed passes (--partition auto; NULL: the FLOP model)
     GPT2Range* ranges;      // (P) every stage's layers
     const StageDevice* device;
@@ -235,7 +238,8 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
     parse_grad_sync(tr);
     if (tr->W != 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew %s: only the tdpipe schedule has an asynchronous window", a->aew);
-    if (!a->print_schedule && comm_grid(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err);
+    if (!a->print_schedule && comm_grid_check(&tr->comm, P, err, sizeof(err))) fatal_all("%s", err); // (the grid itself: make_grid)
+    if (placement_parse(a->placement, &tr->placement, &tr->placement_auto)) fatal_all("--placement %s: expected stages, replicas or auto", a->placement);
     if (strcmp(a->comm, "auto") != 0 && strcmp(a->comm, "mpi") != 0) fatal_all("--comm %s: expected auto or mpi", a->comm);
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
         fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
@@ -263,6 +267,40 @@ static void parse(Trainer* tr, int argc, char** argv) {
         exit(0);
     }
     schedule_free(&sch);
+}
+
+// phase 2a: the P x D grid on the launch ranks. --placement auto counts the bytes a step sends between
+// hosts under each layout (comm_host_map: which ranks share a host), with the partition's FLOP-model
+// split: each boundary's activations and gradients (bf16 between GPUs over NCCL, else fp32), the tied
+// embedding's two shares between the end stages, and the replicas' average (two-shot: each replica
+// sends each other 2 / D of its stage's gradient, fp32 or int8 blocks with their scales).
+static void make_grid(Trainer* tr) {
+    TrainArgs* a = &tr->a;
+    Comm* c = &tr->comm;
+    int P = a->stages;
+    char err[1024];
+    if (tr->placement_auto) {
+        int D = c->world_size / P;
+        int* host = (int*)malloc_check((size_t)c->world_size * sizeof(int));
+        double* dp = (double*)malloc_check((size_t)P * sizeof(double));
+        comm_host_map(c, host);
+        const GPT2Config* g = &tr->cfg;
+        double vc = (double)g->padded_vocab_size * g->channels, act = (double)a->B * a->T * g->channels;
+        double per = tr->sync_cfg.quant == GRAD_QUANT_INT8 ? 1.0 + 4.0 / tr->sync_cfg.block : 4.0;
+        for (int s = 0; s < P; s++) {
+            GPT2Range r = {tr->part.first[s], tr->part.first[s + 1], s == 0, s == P - 1};
+            size_t sizes[GPT2_NUM_PARAM_TENSORS];
+            // the last stage averages the LM head's share of wte beside its gradient
+            double n = (double)gpt2_param_sizes(g, &r, sizes) + (P > 1 && s == P - 1 ? vc : 0.0);
+            dp[s] = D > 1 ? 2.0 * n * per / D : 0.0;
+        }
+        double msg = tr->use_cuda && !strcmp(a->comm, "auto") ? 2.0 : 4.0;
+        PlacementTraffic t = {P, D, host, 2.0 * a->grad_accum * act * msg, 2.0 * vc * 4.0, dp};
+        tr->placement = placement_choose(&t, tr->place_cross);
+        free(host);
+        free(dp);
+    }
+    if (comm_grid(c, P, tr->placement, err, sizeof(err))) fatal_all("%s", err);
 }
 
 // phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
@@ -405,6 +443,12 @@ static void print_startup(const Trainer* tr) {
     else if (tr->synthetic) printf("| %-20s | synthetic compute (timed waits from a cost model), no model\n", "device");
     else printf("| %-20s | %s (fp32), %d OpenMP thread(s) per rank\n", "device", tr->device->name, omp_get_max_threads());
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
+    if (c->P > 1 && c->D > 1) {
+        printf("\n| %-20s | %s first: mpirun's rank r holds stage %s, replica %s", "placement", placement_name(tr->placement),
+               tr->placement == PLACE_REPLICAS_FIRST ? "r / D" : "r % P", tr->placement == PLACE_REPLICAS_FIRST ? "r % D" : "r / P");
+        if (tr->placement_auto)
+            printf(" (auto: %.3g MB a step between hosts stages first, %.3g MB replicas first)", tr->place_cross[PLACE_STAGES_FIRST] / 1e6, tr->place_cross[PLACE_REPLICAS_FIRST] / 1e6);
+    }
     if (tr->kind == SCHED_TDPIPE) {
         printf(", AEW W = %s", a->aew);
         if (a->aew_start > 0) printf(" from step %d (steps 1..%d synchronous)", a->aew_start + 1, a->aew_start);
@@ -919,6 +963,7 @@ int main(int argc, char** argv) {
     comm_init(&tr.comm, &argc, &argv);
     parse(&tr, argc, argv);
     choose_device(&tr);
+    make_grid(&tr);
     partition_profile(&tr);
     make_stage(&tr);
     make_links(&tr);

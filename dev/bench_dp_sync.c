@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     Comm c;
     comm_init(&c, &argc, &argv);
     char err[256];
-    if (comm_grid(&c, 1, err, sizeof(err))) td_fatal("%s", err);
+    if (comm_grid(&c, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     int reps = argc > 1 && argv[1][0] != '-' ? atoi(argv[1]) : 5, small_only = argc > 1 && !strcmp(argv[argc - 1], "--small-only");
     if (reps < 1) reps = 1;
     struct utsname u;

@@ -58,7 +58,7 @@ static Opt opts[] = {
     {.name = "dp-comm", .type = OPT_INT, .def = "1", .help = "0: the data-parallel average takes no time (what-if: what it costs)"},
     {.name = "zero1", .type = OPT_INT, .def = "0", .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
     {.name = "scatter-gather", .type = OPT_INT, .def = "1", .help = "1: messages across nodes split over the TP ranks' NICs"},
-    {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages)"},
+    {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages) | auto (fewer bytes a step between nodes, as train_tdpipe's --placement auto)"},
     {.name = "partition", .type = OPT_STRING, .def = "auto", .help = "auto (the trainer's DP over layer times and speeds) | uniform (even, as Megatron-LM)"},
     {.name = "stage-speed", .type = OPT_STRING, .def = "", .help = "relative speed of each stage's GPUs, e.g. 1,1,0.5,0.5 (default all 1)"},
     {.name = "hardware", .type = OPT_STRING, .def = "dgx-a100", .help = "the cluster preset"},
@@ -169,8 +169,7 @@ int main(int argc, char** argv) {
     y.zero1 = (int)number("zero1");
     y.scatter_gather = (int)number("scatter-gather");
     const char* pl = text("placement");
-    if (strcmp(pl, "replicas") && strcmp(pl, "stages")) fail("--placement %s: expected replicas or stages", pl);
-    y.placement = !strcmp(pl, "replicas") ? CLUSTER_PLACE_REPLICAS_FIRST : CLUSTER_PLACE_STAGES_FIRST;
+    if (placement_parse(pl, &y.placement, &y.placement_auto)) fail("--placement %s: expected replicas, stages or auto", pl);
 
     const char* part = text("partition");
     if (strcmp(part, "auto") && strcmp(part, "uniform")) fail("--partition %s: expected auto or uniform", part);
@@ -207,7 +206,11 @@ int main(int argc, char** argv) {
            1e3 * c.tp_comm[0]);
     printf("msg_mb=%.4g msg_ms=%.4g dp_ms=%.4g dp_mb_sent=%.4g\n", c.msg_bytes / 1e6, c.Q > 1 ? 1e3 * c.t_msg_f[0] : 0.0,
            1e3 * c.t_dp[0], c.dp_bytes[0] / 1e6);
-    printf("layers_per_virtual_stage=");
+    printf("placement=%s", placement_name(c.placement));
+    if (y.placement_auto)
+        printf(" placement_auto_mb_between_nodes=stages:%.6g,replicas:%.6g", c.place_cross[PLACE_STAGES_FIRST] / 1e6,
+               c.place_cross[PLACE_REPLICAS_FIRST] / 1e6);
+    printf("\nlayers_per_virtual_stage=");
     for (int q = 0; q < c.Q; q++) printf("%s%d", q ? "," : "", c.first[q + 1] - c.first[q]);
     printf("\nnode_group_of_stage=");
     for (int s = 0; s < c.P; s++) printf("%s%d", s ? "," : "", c.group[s]);

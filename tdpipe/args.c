@@ -65,6 +65,7 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "quant-block", "pipeline.quant_block", A_INT, F(quant_block), 1, 1 << 20, "256", "elements per int8 block (one fp32 absmax scale each)"},
     {"pipeline", 0, "error-feedback", "pipeline.error_feedback", A_INT, F(error_feedback), 0, 1, "1", "int8: add what the rounding dropped to the next step's gradient (0/1)"},
     {"pipeline", 0, "partition", "pipeline.partition", A_STR, F(partition), 0, 0, "auto", "layers per stage: auto (DP over timed passes on each rank's device; the FLOP model under synthetic compute) | model (DP over the FLOP model) | uniform | 4,4,3,1"},
+    {"pipeline", 0, "placement", "pipeline.placement", A_STR, F(placement), 0, 0, "auto", "which consecutive mpirun ranks (what a host holds) form what: stages (a replica's pipeline: rank d P + s) | replicas (a stage's replicas: rank s D + d) | auto (fewer bytes a step between hosts; stages on one host)"},
     {"pipeline", 0, "rank-speed", "pipeline.rank_speed", A_STR, F(rank_speed), 0, 0, "", "relative speed of each stage's rank for --partition auto, e.g. 1,1,0.5,1 (default: all 1)"},
     {"pipeline", 0, "rank-mem", "pipeline.rank_mem", A_STR, F(rank_mem), 0, 0, "", "GiB each stage's rank may use for --partition auto, e.g. 8,8,4,8 (default: unlimited)"},
     {"pipeline", 0, "comm", "pipeline.comm", A_STR, F(comm), 0, 0, "auto", "a device stage's messages and data-parallel average: auto (on the device: NCCL between GPUs it can connect) | mpi (through host memory)"},

@@ -208,7 +208,7 @@ static double message_time(const ClusterHw* hw, const ClusterLayout* y, double b
 // or partition_place's over the message times, on the fewest nodes a pipeline needs
 static int stage_groups(const ClusterHw* hw, const ClusterLayout* y, double msg_bytes, int* group, char* err, size_t errlen) {
     int G = hw->node.gpus_per_node, P = y->P;
-    if (y->placement == CLUSTER_PLACE_REPLICAS_FIRST) {
+    if (y->placement == PLACE_REPLICAS_FIRST) {
         for (int s = 0; s < P; s++) group[s] = y->tp * y->D >= G ? -1 : s * y->tp * y->D / G;
         return 0;
     }
@@ -234,7 +234,7 @@ static double dp_average(const ClusterHw* hw, const ClusterLayout* y, double n, 
     if (D <= 1) return 0.0;
     // k replicas of the group per node: replicas first, consecutive replicas share nodes; stages
     // first, whole pipelines do when one is smaller than a node
-    int k = y->placement == CLUSTER_PLACE_REPLICAS_FIRST ? G / y->tp : (y->P * y->tp <= G ? G / (y->P * y->tp) : 1);
+    int k = y->placement == PLACE_REPLICAS_FIRST ? G / y->tp : (y->P * y->tp <= G ? G / (y->P * y->tp) : 1);
     if (k > D) k = D;
     if (k < 1) k = 1;
     int across = k < D;
@@ -335,6 +335,27 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     else params_stage[0] += 2 * C;
     // pipeline messages: b T C bf16 each way; NVLink when both ends share a node
     c->msg_bytes = 2.0 * x;
+    double gbytes = y->grad == CLUSTER_GRAD_BF16 ? 2.0 : 4.0; // gradients accumulate in fp32, or in bf16
+    ClusterLayout placed = *y; // the layout with its placement decided
+    if (y->placement_auto) {
+        // GPUs numbered as the launcher fills nodes, one TP group per (stage, replica); a step sends each
+        // micro-batch's activation and gradient over every virtual boundary: s -> s + 1 once per chunk,
+        // the wrap from the last stage to the first chunks - 1 times, and there too the tied
+        // embedding's gradient (Megatron-LM all-reduces it between the end stages)
+        int R = P * y->D, G = hw->node.gpus_per_node;
+        int* host = (int*)calloc_check((size_t)R, sizeof(int)); // (R)
+        double* dp = zeros(P); // (P)
+        for (int i = 0; i < R; i++) host[i] = i * tp / G;
+        double per = y->grad == CLUSTER_GRAD_INT8 ? 1.0 + 4.0 / 256.0 : gbytes;
+        for (int s = 0; s < P; s++) dp[s] = y->D > 1 ? 2.0 * params_stage[s] * per / y->D : 0.0;
+        double per_boundary = 2.0 * y->M * c->msg_bytes;
+        PlacementTraffic t = {P, y->D, host, per_boundary * chunks, per_boundary * (chunks - 1) + 2.0 * m->V * C / tp * gbytes, dp};
+        placed.placement = placement_choose(&t, c->place_cross);
+        free(host);
+        free(dp);
+    }
+    c->placement = placed.placement;
+    y = &placed;
     c->group = (int*)calloc_check(P, sizeof(int));
     if (stage_groups(hw, y, c->msg_bytes, c->group, err, errlen)) {
         free(params_stage), free(max_layers), partition_free(&part), schedule_free(&sch), cluster_costs_free(c);
@@ -345,7 +366,6 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
         c->msg_cross[q] = a < 0 || bnode < 0 || a != bnode;
         c->t_msg_f[q] = c->t_msg_b[q] = message_time(hw, y, c->msg_bytes, c->msg_cross[q]);
     }
-    double gbytes = y->grad == CLUSTER_GRAD_BF16 ? 2.0 : 4.0; // gradients accumulate in fp32, or in bf16
     for (int s = 0; s < P; s++) {
         double p = params_stage[s], speed = y->speed ? y->speed[s] : 1.0, shard = y->zero1 ? p / y->D : p;
         // data-parallel average; with ZeRO-1 a reduce-scatter and an all-gather of the new bf16 weights,

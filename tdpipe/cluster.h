@@ -3,6 +3,7 @@
 // data-parallel gradient average and the memory per GPU out, for the simulator to run schedules on.
 #pragma once
 #include <stddef.h>
+#include "tdpipe/placement.h"
 #include "tdpipe/schedule.h"
 
 #ifdef __cplusplus
@@ -62,7 +63,6 @@ typedef enum { CLUSTER_DP_RING, CLUSTER_DP_TWO_SHOT } ClusterDpAlgo;
 // where ranks go, tensor-parallel ranks always adjacent: replicas first (Megatron-LM's order: a
 // node holds replicas of one stage, pipeline messages cross nodes) or stages first (a node holds
 // consecutive stages of one pipeline, grouped by stage_group; the data-parallel average crosses nodes)
-typedef enum { CLUSTER_PLACE_REPLICAS_FIRST, CLUSTER_PLACE_STAGES_FIRST } ClusterPlacement;
 
 typedef struct {
     int gpus;            // N = tp * P * D
@@ -79,7 +79,8 @@ typedef struct {
     int zero1;           // 1: optimizer state (fp32 master, AdamW m, v) sharded over the D replicas
     int scatter_gather;  // 1: a message across nodes leaves from every TP rank in 1/tp shares, then an
                          // NVLink all-gather (Megatron-LM's optimisation); 0: every TP rank sends it all
-    ClusterPlacement placement;
+    Placement placement;    // which consecutive GPUs (TP groups) hold what (placement.h)
+    int placement_auto;     // 1: placement_choose's, by the bytes a step between nodes (placement is ignored)
     const int* stage_group; // (P) stages first: the node group of each stage (non-decreasing, at most
                             // gpus_per_node / tp stages a group); NULL: partition_place's, from the
                             // message times inside and across nodes, on the fewest nodes
@@ -113,6 +114,8 @@ typedef struct {
     double* mem_async;   // (P) TD-Pipe's extra: weight stashes and gradient-ring slots beyond one
     int* first;          // (Q+1) the layer split used
     int* group;          // (P) the node group of each stage (-1: replicas first, no two stages share one)
+    Placement placement; // the layout used (the layout's, or --placement auto's choice)
+    double place_cross[2]; // auto: bytes a step between nodes under each layout (indexed by Placement), else 0
     double params;       // the model's parameters
     double params_gpu_max; // the largest stage's parameters per GPU
 } ClusterCosts;

@@ -121,6 +121,7 @@ void comm_init(Comm* c, int* argc, char*** argv) {
         MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
         MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)); // errors reach MPI_CHECK
         MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank));
+        c->launch_rank = c->world_rank;
         MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world_size));
         g_rank = c->world_rank;
         MPI_Comm world;
@@ -153,20 +154,34 @@ void comm_init(Comm* c, int* argc, char*** argv) {
     (void)launched;
 }
 
-int comm_grid(Comm* c, int P, char* err, size_t errlen) {
+int comm_grid_check(const Comm* c, int P, char* err, size_t errlen) {
     if (P < 1) return td_error(err, errlen, "--stages %d: a pipeline needs at least 1 stage", P);
     if (c->world_size % P != 0)
         return td_error(err, errlen, "--stages %d does not divide the %d rank%s: the rank count must be P x D%s", P,
                           c->world_size, c->world_size == 1 ? "" : "s",
                           c->mpi ? "" : " (launch with mpirun -np P*D)");
+    return 0;
+}
+
+int comm_grid(Comm* c, int P, Placement pl, char* err, size_t errlen) {
+    if (comm_grid_check(c, P, err, errlen)) return -1;
     c->P = P;
     c->D = c->world_size / P;
-    c->stage = c->world_rank % P;
-    c->replica = c->world_rank / P;
+    c->placement = pl;
+    placement_coords(pl, P, c->D, c->launch_rank, &c->stage, &c->replica);
+    int grid = c->replica * P + c->stage;
 #ifdef TD_MPI
     if (c->mpi) {
         comm_unbox(&c->pipe_comm);
         comm_unbox(&c->dp_comm);
+        // all ranks ranked by the grid (stages first: the launch order itself); it inherits
+        // MPI_COMM_WORLD's error handler
+        MPI_Comm regrid;
+        MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, 0, grid, &regrid));
+        comm_unbox(&c->world_comm);
+        c->world_comm = comm_box(regrid);
+        c->world_rank = grid;
+        g_rank = grid; // messages name the grid's rank (rank 0 is launch rank 0 in either layout)
         MPI_Comm world = comm_of(c->world_comm, "comm_grid"), pipe, dp;
         MPI_CHECK(MPI_Comm_split(world, c->replica, c->stage, &pipe)); // rank in pipe = stage
         MPI_CHECK(MPI_Comm_split(world, c->stage, c->replica, &dp));   // rank in dp = replica
@@ -175,6 +190,25 @@ int comm_grid(Comm* c, int P, char* err, size_t errlen) {
     }
 #endif
     return 0;
+}
+
+void comm_host_map(Comm* c, int* host) {
+    host[0] = 0;
+#ifdef TD_MPI
+    if (c->mpi) {
+        MPI_Comm same;
+        MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->launch_rank, MPI_INFO_NULL, &same));
+        int leader = c->launch_rank;
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, same, &req));
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "the ranks on this host (their lowest rank)");
+        MPI_CHECK(MPI_Iallgather(&leader, 1, MPI_INT, host, 1, MPI_INT, MPI_COMM_WORLD, &req)); // in launch order
+        wait_mpi(c, &req, MPI_STATUS_IGNORE, "every rank's host");
+        MPI_CHECK(MPI_Comm_free(&same));
+    }
+#else
+    (void)c;
+#endif
 }
 
 void comm_finalize(Comm* c) {

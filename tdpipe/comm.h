@@ -4,6 +4,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "tdpipe/placement.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -12,6 +13,8 @@ typedef struct {
     int world_rank, world_size;
     int P, D;           // stages per pipeline, data-parallel replicas
     int stage, replica; // this rank's place in the grid: world rank = replica * P + stage
+    int launch_rank;    // the rank mpirun gave this process (= world_rank when stages come first)
+    Placement placement; // which consecutive launch ranks hold what (placement.h)
     int mpi;            // 1 when MPI was initialised (launched by mpirun)
     int local_rank;     // this rank's index among the ranks on its host (picks its GPU)
     int local_ranks;    // ranks on this host (to share its cores and GPUs between them)
@@ -53,9 +56,15 @@ typedef struct CommLink {
 // Initialises MPI when launched by mpirun (and the build has MPI); otherwise a single process.
 // Sets g_rank for messages.
 void comm_init(Comm* c, int* argc, char*** argv);
-// Builds the grid for P stages: D = world_size / P. Returns 0, or -1 with a message when the rank
-// count is not a multiple of P (naming --stages and the count).
-int comm_grid(Comm* c, int P, char* err, size_t errlen);
+// Builds the grid for P stages: D = world_size / P, launch ranks laid out by pl; world_comm and
+// world_rank are then in grid order (stage + P x replica) whatever the layout. Returns 0, or -1 with
+// a message when the rank count is not a multiple of P (naming --stages and the count).
+int comm_grid(Comm* c, int P, Placement pl, char* err, size_t errlen);
+// comm_grid's refusals alone (no collective): -1 with the message, else 0
+int comm_grid_check(const Comm* c, int P, char* err, size_t errlen);
+// the host of each launch rank (world_size ints, equal where ranks share a host's memory: the lowest
+// launch rank there), to every rank; before comm_grid or after
+void comm_host_map(Comm* c, int* host);
 void comm_finalize(Comm* c);
 
 // every rank's flag OR-ed (a collective over all ranks): lets all ranks agree to stop together

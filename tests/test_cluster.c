@@ -245,6 +245,36 @@ static void test_simulate(void) {
     CHECK(rc != 0 && strstr(err, "at least 3 steps"), "fewer than 3 steps refused: %s", err);
 }
 
+// --placement auto (placement_choose, the trainer's rule): the layout with fewer bytes between nodes,
+// and then exactly that layout's costs; a tie (every TP group a node of its own) keeps stages first
+static void test_placement_auto(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel m = {.L = 8, .C = 1024, .NH = 16, .V = 1000, .T = 512};
+    ClusterLayout y = {.gpus = 32, .tp = 2, .P = 4, .D = 4, .b = 1, .M = 4, .kind = SCHED_1F1B, .scatter_gather = 1};
+    ClusterCosts c[3];
+    char err[512];
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        ClusterLayout v = y;
+        v.placement = i == 1 ? PLACE_STAGES_FIRST : PLACE_REPLICAS_FIRST;
+        v.placement_auto = i == 2;
+        rc |= cluster_costs(&c[i], &hw, &m, &v, err, sizeof(err));
+    }
+    // 4 TP groups a node: stages first puts a pipeline on a node (only the averages cross), replicas
+    // first a stage's 4 replicas (only the pipeline's messages and the tied embedding's cross)
+    if (rc == 0) {
+        double st = c[2].place_cross[PLACE_STAGES_FIRST], rp = c[2].place_cross[PLACE_REPLICAS_FIRST];
+        Placement want = rp < st ? PLACE_REPLICAS_FIRST : PLACE_STAGES_FIRST;
+        const ClusterCosts* same = &c[want == PLACE_STAGES_FIRST ? 1 : 0];
+        CHECK(c[2].placement == want && st > 0 && rp > 0, "auto takes the layout with fewer bytes between nodes: %s (stages %.4g MB, replicas %.4g MB)",
+              placement_name(c[2].placement), st / 1e6, rp / 1e6);
+        CHECK(c[2].t_dp[0] == same->t_dp[0] && c[2].t_msg_f[0] == same->t_msg_f[0] && c[2].group[1] == same->group[1],
+              "  and costs exactly as that layout given by hand");
+        CHECK(c[0].place_cross[0] == 0 && c[0].place_cross[1] == 0, "  an explicit layout counts no bytes");
+    } else CHECK(0, "three layouts cost: %s", err);
+    for (int i = 0; i < 3 && rc == 0; i++) cluster_costs_free(&c[i]);
+}
+
 int main(void) {
     test_hand_figures();
     test_roofline();
@@ -252,5 +282,6 @@ int main(void) {
     test_refusals();
     test_presets();
     test_simulate();
+    test_placement_auto();
     return test_summary();
 }

@@ -63,6 +63,9 @@ static void test_grid(int P) {
     RCHECK(C.world_rank == C.replica * P + C.stage && C.stage >= 0 && C.stage < P && C.replica >= 0 && C.replica < C.D,
            "grid: world rank %d = replica %d x P + stage %d", C.world_rank, C.replica, C.stage);
     RCHECK(g_rank == C.world_rank, "grid: g_rank = world rank (%d)", g_rank);
+    int want_launch = placement_rank(C.placement, P, C.D, C.stage, C.replica);
+    RCHECK(!C.mpi || C.launch_rank == want_launch, "grid, %s first: launch rank %d holds stage %d, replica %d (want launch rank %d)",
+           placement_name(C.placement), C.launch_rank, C.stage, C.replica, want_launch);
     const char* ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int want_local = (C.mpi && ls) ? atoi(ls) : 1;
     RCHECK(C.local_ranks == want_local, "grid: local_ranks %d (launcher says %d)", C.local_ranks, want_local);
@@ -88,9 +91,9 @@ static void test_grid(int P) {
     int bad_P = C.world_size + 1;
     char want[128];
     snprintf(want, sizeof want, "--stages %d does not divide the %d rank", bad_P, C.world_size);
-    RCHECK(comm_grid(&C, bad_P, err, sizeof err) == -1 && strstr(err, want) && strstr(err, "P x D"),
+    RCHECK(comm_grid(&C, bad_P, PLACE_STAGES_FIRST, err, sizeof err) == -1 && strstr(err, want) && strstr(err, "P x D"),
            "grid: P = %d refused: %s", bad_P, err);
-    RCHECK(comm_grid(&C, 0, err, sizeof err) == -1 && strstr(err, "--stages 0"), "grid: P = 0 refused: %s", err);
+    RCHECK(comm_grid(&C, 0, PLACE_STAGES_FIRST, err, sizeof err) == -1 && strstr(err, "--stages 0"), "grid: P = 0 refused: %s", err);
     RCHECK(C.P == P && C.D * P == C.world_size, "grid: unchanged by the refusals");
 }
 
@@ -390,7 +393,9 @@ int main(int argc, char** argv) {
     comm_init(&C, &argc, &argv);
     int P = argc > 1 ? atoi(argv[1]) : 1;
     char err[256];
-    if (comm_grid(&C, P, err, sizeof err) != 0) {
+    // argv[2] --replicas: the grid laid out replicas first (a stage's replicas on consecutive launch ranks)
+    Placement pl = argc > 2 && strcmp(argv[2], "--replicas") == 0 ? PLACE_REPLICAS_FIRST : PLACE_STAGES_FIRST;
+    if (comm_grid(&C, P, pl, err, sizeof err) != 0) {
         fprintf(stderr, "[rank %d] %s\n", C.world_rank, err);
         comm_finalize(&C);
         return 1;

@@ -61,6 +61,11 @@ tally "mpirun -np 4, P = 2 (D = 2)" "${MPIRUN[@]}" -np 4 $T 2
 tally "mpirun -np 4, P = 4 (D = 1)" "${MPIRUN[@]}" -np 4 $T 4
 tally "mpirun -np 6, P = 3 (D = 2)" "${MPIRUN[@]}" -np 6 $T 3
 tally "mpirun -np 6, P = 2 (D = 3)" "${MPIRUN[@]}" -np 6 $T 2
+# replicas first: launch rank s D + d holds stage s, replica d; the world communicator (and every
+# collective and gather over it) is in grid order all the same
+tally "mpirun -np 4, P = 2 (D = 2), replicas first" "${MPIRUN[@]}" -np 4 $T 2 --replicas
+tally "mpirun -np 6, P = 3 (D = 2), replicas first" "${MPIRUN[@]}" -np 6 $T 3 --replicas
+tally "mpirun -np 6, P = 2 (D = 3), replicas first" "${MPIRUN[@]}" -np 6 $T 2 --replicas
 
 ends "mpirun -np 4, P = 3: refused" "--stages 3 does not divide the 4 ranks: the rank count must be P x D" \
     "${MPIRUN[@]}" -np 4 $T 3

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     char err[256];
-    if (comm_grid(&comm, 1, err, sizeof(err))) td_fatal("%s", err);
+    if (comm_grid(&comm, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     test_exact();
     test_unbiased();
     test_executor(&comm);

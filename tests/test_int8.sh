@@ -37,6 +37,11 @@ check "with two OpenMP threads per rank" env OMP_NUM_THREADS=2 $MPI -np 2 $BIN $
 check "  bitwise the one-thread run" same_run "$TMP/i8" "$TMP/i8t"
 check "P = 2 x D = 2 (block owners do not depend on the stages)" $MPI -np 4 $BIN $Q --stages 2 -o "$TMP/i8p2"
 check "  bitwise the P = 1 run" same_run "$TMP/i8" "$TMP/i8p2"
+# --placement replicas: launch ranks 0, 1 hold stage 0's replicas, 2, 3 stage 1's; the grid (and so
+# every sum's order) is the same, so the run is too
+check "P = 2 x D = 2, replicas first (--placement replicas)" $MPI -np 4 $BIN $Q --stages 2 --placement replicas -o "$TMP/i8pr"
+check "  the start-up table says so" grep -q "replicas first: mpirun's rank r holds stage r / D, replica r % D" "$TMP/out"
+check "  bitwise the stages-first run" same_run "$TMP/i8p2" "$TMP/i8pr"
 check "P = 2 x D = 2, tdpipe W = 4 with jitter 0.3" $MPI -np 4 $BIN $Q --stages 2 --aew 4 --jitter 0.3 -o "$TMP/i8w"
 check "P = 1 x D = 2, tdpipe W = 4" $MPI -np 2 $BIN $Q --aew 4 -o "$TMP/i8w1"
 check "  bitwise equal" same_run "$TMP/i8w" "$TMP/i8w1"
@@ -51,6 +56,9 @@ check "  steps 7..12 and the model bitwise the unbroken run's" tail_same res
 mkdir -p "$TMP/resp" && cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/resp/"
 check "resume it at P = 2 x D = 2" $MPI -np 4 $BIN $Q -n 6 -y 1 --stages 2 -o "$TMP/resp"
 check "  bitwise too" tail_same resp
+mkdir -p "$TMP/respr" && cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/respr/"
+check "resume it at P = 2 x D = 2, replicas first" $MPI -np 4 $BIN $Q -n 6 -y 1 --stages 2 --placement replicas -o "$TMP/respr"
+check "  bitwise too" tail_same respr
 mkdir -p "$TMP/resd" && cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/resd/"
 check "resume it with D = 4 (M = 2: the same micro-batches per step)" $MPI -np 4 $BIN ${Q/--micro-batches 4/--micro-batches 2} -n 6 -y 1 -o "$TMP/resd"
 check "  says what happens to the residuals" grep -q "residuals start at zero: they are for D = 2 replicas and blocks of 64, this run has D = 4" "$TMP/err"

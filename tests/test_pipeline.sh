@@ -210,6 +210,7 @@ check "  said once, by rank 0" once "does not divide the 3 ranks"
 refuse "--aew on a synchronous schedule" "--aew 2: only the tdpipe schedule" $BIN --schedule 1f1b --aew 2
 refuse "an unknown schedule" "--schedule pipedream: expected gpipe, 1f1b, zbh1 or tdpipe" $BIN --schedule pipedream
 refuse "interleaved 1F1B: schedule data and simulated, not run by the trainer (one contiguous range per rank)" "--schedule interleaved: the trainer cannot run it" $BIN --schedule interleaved
+refuse "a bad --placement" "--placement nodes: expected stages, replicas or auto" $BIN -e d4 --placement nodes
 refuse "a bad --partition" "--partition" $MPI -np 2 $BIN -e d4 --stages 2 --partition 3,3
 refuse "--stages > 1 without mpirun" "--stages 2 does not divide the 1 rank" $BIN -e d4 --stages 2
 

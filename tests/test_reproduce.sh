@@ -54,6 +54,11 @@ cp "$TMP/out" "$TMP/kv.txt"
 for k in tflops_per_gpu samples_per_s bubble mem_gib_per_gpu mfu; do
     check "  $k=" grep -Eq "^$k=[0-9.e+-]+$" "$TMP/kv.txt"
 done
+check "sim_cluster --placement auto" $S --layers 24 --hidden 2048 --heads 16 --seq 1024 --gpus 32 --tp 2 --pp 4 --global-batch 64 --placement auto
+check "  names its choice and both layouts' bytes between nodes" grep -Eq "^placement=(stages|replicas) placement_auto_mb_between_nodes=stages:[0-9.e+]+,replicas:[0-9.e+]+$" "$TMP/out"
+check "  a node a TP group (tp 8): a tie, stages first" bash -c "$S --layers 24 --hidden 2048 --heads 16 --seq 1024 --gpus 32 --tp 8 --pp 4 --global-batch 64 --placement auto | grep -q '^placement=stages '"
+refuse "sim_cluster: an unknown --placement" "--placement nodes: expected replicas, stages or auto" \
+    $S --layers 24 --hidden 2048 --heads 16 --gpus 16 --tp 2 --pp 4 --global-batch 64 --placement nodes
 refuse "sim_cluster: gpus not tp x pp x a whole D" "--gpus 10 is not a multiple of --tp 2 x --pp 4" \
     $S --layers 24 --hidden 2048 --heads 16 --gpus 10 --tp 2 --pp 4 --global-batch 64
 refuse "sim_cluster: tp not dividing the heads" "does not divide the model's 16 heads" \

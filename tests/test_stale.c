@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     char err[256];
-    if (comm_grid(&comm, 1, err, sizeof(err))) td_fatal("%s", err);
+    if (comm_grid(&comm, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     MarkovSource src;
     markov_init(&src, 11);
     markov_generate(&src, g_tokens, TOKENS, 12);

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     Comm c;
     comm_init(&c, &argc, &argv);
     char err[256];
-    if (comm_grid(&c, 1, err, sizeof err) != 0) td_fatal("%s", err);
+    if (comm_grid(&c, 1, PLACE_STAGES_FIRST, err, sizeof err) != 0) td_fatal("%s", err);
     if (c.D < 2) td_fatal("dp_sync_check: run it on D >= 2 ranks (mpirun -np 2 ...): one replica has nothing to average");
     int n_dev = 1;
     cudaCheck(cudaGetDeviceCount(&n_dev));

@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     comm_init(&c, &argc, &argv);
     int P = argc > 2 && !strcmp(argv[1], "--stages") ? atoi(argv[2]) : 1;
     char err[256];
-    if (comm_grid(&c, P, err, sizeof err) != 0) td_fatal("%s", err);
+    if (comm_grid(&c, P, PLACE_STAGES_FIRST, err, sizeof err) != 0) td_fatal("%s", err);
     if (c.P > 2) td_fatal("nccl_check: --stages %d: the link check takes P = 1 or 2", c.P);
     int ver = 0;
     ncclCheck(ncclGetVersion(&ver));
