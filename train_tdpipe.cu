@@ -107,7 +107,12 @@ typedef struct {
 // once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_stop_signal(int sig) {
-    if (g_stop_signal) _exit(128 + sig);
+    if (g_stop_signal) {
+        static const char msg[] = "train_tdpipe: a second signal: exiting at once (a file being written stays a temporary one, never trusted)\n";
+        ssize_t w = write(2, msg, sizeof msg - 1); // write: async-signal-safe, as fprintf is not
+        (void)w;
+        _exit(128 + sig);
+    }
     g_stop_signal = sig;
 }
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
@@ -791,9 +796,9 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
     if (t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one
     tr->redone += (long)(chunk_start + chunk - t) * a->grad_accum;
     if (W_was == 0) rs->rollbacks_in_row++;
-    if (rs->rollbacks_in_row >= a->max_rollbacks)
-        fatal_all("step %d: %s, %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
-                  t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row, a->max_rollbacks, a->out_dir);
+    if (rs->rollbacks_in_row > a->max_rollbacks) // this refusal would be one rollback more than allowed
+        fatal_all("step %d: %s after %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
+                  t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row - 1, a->max_rollbacks, a->out_dir);
     stage_discard(&tr->stage);
     if (tr->dsync) dp_sync_cuda_clear_residuals(tr->dsync);
     else if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);

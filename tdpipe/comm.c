@@ -29,6 +29,29 @@ static void timed_out(const Comm* c, double waited, const char* what) {
              c->stage, c->replica, waited, what, c->timeout);
 }
 
+// A wait's clock for --comm-timeout: the seconds this process spent waiting, less any pause of more
+// than a second between two of its polls (SIGSTOP, a suspended machine). A rank that was itself
+// stopped and continued would otherwise find its deadline long past and blame the ranks that waited
+// for it; this way only they time out, each naming what it waits for.
+typedef struct {
+    double start, last, paused;
+} WaitClock;
+static WaitClock wait_clock(void) {
+    double t = now_seconds();
+    return (WaitClock){t, t, 0.0};
+}
+static double wait_clock_read(WaitClock* w) {
+    double t = now_seconds();
+    if (t - w->last > 1.0) w->paused += t - w->last;
+    w->last = t;
+    return t - w->start - w->paused;
+}
+// 1 when the wait has run past --comm-timeout (*waited: its seconds)
+static int wait_expired(const Comm* c, WaitClock* w, double* waited) {
+    *waited = wait_clock_read(w);
+    return c->timeout > 0 && *waited > c->timeout;
+}
+
 #ifdef TD_MPI
 // handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
 _Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
@@ -65,14 +88,14 @@ static void request_store(CommRequest* r, MPI_Request req, int64_t expect_bytes,
 
 // MPI_Wait with a deadline: tests, then sleeps 20 us between tests once it has waited a while
 static void wait_mpi(const Comm* c, MPI_Request* req, MPI_Status* st, const char* what) {
-    double t0 = now_seconds();
+    WaitClock clock = wait_clock();
     for (long n = 0;; n++) {
         int done = 0;
         MPI_CHECK(MPI_Test(req, &done, st));
         if (done) return;
         if (n < 1000) continue;
-        double waited = now_seconds() - t0;
-        if (c->timeout > 0 && waited > c->timeout) timed_out(c, waited, what);
+        double waited;
+        if (wait_expired(c, &clock, &waited)) timed_out(c, waited, what);
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
@@ -337,9 +360,10 @@ static void poll_pause(Comm* c) {
 void comm_wait(Comm* c, CommRequest* r) {
     if (!r->active) return;
     if (r->link) {
-        double t0 = now_seconds();
+        WaitClock clock = wait_clock();
+        double waited;
         while (!link_test(r)) {
-            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, r->what[0] ? r->what : "a device transfer");
+            if (wait_expired(c, &clock, &waited)) timed_out(c, waited, r->what[0] ? r->what : "a device transfer");
             poll_pause(c);
         }
         return;
@@ -373,12 +397,13 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
             links += reqs[i]->link != NULL;
         }
     if (k == 0) td_fatal("comm_wait_any: none of the %d requests is active: nothing to wait for", n);
-    double t0 = now_seconds();
+    WaitClock clock = wait_clock();
+    double waited;
     if (links) // a link's transfers complete where MPI cannot see them: poll everything
         for (;;) {
             for (int j = 0; j < k; j++)
                 if (comm_test(c, reqs[idx[j]])) return idx[j];
-            if (c->timeout > 0 && now_seconds() - t0 > c->timeout) timed_out(c, now_seconds() - t0, reqs[idx[0]]->what);
+            if (wait_expired(c, &clock, &waited)) timed_out(c, waited, reqs[idx[0]]->what);
             poll_pause(c);
         }
 #ifdef TD_MPI
@@ -391,10 +416,10 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
         MPI_CHECK(MPI_Testany(k, req, &j, &done, &st));
         if (done) break;
         if (n < 1000) continue;
-        if (c->timeout > 0 && now_seconds() - t0 > c->timeout) {
+        if (wait_expired(c, &clock, &waited)) {
             char what[3 * 80 + 16] = "";
             for (int q = 0; q < k; q++) snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", q ? " or " : "", reqs[idx[q]]->what);
-            timed_out(c, now_seconds() - t0, what);
+            timed_out(c, waited, what);
         }
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);

@@ -87,8 +87,23 @@ int outdir_open(OutDir* od, const char* dir, char* err, size_t errlen) {
     if (snprintf(od->dir, sizeof od->dir, "%s", dir) >= (int)sizeof od->dir || join(lock_path, sizeof lock_path, dir, OUTDIR_LOCK_NAME) != 0)
         return td_error(err, errlen, "%s: path too long", dir);
     if (make_dirs(dir, err, errlen) != 0 || probe_writable(dir, dir, err, errlen) != 0) return -1;
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // O_NONBLOCK until fstat has said it is a regular file (a FIFO there would take a write and refuse
+    // the lock's truncation with a bare EINVAL); not truncated here: the holder's line must survive
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat lst = {0};
+    if (fd < 0 && errno == ELOOP) return td_error(err, errlen, "%s: the lock file %s is a symbolic link: remove it", dir, lock_path);
     if (fd < 0) return td_error(err, errlen, "%s: cannot open the lock file %s: %s", dir, lock_path, strerror(errno));
+    if (fstat(fd, &lst) != 0 || !S_ISREG(lst.st_mode)) {
+        close(fd);
+        return td_error(err, errlen, "%s: the lock file %s is %s, not a regular file: remove it", dir, lock_path,
+                        S_ISFIFO(lst.st_mode) ? "a FIFO" : S_ISSOCK(lst.st_mode) ? "a socket" : "a device or other special file");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return td_error(err, errlen, "%s: cannot open the lock file %s: %s", dir, lock_path, strerror(e));
+    }
     char host[256] = "unknown", since[128] = "?", info[LOCK_INFO_CAP];
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = 0;
@@ -196,6 +211,38 @@ int outdir_remove_temps(const OutDir* od, int* removed, char* err, size_t errlen
     }
     free_names(names, n);
     return rc;
+}
+
+// the order subfolders were made in: by their time (YYYYmmdd-HHMMSS), then by the "-k" made when
+// that time was taken (none is 1); > 0 when a was made after b
+static int archive_cmp(const char* a, const char* b) {
+    size_t plen = strlen(OUTDIR_ARCHIVE_PREFIX), tlen = 15;
+    if (strlen(a) < plen + tlen || strlen(b) < plen + tlen) return strcmp(a, b);
+    int c = strncmp(a + plen, b + plen, tlen);
+    if (c != 0) return c;
+    long ka = a[plen + tlen] == '-' ? strtol(a + plen + tlen + 1, NULL, 10) : 1, kb = b[plen + tlen] == '-' ? strtol(b + plen + tlen + 1, NULL, 10) : 1;
+    return (ka > kb) - (ka < kb);
+}
+
+int outdir_newest_archive(const char* dir, char* name, size_t cap) {
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    char best[256] = "";
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        char path[OUTDIR_PATH_CAP];
+        struct stat st;
+        if (strncmp(e->d_name, OUTDIR_ARCHIVE_PREFIX, strlen(OUTDIR_ARCHIVE_PREFIX)) != 0 || strlen(e->d_name) >= sizeof best) continue;
+        if (join(path, sizeof path, dir, e->d_name) != 0 || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (!found || archive_cmp(e->d_name, best) > 0) {
+            snprintf(best, sizeof best, "%s", e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    if (found) snprintf(name, cap, "%s", best);
+    return found;
 }
 
 // dir/earlier-run-<time of newest>[-k] made anew; 0, or -1 + err

@@ -40,6 +40,10 @@ int outdir_remove_temps(const OutDir* od, int* removed, char* err, size_t errlen
 // went, or -1 + err (files moved before the failure stay in the subfolder, and err names it).
 int outdir_archive_earlier(const OutDir* od, char* note, size_t notelen, char* err, size_t errlen);
 
+// The newest subfolder dir/earlier-run-* (by name: their times sort as they were made) into name;
+// 1 when there is one, else 0. For a resume that finds no checkpoint, to say where they went.
+int outdir_newest_archive(const char* dir, char* name, size_t cap);
+
 // For a resumed run: cuts the log at path (log.jsonl) back to the records with "step" <= step, so
 // no step appears twice once the run goes on; a last line without its newline (a write that was
 // cut off) goes too, and lines without a step stay. Crash-safe: the kept lines are written to

@@ -11,7 +11,7 @@ static void format_bytes(double bytes, char* buf, size_t buflen) {
     if (bytes >= 1024.0 * 1024 * 1024) snprintf(buf, buflen, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     else if (bytes >= 1024.0 * 1024) snprintf(buf, buflen, "%.1f MiB", bytes / (1024.0 * 1024));
     else if (bytes >= 1024.0) snprintf(buf, buflen, "%.1f KiB", bytes / 1024.0);
-    else snprintf(buf, buflen, "%.0f B", bytes);
+    else snprintf(buf, buflen, bytes >= 1.0 || bytes == 0.0 ? "%.0f B" : "%.3g B", bytes); // --rank-mem 1e-12 is not "0 B"
 }
 
 static void partition_alloc(Partition* part, int L, int P) {

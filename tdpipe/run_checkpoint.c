@@ -1,5 +1,6 @@
 // A run's checkpoint sections, saved from and resumed into a pipeline (see run_checkpoint.h).
 #include "run_checkpoint.h"
+#include "tdpipe/outdir.h"
 #include <math.h>
 #include <string.h>
 #include "llmc/checkpoint.h"
@@ -161,6 +162,10 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
     char path[1200], note[4096];
     int rc_find = ckpt_find_latest(rc->dir, &c, path, sizeof(path), note, sizeof(note));
     if (note[0] && g_rank == 0) fprintf(stderr, "%s", note);
+    char archive[256];
+    if (rc_find == 1 && outdir_newest_archive(rc->dir, archive, sizeof archive))
+        return td_error(err, errlen, "-y 1: no checkpoint in %s to resume from (a fresh run there moved an earlier run's files to %s/%s: "
+                        "move its checkpoints back to resume from them)", rc->dir, rc->dir, archive);
     if (rc_find == 1) return td_error(err, errlen, "-y 1: no checkpoint in %s to resume from", rc->dir);
     if (rc_find < 0) return td_error(err, errlen, "-y 1: no usable checkpoint in %s", rc->dir);
     GPT2Range all = {0, s->cfg.num_layers, 1, 1};

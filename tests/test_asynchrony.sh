@@ -152,9 +152,10 @@ check "  steps 11..20 and the model bitwise the unbroken run's (the halved windo
 # a run that keeps failing at W = 0 stops with the last checkpoint untouched
 check "a stable start, checkpoint at step 5" $BIN -e d2 -x 5 -v 0 -s 0 -n 5 -o "$TMP/div"
 cp "$TMP/div/ckpt_00000005.tdck" "$TMP/ckpt5.copy"
-refuse "lr 10: NaN at every retry: stops after --max-rollbacks 3 rollbacks at W = 0" "3 rollbacks in a row at W = 0 \(--max-rollbacks 3\): the run stops" \
+refuse "lr 10: NaN at every retry: stops after --max-rollbacks 3 rollbacks at W = 0" "after 3 rollbacks in a row at W = 0 \(--max-rollbacks 3\): the run stops" \
     $BIN -e d2 -x 40 -v 0 -s 0 -n 1 --keep 100 -l 10 -c 10 -u 0 -y 1 -o "$TMP/div"
 cp "$TMP/err" "$TMP/div.err"
+check "  and it did roll back 3 times first" test "$(grep -c 'rolled back' "$TMP/out")" -eq 3
 check "  the checkpoint it resumed from is as it was" cmp -s "$TMP/div/ckpt_00000005.tdck" "$TMP/ckpt5.copy"
 before_failure() { # checkpoints every step: only those of steps before the refused one exist
     local k newest

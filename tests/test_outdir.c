@@ -137,6 +137,35 @@ static void test_lock(void) {
     CHECK(outdir_open(&od, test_path("plainfile"), err, sizeof err) == -1 && strstr(err, "exists and is not a directory"), "a file as the folder: %s", err);
     CHECK(outdir_open(&od, "/proc/tdpipe_test_outdir", err, sizeof err) == -1 && strstr(err, "cannot create the folder"), "an uncreatable folder: %s", err);
     CHECK(outdir_open(&od, "/proc", err, sizeof err) == -1 && strstr(err, "cannot write in folder /proc"), "an unwritable folder: %s", err);
+    // something other than a file where the lock file goes: said, at once, with what to do
+    const char* fifo_dir = test_path("fifolock");
+    char lock_path[512];
+    mkdir(fifo_dir, 0755);
+    snprintf(lock_path, sizeof lock_path, "%s/%s", fifo_dir, OUTDIR_LOCK_NAME);
+    CHECK(mkfifo(lock_path, 0644) == 0, "a FIFO named %s", OUTDIR_LOCK_NAME);
+    CHECK(outdir_open(&od, fifo_dir, err, sizeof err) == -1 && strstr(err, "is a FIFO, not a regular file: remove it"), "a FIFO as the lock file: %s", err);
+    unlink(lock_path);
+    CHECK(symlink("/tmp", lock_path) == 0, "a symbolic link there instead");
+    CHECK(outdir_open(&od, fifo_dir, err, sizeof err) == -1 && strstr(err, "is a symbolic link: remove it"), "a symbolic link as the lock file: %s", err);
+}
+
+// the newest earlier-run-* subfolder, in the order outdir_archive_earlier makes them
+static void test_newest_archive(void) {
+    const char* dir = test_path("archives");
+    char name[256] = "", p[512];
+    mkdir(dir, 0755);
+    CHECK(outdir_newest_archive(dir, name, sizeof name) == 0, "no earlier-run-* folder: none");
+    const char* made[] = {"earlier-run-20261205-213740", "earlier-run-20261205-213740-2", "earlier-run-20261205-213740-10"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, made[i]);
+        mkdir(p, 0755);
+    }
+    snprintf(p, sizeof p, "%s/earlier-run-20991231-235959", dir);
+    spit(p, "a file, not a folder");
+    CHECK(outdir_newest_archive(dir, name, sizeof name) == 1 && !strcmp(name, made[2]), "-10 after -2 after none, a file of that name skipped: %s", name);
+    snprintf(p, sizeof p, "%s/earlier-run-20261206-000000", dir);
+    mkdir(p, 0755);
+    CHECK(outdir_newest_archive(dir, name, sizeof name) == 1 && !strcmp(name, "earlier-run-20261206-000000"), "a later time first, whatever its suffix: %s", name);
 }
 
 // N processes released at once by one write to a shared pipe; exactly one may win
@@ -340,6 +369,7 @@ int main(void) {
     g_root = test_dir_make("test_outdir");
     test_lock();
     test_lock_race();
+    test_newest_archive();
     test_temps();
     test_archive();
     test_trim();

@@ -51,6 +51,11 @@ moved_intact() {
         [ "$(losses "$TMP/again" | wc -l)" -eq 3 ] && ! ls "$TMP/again"/ckpt_00000002.tdck 2>/dev/null
 }
 check "  every earlier file is there byte for byte; the new log holds only the new run" moved_intact
+# a fresh run by mistake, killed before its first checkpoint (its checkpoint removed here): a resume
+# finds none in -o and says where the earlier run's went
+rm -f "$TMP/again"/ckpt_*.tdck
+refuse "-y 1 after a fresh run moved the checkpoints aside" "no checkpoint in .*again to resume from \(a fresh run there moved an earlier run's files to .*again/earlier-run-[0-9]{8}-[0-9]{6}: move its checkpoints back" \
+    $BIN $S -x 6 -y 1 -o "$TMP/again"
 
 # stopped_step ERR SIG: the step after which a run says signal SIG stopped it (empty if it does not)
 stopped_step() { grep -o "stopped by signal $2 after step [0-9]*" "$1" | grep -o "[0-9]*$"; }
@@ -114,6 +119,7 @@ $BIN -e d8 -b 16 -t 128 -x 1000 -v 0 -s 0 -n 1 -o "$TMP/sig2" >/dev/null 2>"$TMP
 for _ in $(seq 600); do [ -s "$TMP/sig2/log.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; sleep 0.05; kill -INT $pid; wait $pid; rc=$?
 check "a second SIGINT exits at once with 128 + 2 (exit $rc)" test $rc -eq 130
+check "  and says so" grep -q "a second signal: exiting at once" "$TMP/s2.err"
 # SIGTERM delivered to rank 1 only: every rank stops after the same step and rank 0 names signal 15
 $MPI -np 2 $BIN $S -x 100000000 --stages 2 --micro-batches 2 -n 1 --keep 2 -o "$TMP/sigr" >/dev/null 2>"$TMP/sr.err" & mpid=$!
 for _ in $(seq 300); do [ "$(losses "$TMP/sigr" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
@@ -130,6 +136,9 @@ rank1=$(rank_pid 1 "$TMP/hang")
 kill -STOP "$rank1"; t0=$(date +%s); wait $mpid; rc=$?; t1=$(date +%s); kill -CONT "$rank1" 2>/dev/null; kill -KILL "$rank1" 2>/dev/null
 check "SIGSTOP of one rank under --comm-timeout 3: the run ends (exit $rc) in $((t1 - t0)) s" test $rc -ne 0 -a $((t1 - t0)) -lt 60
 check "  naming the stage, what it waited for and the timeout" grep -Eq "stage 0 \(replica 0\) waited [0-9]+ s for .* \(--comm-timeout 3\): a rank may be stopped, hung or gone" "$TMP/hang.err"
+# the stopped rank, continued by mpirun to be ended, finds its own deadline past: the stop is not
+# waiting (comm.c's WaitClock), so it does not blame the rank that waited for it
+check "  the stopped rank (stage 1) does not report a wait of its own" bash -c "! grep -q 'stage 1 (replica 0) waited' '$TMP/hang.err'"
 sleep 1
 check "  a resume afterwards goes on from the newest checkpoint" $MPI -np 2 $BIN $S -x 100 --stages 2 --micro-batches 2 -n 50 -y 1 -o "$TMP/hang"
 refuse "--comm-timeout -1" "--comm-timeout: -1 is out of range" $BIN --comm-timeout -1
