@@ -590,12 +590,15 @@ static void open_outputs(Trainer* tr) {
     tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
     if (a->resume && !tr->synthetic) {
         DpSync* plan = sync_plan(tr);
-        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, plan, err, sizeof(err));
+        char path[1200];
+        tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, plan, path,
+                                               sizeof(path), err, sizeof(err));
         if (tr->start_step < 0) fatal_all("%s", err);
         if (tr->dsync) dp_sync_cuda_residuals_from_host(tr->dsync, plan->ef_replica, plan->ef_owner);
         if (tr->start_step >= a->steps)
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
                       a->steps);
+        if (g_rank == 0) printf("resumed from %s at step %d\n", path, tr->start_step);
     }
     if (g_rank == 0) {
         print_startup(tr);

@@ -157,10 +157,11 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
 }
 
 
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* err, size_t errlen) {
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* path, size_t path_cap,
+                          char* err, size_t errlen) {
     Ckpt c;
-    char path[1200], note[4096];
-    int rc_find = ckpt_find_latest(rc->dir, &c, path, sizeof(path), note, sizeof(note));
+    char note[4096];
+    int rc_find = ckpt_find_latest(rc->dir, &c, path, path_cap, note, sizeof(note));
     if (note[0] && g_rank == 0) fprintf(stderr, "%s", note);
     char archive[256];
     if (rc_find == 1 && outdir_newest_archive(rc->dir, archive, sizeof archive))
@@ -228,7 +229,6 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
         step = (int)*step64;
         s->version = step;
         stage_from_host(s);
-        if (g_rank == 0) printf("resumed from %s at step %d\n", path, step);
     } while (0);
     ckpt_free(&c);
     return step;

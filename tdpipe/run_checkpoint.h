@@ -38,11 +38,12 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
 // Every rank reads the newest valid checkpoint of dir and takes its stage's slice (weights, moments,
 // version); train (or NULL): the data loader that continues from the saved position; state: TD-Pipe's
 // (kept as it is when the checkpoint has none, or when its window was asked for as another --aew).
-// Returns the step, or -1 with a message naming the file and the problem (a config this run does not
-// match).
+// Returns the step (path: the checkpoint's file, for the caller to say so once it accepts the step), or
+// -1 with a message naming the file and the problem (a config this run does not match).
 // ef (or NULL): the int8 sync whose residuals continue from the checkpoint's when it holds them for the
 // same D and block size; otherwise they start at zero and a note on stderr says why.
-int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* err, size_t errlen);
+int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, RunState* state, DpSync* ef, char* path, size_t path_cap,
+                          char* err, size_t errlen);
 
 #ifdef __cplusplus
 }
