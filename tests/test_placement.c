@@ -34,7 +34,7 @@ static void test_cross_bytes(void) {
     CHECK(st == 2 * (100 + 30), "stages first on 2 x 2: both ordered pairs of each stage's replicas cross (%g)", st);
     CHECK(rp == 2 * (7 + 5), "replicas first: each replica's boundary and tied shares cross (%g)", rp);
     double cross[2];
-    CHECK(placement_choose(&t, cross) == PLACE_REPLICAS_FIRST && cross[0] == st && cross[1] == rp, "auto takes the fewer bytes: replicas first");
+    CHECK(placement_choose(&t, cross) == PLACE_REPLICAS_FIRST && cross[PLACE_STAGES_FIRST] == st && cross[PLACE_REPLICAS_FIRST] == rp, "auto takes the fewer bytes: replicas first");
     dp[0] = dp[1] = 1;
     CHECK(placement_choose(&t, NULL) == PLACE_STAGES_FIRST, "small gradients, big messages: stages first");
     int one[4] = {0, 0, 0, 0};
