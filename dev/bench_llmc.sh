@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # llm.c's CPU trainer beside tdpipe's, back to back on the same GPT-2 124M model file and the same
-# Tiny Shakespeare shard (B = 4, T = 64, llm.c's fixed shape): each one's median step time and the ratio.
+# Tiny Shakespeare shard (B = 4, T = 64, llm.c's fixed shape): each one's median step time and the ratio,
+# and tdpipe's step as a share of the machine's FMA peak measured in the same run.
 #
 # usage: dev/bench_llmc.sh LLMC_DIR [steps (default 6)] [threads (default 2)]
 # LLMC_DIR is a checkout of https://github.com/karpathy/llm.c. Its train_gpt2.c is built by its own
@@ -55,9 +56,18 @@ LLMC_MS=$(grep -o 'took [0-9.]* ms' "$TMP/llmc.txt" | awk '{ print $2 }' | media
 ./train_tdpipe -e "$TMP/init/model.bin" -i "$TRAIN" -b 4 -t 64 -x $((STEPS + 1)) -v 0 -s 0 --device cpu -o "$TMP/td" >"$TMP/td.txt" 2>&1
 TD_MS=$(grep -o '"ms": [0-9.]*' "$TMP/td/log.jsonl" | awk '{ print $2 }' | median)
 
+# the machine's FMA peak and the step's FLOPs, in this run: bench_cpu measures the peak (twice; the
+# higher) and counts a 124M step's FLOPs at B 4, T 64 through its profile (the shape above)
+make -s build/dev/bench_cpu >/dev/null
+build/dev/bench_cpu 3 --no-matmul >"$TMP/cpu.txt" 2>&1 || { cat "$TMP/cpu.txt" >&2; exit 1; }
+PEAK=$(grep -Eo 'FMA (\(measured\)|measured again before the breakdown:) [0-9.]+' "$TMP/cpu.txt" | awk '{ v = $NF + 0; if (v > m) m = v } END { print m }')
+GFLOP=$(grep -Eo 'total +[0-9.]+ GFLOP per step' "$TMP/cpu.txt" | awk '{ print $2 }')
+[ -n "$PEAK" ] && [ -n "$GFLOP" ] || { echo "bench_llmc: no peak or FLOP count in bench_cpu's output" >&2; cat "$TMP/cpu.txt" >&2; exit 1; }
+
 echo "# bench_llmc: $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $THREADS threads, $(date -u +%F)"
 echo "# llm.c $(git -C "$LLMC" rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)'), built: ${FLAGS:-see its Makefile}"
 echo "# GPT-2 124M (tdpipe's d12 in llm.c's format), Tiny Shakespeare, B 4, T 64; median of steps 2..$((STEPS + 1))"
 printf '  llm.c   train_gpt2.c    %9.1f ms/step\n' "$LLMC_MS"
 printf '  tdpipe  train_tdpipe    %9.1f ms/step\n' "$TD_MS"
 awk -v a="$LLMC_MS" -v b="$TD_MS" 'BEGIN { printf "  ratio   llm.c / tdpipe  %9.2fx\n", a / b }'
+awk -v ms="$TD_MS" -v g="$GFLOP" -v p="$PEAK" 'BEGIN { printf "  tdpipe  %.1f GFLOP a step: %.1f GFLOP/s, %.1f%% of the FMA peak (%.1f GFLOP/s, bench_cpu in this run)\n", g, g / ms * 1e3, 100 * g / ms * 1e3 / p, p }'
