@@ -448,17 +448,19 @@ static void print_startup(const Trainer* tr) {
     else if (tr->synthetic) printf("| %-20s | synthetic compute (timed waits from a cost model), no model\n", "device");
     else printf("| %-20s | %s (fp32), %d OpenMP thread(s) per rank\n", "device", tr->device->name, omp_get_max_threads());
     printf("| %-20s | P %d stages x D %d replicas = %d rank(s); schedule %s", "pipeline", c->P, c->D, c->world_size, a->schedule);
-    if (c->P > 1 && c->D > 1) {
-        printf("\n| %-20s | %s first: mpirun's rank r holds stage %s, replica %s", "placement", placement_name(tr->placement),
-               tr->placement == PLACE_REPLICAS_FIRST ? "r / D" : "r % P", tr->placement == PLACE_REPLICAS_FIRST ? "r % D" : "r / P");
-        if (tr->placement_auto)
-            printf(" (auto: %.3g MB a step between hosts stages first, %.3g MB replicas first)", tr->place_cross[PLACE_STAGES_FIRST] / 1e6, tr->place_cross[PLACE_REPLICAS_FIRST] / 1e6);
-    }
     if (tr->kind == SCHED_TDPIPE) {
         printf(", AEW W = %s", a->aew);
         if (a->aew_start > 0) printf(" from step %d (steps 1..%d synchronous)", a->aew_start + 1, a->aew_start);
     }
     printf("\n");
+    if (c->P > 1 && c->D > 1) {
+        printf("| %-20s | %s first: mpirun's rank r holds stage %s, replica %s", "placement", placement_name(tr->placement),
+               tr->placement == PLACE_REPLICAS_FIRST ? "r / D" : "r % P", tr->placement == PLACE_REPLICAS_FIRST ? "r % D" : "r / P");
+        if (tr->placement_auto)
+            printf(" (auto: %.3g MB a step between hosts stages first, %.3g MB replicas first)", tr->place_cross[PLACE_STAGES_FIRST] / 1e6,
+                   tr->place_cross[PLACE_REPLICAS_FIRST] / 1e6);
+        printf("\n");
+    }
     if (tr->comp.methods != STALE_NONE)
         printf("| %-20s | %s for micro-batches staler than %d%s\n", "stale compensation", staleness_name(tr->comp.methods), tr->comp.tau,
                tr->kind == SCHED_TDPIPE ? "" : " (a synchronous schedule has none: nothing to compensate)");

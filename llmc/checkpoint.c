@@ -86,6 +86,16 @@ static int valid_name(const char* name) {
 // ----------------------------------------------------------------------------------------------
 // writer
 
+// one thread's block: its own raw deflate stream and buffers, and what it made of the block
+typedef struct {
+    z_stream zs;
+    unsigned char* out;             // (OUT_CAP) the block's deflate output
+    unsigned char* shuf;            // (CKPT_SHUFFLE_BLOCK) the block shuffled
+    size_t out_len;
+    uint32_t crc_raw, crc_comp, adler; // of the raw block, of out, and the raw block's adler32 (of its shuffled bytes)
+    int failed;                     // deflate failed on this block
+} CkptLane;
+
 struct CkptWriter {
     char dir[PATH_CAP];
     char tmp_path[PATH_CAP];
@@ -97,14 +107,9 @@ struct CkptWriter {
     int num_sections, cap_sections;
     char (*names)[CKPT_NAME_CAP];   // (cap_sections,) names added so far, to refuse duplicates
     // a section is compressed CKPT_SHUFFLE_BLOCK bytes at a time, n_lanes blocks at once (one per
-    // OpenMP thread); each lane its own raw deflate stream and buffers
+    // OpenMP thread)
     int n_lanes;
-    z_stream* zs;                   // (n_lanes,)
-    unsigned char** out;            // (n_lanes, OUT_CAP) one block's deflate output
-    size_t* out_len;                // (n_lanes,)
-    unsigned char** shuf;           // (n_lanes, CKPT_SHUFFLE_BLOCK) one shuffled block of input
-    uint32_t *crc_raw, *crc_comp, *adler; // (n_lanes,) each block's
-    int* zerr;                      // (n_lanes,) deflate's failure in that lane, 0 if none
+    CkptLane* lanes;                // (n_lanes,)
     int failed;
     char err[PATH_CAP + 1024];
     struct sigaction old_xfsz;
@@ -114,11 +119,11 @@ static void writer_free(CkptWriter* w) {
     if (w->fd >= 0) close(w->fd);
     sigaction(SIGXFSZ, &w->old_xfsz, NULL);
     for (int i = 0; i < w->n_lanes; i++) {
-        if (w->zs) deflateEnd(&w->zs[i]);
-        if (w->out) free(w->out[i]);
-        if (w->shuf) free(w->shuf[i]);
+        deflateEnd(&w->lanes[i].zs);
+        free(w->lanes[i].out);
+        free(w->lanes[i].shuf);
     }
-    free(w->zs), free(w->out), free(w->shuf), free(w->out_len), free(w->crc_raw), free(w->crc_comp), free(w->adler), free(w->zerr);
+    free(w->lanes);
     free(w->names);
     free(w);
 }
@@ -206,23 +211,17 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
 #else
     w->n_lanes = 1;
 #endif
-    w->zs = (z_stream*)calloc_check((size_t)w->n_lanes, sizeof(z_stream));
-    w->out = (unsigned char**)calloc_check((size_t)w->n_lanes, sizeof(unsigned char*));
-    w->shuf = (unsigned char**)calloc_check((size_t)w->n_lanes, sizeof(unsigned char*));
-    w->out_len = (size_t*)calloc_check((size_t)w->n_lanes, sizeof(size_t));
-    w->crc_raw = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
-    w->crc_comp = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
-    w->adler = (uint32_t*)calloc_check((size_t)w->n_lanes, sizeof(uint32_t));
-    w->zerr = (int*)calloc_check((size_t)w->n_lanes, sizeof(int));
+    w->lanes = (CkptLane*)calloc_check((size_t)w->n_lanes, sizeof(CkptLane));
     for (int i = 0; i < w->n_lanes; i++) { // raw deflate (windowBits -15): the zlib wrapper is written around the blocks
-        if (deflateInit2(&w->zs[i], huffman ? 1 : zlib_level, Z_DEFLATED, -15, 8, huffman ? Z_HUFFMAN_ONLY : Z_DEFAULT_STRATEGY) != Z_OK) {
+        CkptLane* ln = &w->lanes[i];
+        if (deflateInit2(&ln->zs, huffman ? 1 : zlib_level, Z_DEFLATED, -15, 8, huffman ? Z_HUFFMAN_ONLY : Z_DEFAULT_STRATEGY) != Z_OK) {
             td_error(err, errlen, "%s: zlib deflateInit failed", dir);
             w->n_lanes = i; // (the lanes before it are freed; no file exists yet)
             writer_free(w);
             return NULL;
         }
-        w->out[i] = (unsigned char*)malloc_check(OUT_CAP);
-        w->shuf[i] = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+        ln->out = (unsigned char*)malloc_check(OUT_CAP);
+        ln->shuf = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
     }
     w->fd = td_create_regular(w->tmp_path, "checkpoint file", err, errlen);
     if (w->fd < 0) {
@@ -235,6 +234,33 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
         return NULL;
     }
     return w;
+}
+
+// bytes of the shuffle block at offset off of a section of `bytes`
+static size_t block_len(size_t bytes, size_t off) { return bytes - off < CKPT_SHUFFLE_BLOCK ? bytes - off : CKPT_SHUFFLE_BLOCK; }
+
+// one block (n bytes at in, n <= CKPT_SHUFFLE_BLOCK) into the lane: its CRC and adler32, shuffled if
+// asked, deflated as a raw stream ended by a sync flush (byte aligned, not final) or, the last block,
+// finished. One call does it: OUT_CAP is compressBound's bound on a zlib stream of the block, above
+// what a raw one with its flush marker can take; a call that leaves input or output unfinished is a
+// failure, not a loop.
+static void lane_deflate(CkptLane* ln, const unsigned char* in, size_t n, int elem_size, int shuffled, int last) {
+    ln->crc_raw = n > 0 ? ckpt_crc32(0, in, n) : 0;
+    if (n > 0 && shuffled) {
+        shuffle_block(ln->shuf, in, n, elem_size);
+        in = ln->shuf;
+    }
+    ln->adler = n > 0 ? (uint32_t)adler32(1, in, (uInt)n) : 1;
+    z_stream* zs = &ln->zs;
+    ln->failed = deflateReset(zs) != Z_OK;
+    zs->next_in = (Bytef*)in;
+    zs->avail_in = (uInt)n;
+    zs->next_out = ln->out;
+    zs->avail_out = OUT_CAP;
+    int ret = deflate(zs, last ? Z_FINISH : Z_SYNC_FLUSH);
+    if (ret == Z_STREAM_ERROR || zs->avail_in != 0 || zs->avail_out == 0 || (last && ret != Z_STREAM_END)) ln->failed = 1;
+    ln->out_len = OUT_CAP - zs->avail_out;
+    ln->crc_comp = ckpt_crc32(0, ln->out, ln->out_len);
 }
 
 int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t bytes, int elem_size, char* err, size_t errlen) {
@@ -270,38 +296,17 @@ int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t by
 #pragma omp parallel for schedule(static, 1) num_threads(lanes) if (lanes > 1)
         for (int l = 0; l < lanes; l++) {
             size_t off = (first + l) * (size_t)CKPT_SHUFFLE_BLOCK;
-            size_t n = bytes - off < CKPT_SHUFFLE_BLOCK ? bytes - off : CKPT_SHUFFLE_BLOCK;
-            const unsigned char* in = (const unsigned char*)data + off;
-            w->crc_raw[l] = n > 0 ? ckpt_crc32(0, in, n) : 0;
-            if (n > 0 && shuffled) {
-                shuffle_block(w->shuf[l], in, n, elem_size);
-                in = w->shuf[l];
-            }
-            w->adler[l] = n > 0 ? (uint32_t)adler32(1, in, (uInt)n) : 1;
-            z_stream* zs = &w->zs[l];
-            w->zerr[l] = deflateReset(zs) != Z_OK;
-            zs->next_in = (Bytef*)in;
-            zs->avail_in = (uInt)n;
-            zs->next_out = w->out[l];
-            zs->avail_out = OUT_CAP;
-            int ret = deflate(zs, first + l == n_blocks - 1 ? Z_FINISH : Z_SYNC_FLUSH);
-            // one call does the block: OUT_CAP is compressBound's bound on a zlib stream of it, above
-            // what a raw one with its flush marker can take; a call that leaves input or output
-            // unfinished is a failure, not a loop
-            if (ret == Z_STREAM_ERROR || zs->avail_in != 0 || zs->avail_out == 0 || (first + l == n_blocks - 1 && ret != Z_STREAM_END))
-                w->zerr[l] = 1;
-            w->out_len[l] = OUT_CAP - zs->avail_out;
-            w->crc_comp[l] = ckpt_crc32(0, w->out[l], w->out_len[l]);
+            lane_deflate(&w->lanes[l], (const unsigned char*)data + off, block_len(bytes, off), elem_size, shuffled, first + l == n_blocks - 1);
         }
         for (int l = 0; l < lanes; l++) { // in file order
-            size_t n = bytes - (first + l) * (size_t)CKPT_SHUFFLE_BLOCK;
-            if (n > CKPT_SHUFFLE_BLOCK) n = CKPT_SHUFFLE_BLOCK;
-            if (w->zerr[l]) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
-            if (write_all(w, w->out[l], w->out_len[l], err, errlen) != 0) return -1;
-            crc_raw = (uint32_t)crc32_combine(crc_raw, w->crc_raw[l], (z_off_t)n);
-            adler = (uint32_t)adler32_combine(adler, w->adler[l], (z_off_t)n);
-            crc_comp = (uint32_t)crc32_combine(crc_comp, w->crc_comp[l], (z_off_t)w->out_len[l]);
-            comp += w->out_len[l];
+            const CkptLane* ln = &w->lanes[l];
+            size_t n = block_len(bytes, (first + l) * (size_t)CKPT_SHUFFLE_BLOCK);
+            if (ln->failed) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
+            if (write_all(w, ln->out, ln->out_len, err, errlen) != 0) return -1;
+            crc_raw = (uint32_t)crc32_combine(crc_raw, ln->crc_raw, (z_off_t)n);
+            adler = (uint32_t)adler32_combine(adler, ln->adler, (z_off_t)n);
+            crc_comp = (uint32_t)crc32_combine(crc_comp, ln->crc_comp, (z_off_t)ln->out_len);
+            comp += ln->out_len;
         }
     }
     for (int i = 0; i < 4; i++) tail[i] = (unsigned char)(adler >> (24 - 8 * i)); // big-endian, as zlib's trailer
@@ -538,7 +543,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
                 unsigned char probe, *o;
                 size_t cap, blen = 0;
                 if (s->shuffled) {
-                    blen = s->bytes - blk_start < CKPT_SHUFFLE_BLOCK ? s->bytes - blk_start : CKPT_SHUFFLE_BLOCK;
+                    blen = block_len(s->bytes, blk_start);
                     o = blk + blk_fill;
                     cap = blen - blk_fill;
                 } else {

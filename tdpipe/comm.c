@@ -46,10 +46,11 @@ static double wait_clock_read(WaitClock* w) {
     w->last = t;
     return t - w->start - w->paused;
 }
-// 1 when the wait has run past --comm-timeout (*waited: its seconds)
+// 1 when the wait has run past --comm-timeout (*waited: its seconds); no clock is read without one
 static int wait_expired(const Comm* c, WaitClock* w, double* waited) {
+    if (c->timeout <= 0) return 0;
     *waited = wait_clock_read(w);
-    return c->timeout > 0 && *waited > c->timeout;
+    return *waited > c->timeout;
 }
 
 #ifdef TD_MPI
