@@ -23,7 +23,6 @@
 #endif
 #define NR (NV * VL)  // columns of C per micro-kernel
 #define TILE_MAX 512  // widest tile of the split operand (rows packed per task)
-#define WHOLE_MAX (4 << 20) // floats (16 MiB): a larger shared operand is packed one k-block at a time
 
 // how a k-block's sum s meets C: C = s; C = C + s; C = 0 + s (bitwise what adding into zeroed memory
 // gave, even for a sum that rounded to -0, for the backward passes that used to start from a memset)
@@ -36,6 +35,12 @@ enum { C_SET, C_ADD, C_ZERO_ADD };
 static inline void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc, int m, int n, int mode,
                                 const float* restrict bias) {
     vfloat acc[MR][NV];
+    // C's lines are asked for now, to arrive while the k loop runs: in a training step C is mostly
+    // fresh activations, not in any cache, and the stores at the end would otherwise wait for them
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) __builtin_prefetch(c + (size_t)i * ldc + v * VL, 1, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
@@ -121,18 +126,17 @@ typedef struct {
     int M, N, K, nkb, ldc, mode, split_n; // mode: how the first k-block meets C (later ones add)
     Operand sp;            // the split operand: rows in tiles, each packed by the task that owns it
     int sp_rows, sp_w, tile, ntiles;
-    Operand sh;            // the shared operand, packed once for all tasks
+    Operand sh;            // the shared operand: each thread packs each k-block of it for its own tiles
     int sh_rows, sh_w, sh_panels;
-    size_t sh_stride;      // floats per unit of depth of the packed shared operand
     float* C;
     const float* bias;
 } Gemm;
 
-// packs k-block kb of the shared operand into dst: panels p0, p0 + dp, ... (one thread's share)
-static void pack_shared(const Gemm* g, float* dst, int kb, int p0, int dp, MatmulSplit* prof) {
+// packs k-block kb of the shared operand into dst
+static void pack_shared(const Gemm* g, float* dst, int kb, MatmulSplit* prof) {
     int k0 = kb * KC, kc = MIN(g->K - k0, KC);
     double t0 = prof ? now_seconds() : 0.0;
-    for (int p = p0; p < g->sh_panels; p += dp)
+    for (int p = 0; p < g->sh_panels; p++)
         pack_panels(dst + (size_t)p * g->sh_w * kc, g->sh, p * g->sh_w, MIN(g->sh_rows - p * g->sh_w, g->sh_w), k0, kc, g->sh_w);
     if (prof) prof->pack_s += now_seconds() - t0;
 }
@@ -171,20 +175,19 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
 
 // C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
 // Bt given as Operands of M and N rows. One operand (the shared one, with the smaller dimension) is
-// packed once for all tasks; tasks split the other one's rows into tiles and pack their own blocks.
-// A shared operand that fits WHOLE_MAX is packed whole up front and tiles are taken dynamically,
-// each running all its k-blocks. A larger one (a long depth: the LM head's input gradient) would
-// be written out whole and read back by every thread: instead each thread packs each k-block of it
-// itself before its own tiles' share of that block. That packs it once per thread (a few % of the
-// work) but needs no barrier per block, which a thread descheduled on a shared machine would stall.
+// read by every thread; the threads split the other one's rows into tiles, thread th owning tiles th,
+// th + nt, ... Each thread walks the k-blocks in order: it packs the shared operand's block itself
+// (the smaller operand, so a small share of the work), then for each of its tiles packs that tile's
+// block and runs the micro-kernels. Nothing is shared between threads but C's disjoint tiles, so
+// there is no barrier: a thread descheduled on a shared machine delays only its own tiles. Packing
+// the shared operand on each thread costs less than reading another core's packing (measured with
+// paired steps, dev/bench_matmul_ab.sh: 2% off a 124M step, 5% off the small model's).
 static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias, MatmulSplit* prof) {
     if (K == 0) {
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (mode == C_ADD ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
         return;
     }
-    static float* shared_buf = NULL;
-    static size_t shared_cap = 0;
     Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .mode = mode, .split_n = N >= M, .C = C, .bias = bias};
     g.sh = g.split_n ? A : Bt;
     g.sp = g.split_n ? Bt : A;
@@ -193,39 +196,26 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
     g.sp_rows = g.split_n ? N : M;
     g.sp_w = g.split_n ? NR : MR;
     g.sh_panels = CEIL_DIV(g.sh_rows, g.sh_w);
-    g.sh_stride = (size_t)g.sh_panels * g.sh_w;
-    int whole = g.sh_stride * (size_t)K <= WHOLE_MAX;
-    float* shbuf = whole ? workspace(&shared_buf, &shared_cap, g.sh_stride * (size_t)g.nkb * KC) : NULL;
-    // tiles of the split operand, whole micro-panels: 4 per thread where the size allows; a long
-    // depth sweeps the shared operand once per tile, so then one per thread
+    // tiles of whole micro-panels, as few as TILE_MAX allows, their count a multiple of the threads
+    // so that each thread has as many (fewer only where there are fewer panels than threads)
     int nthreads = omp_get_max_threads();
     int sp_panels = CEIL_DIV(g.sp_rows, g.sp_w);
-    int want = whole && g.nkb <= 8 ? 4 * nthreads : nthreads;
+    int want = nthreads * CEIL_DIV(sp_panels, nthreads * (TILE_MAX / g.sp_w));
     g.tile = CEIL_DIV(sp_panels, MIN(want, sp_panels)) * g.sp_w;
-    if (g.tile > TILE_MAX) g.tile = TILE_MAX / g.sp_w * g.sp_w;
     g.ntiles = CEIL_DIV(g.sp_rows, g.tile);
 #pragma omp parallel
     {
         static __thread float* own = NULL; // this thread's block of the split operand
         static __thread size_t own_cap = 0;
+        static __thread float* mine = NULL; // this thread's packed k-block of the shared operand
+        static __thread size_t mine_cap = 0;
         float* blk = workspace(&own, &own_cap, (size_t)KC * TILE_MAX);
+        float* shk = workspace(&mine, &mine_cap, (size_t)g.sh_panels * g.sh_w * KC);
         int th = omp_get_thread_num(), nt = omp_get_num_threads();
         MatmulSplit mine_s = {0}, *p = prof ? &mine_s : NULL; // this thread's seconds, added up below
-        if (whole) {
-            for (int kb = 0; kb < g.nkb; kb++) pack_shared(&g, shbuf + g.sh_stride * (size_t)kb * KC, kb, th, nt, p);
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-            for (int t = 0; t < g.ntiles; t++)
-                for (int kb = 0; kb < g.nkb; kb++) tile_block(&g, t, kb, shbuf + g.sh_stride * (size_t)kb * KC, blk, p);
-        } else {
-            static __thread float* mine = NULL; // this thread's packed k-block of the shared operand
-            static __thread size_t mine_cap = 0;
-            float* shk = workspace(&mine, &mine_cap, g.sh_stride * KC);
-            for (int kb = 0; kb < g.nkb; kb++) { // tiles th, th + nt, ...: this thread's own across all k-blocks
-                if (th >= g.ntiles) break;
-                pack_shared(&g, shk, kb, 0, 1, p);
-                for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk, p);
-            }
+        for (int kb = 0; kb < g.nkb && th < g.ntiles; kb++) {
+            pack_shared(&g, shk, kb, p);
+            for (int t = th; t < g.ntiles; t += nt) tile_block(&g, t, kb, shk, blk, p);
         }
         if (prof) {
 #pragma omp critical(matmul_split)

@@ -1,6 +1,6 @@
 // The CPU matmul against a plain double-precision reference on shapes that take every path of
 // the blocked SGEMM (tiles split by rows or by columns, short and long depths, partial panels,
-// the widest tiles, a shared operand packed one k-block at a time), forward and both backward halves, with 1 and 2 threads, bitwise equal
+// the widest tiles, a depth of hundreds of k-blocks), forward and both backward halves, with 1 and 2 threads, bitwise equal
 // across thread counts, and the written backward halves bitwise the ones added into zeros. The packing buffers are checked for overruns by glibc (MALLOC_CHECK_).
 // The profiling split (packing against micro-kernel) counts each pass's FLOPs exactly and changes no bit.
 #include <math.h>
@@ -130,7 +130,7 @@ int main(void) {
     check_shape(1100, 40, 2100); // backward input: tiles split by rows, a long depth, the widest row tiles
     check_shape(40, 2100, 1100); // tiles split by columns, a long depth, the widest column tiles
     check_shape(130, 20, 2600); // backward weight: long depth 130 is short, rows 2600 split
-    check_shape(37, 60, 120001); // backward input: a shared operand too large to pack whole, packed per k-block (partial panels, a partial last block)
+    check_shape(37, 60, 120001); // backward input: hundreds of k-blocks, as the LM head's (partial panels, a partial last block)
     check_split(37, 300, 70);
     check_split(37, 60, 120001);
     omp_set_num_threads(2);
