@@ -208,25 +208,32 @@ static void print_matmul_split(int steps, double peak) {
            100.0 * alone / thread_peak);
 }
 
-// median ms of full training steps on random tokens; profiled > 0: that many more steps with the
-// profiling hook on, then their breakdown
-static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps, int profiled, double peak, double bw) {
+// the whole model as one CPU stage, one micro-batch of random tokens, for train_step
+static void step_stage_create(Stage* s, int L, int C, int NH, int V, int B, int T) {
     GPT2Config cfg = {1024, V, (V + 127) / 128 * 128, L, NH, C};
     GPT2Range all = {0, L, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     float* full = (float*)malloc_check(gpt2_param_sizes(&cfg, &all, sizes) * sizeof(float));
     gpt2_init_full(&cfg, full, 42);
-    Stage s;
-    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
-    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
+    stage_create(s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = B, .T = T, .full = full});
+    stage_reserve(s, 1, 1, 1, 0); // one micro-batch at a time
     free(full);
     Rng r;
     rng_init(&r, 7);
     for (int i = 0; i < B * T; i++) {
-        stage_inputs(&s, 0)[i] = (int)rng_below(&r, V);
-        stage_targets(&s, 0)[i] = (int)rng_below(&r, V);
+        stage_inputs(s, 0)[i] = (int)rng_below(&r, V);
+        stage_targets(s, 0)[i] = (int)rng_below(&r, V);
     }
-    AdamWConfig opt = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+}
+
+static const AdamWConfig STEP_OPT = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+
+// median ms of full training steps on random tokens; profiled > 0: that many more steps with the
+// profiling hook on, then their breakdown
+static void bench_step(const char* label, int L, int C, int NH, int V, int B, int T, int steps, int profiled, double peak, double bw) {
+    Stage s;
+    step_stage_create(&s, L, C, NH, V, B, T);
+    AdamWConfig opt = STEP_OPT;
     double* units = (double*)calloc_check(L + 2, sizeof(double));
     double* t = (double*)calloc_check(steps + 1, sizeof(double));
     for (int step = 0; step <= steps; step++) { // step 0 warms up and is left out
