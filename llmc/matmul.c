@@ -96,8 +96,8 @@ static void pack_panels(float* restrict dst, Operand X, int r0, int rows, int k0
             for (int k = 0; k < kc; k++) { // a short copy per k: vector moves, not a memcpy call
                 const float* src = X.p + (size_t)(k0 + k) * X.ld + r0 + rp;
                 float* dk = d + (size_t)k * W;
-                if (w == W && W % VL == 0)
-                    for (int j = 0; j < W; j += VL) *(vfloat_u*)(dk + j) = *(const vfloat_u*)(src + j);
+                if (w == W && W % 8 == 0) // 8-float moves: MR = 8 is half an AVX-512 vector
+                    for (int j = 0; j < W; j += 8) *(v8f_u*)(dk + j) = *(const v8f_u*)(src + j);
                 else
                     memcpy(dk, src, sizeof(float) * w);
             }
