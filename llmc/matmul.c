@@ -181,7 +181,7 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
 // block and runs the micro-kernels. Nothing is shared between threads but C's disjoint tiles, so
 // there is no barrier: a thread descheduled on a shared machine delays only its own tiles. Packing
 // the shared operand on each thread costs less than reading another core's packing (measured with
-// paired steps, dev/bench_matmul_ab.sh: 2% off a 124M step, 5% off the small model's).
+// paired steps, dev/bench_matmul_ab.sh: about 3% off a 124M step, 6% off the small model's).
 static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc, int mode, const float* bias, MatmulSplit* prof) {
     if (K == 0) {
         for (int i = 0; i < M; i++)
