@@ -39,19 +39,25 @@ static int apply_document(ConfigSetFn set, void* ctx, const char* path, yaml_doc
         const yaml_node_t* first = earlier_same_key(doc, root, sp);
         if (first)
             return td_error(err, errlen, "%s:%zu: section '%s' appears twice (first at line %zu)", path, line_of(sk), section, line_of(first));
+        // a section given as an alias (`model: *p`) holds the anchored mapping's own nodes, whose
+        // lines are the anchor's: its errors are put at the section's line and name the anchor's
+        int aliased = sv->start_mark.line < sk->start_mark.line;
+        char from[64] = "";
+        if (aliased) snprintf(from, sizeof(from), " (in the mapping anchored at line %zu)", line_of(sv));
         for (yaml_node_pair_t* kp = sv->data.mapping.pairs.start; kp < sv->data.mapping.pairs.top; kp++) {
             yaml_node_t* k = yaml_document_get_node(doc, kp->key);
             yaml_node_t* v = yaml_document_get_node(doc, kp->value);
+            size_t line = aliased ? line_of(sk) : line_of(k);
             if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE)
-                return td_error(err, errlen, "%s:%zu: '%s' must map keys to plain values", path, line_of(k), section);
+                return td_error(err, errlen, "%s:%zu: '%s' must map keys to plain values%s", path, line, section, from);
             if (scalar_has_nul(k) || scalar_has_nul(v))
-                return td_error(err, errlen, "%s:%zu: '%s': a key or value holds a NUL character", path, line_of(k), section);
+                return td_error(err, errlen, "%s:%zu: '%s': a key or value holds a NUL character%s", path, line, section, from);
             char key[256], msg[512];
             snprintf(key, sizeof(key), "%s.%s", section, (const char*)k->data.scalar.value);
             if ((first = earlier_same_key(doc, sv, kp)) != NULL)
-                return td_error(err, errlen, "%s:%zu: key '%s' appears twice (first at line %zu)", path, line_of(k), key, line_of(first));
+                return td_error(err, errlen, "%s:%zu: key '%s' appears twice (first at line %zu)%s", path, line, key, line_of(first), from);
             if (set(ctx, key, (const char*)v->data.scalar.value, msg, sizeof(msg)))
-                return td_error(err, errlen, "%s:%zu: %s", path, line_of(k), msg);
+                return td_error(err, errlen, "%s:%zu: %s%s", path, line, msg, from);
         }
     }
     return 0;

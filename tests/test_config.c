@@ -76,6 +76,12 @@ static void test_other_refusals(void) {
     CHECK(rc == -1 && strstr(err, ".yaml:1: 'model' must map keys to plain values"), "a list as a value: %s", err);
     rc = load("model: {batch: &x 2, seq_len: *x}\n", &a, err, sizeof err);
     CHECK(rc == 0 && a.B == 2 && a.T == 2, "an alias is the value it names (%s)", err);
+    // a section that is an alias of another's mapping: its nodes carry the anchor's lines, so the
+    // error is put at the aliasing section's line, naming the anchor's
+    rc = load("pipeline: &p\n  stages: 1\noptimizer:\n  lr: 0.001\nmodel: *p\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:5: unknown key 'model.stages' (in the mapping anchored at line 1)"), "an aliased section: %s", err);
+    rc = load("optimizer:\n  lr: &v 0.5x\npipeline:\n  stages: *v\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:2: optimizer.lr"), "an anchored bad value is refused where it is first used: %s", err);
 }
 
 int main(void) {
