@@ -79,6 +79,22 @@ $(BUILD)/dev/%: dev/%.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
+# bench_matmul_ab: up to three matmul.c variants linked side by side, each with its API renamed
+# (va_, vb_, vc_; -Illmc: a variant may live outside llmc/), and the library without its own matmul.o; dev/bench_matmul_ab.sh names AB_B and
+# AB_C (the binary keeps the variants it was last built with). Built by `make` alone, all three are
+# this checkout's: an A/A run, which shows the bench's noise floor.
+AB_A ?= llmc/matmul.c
+AB_B ?= $(AB_A)
+AB_C ?= $(AB_B)
+AB_API := matmul_forward matmul_backward_input matmul_backward_weight matmul_profile_split matmul_profile_reset matmul_kernel_gflops
+$(BUILD)/dev/bench_matmul_ab: dev/bench_matmul_ab.c dev/bench_cpu.c $(LIB) $(FLAGS_FILE) $(AB_A) $(AB_B) $(AB_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Illmc -c $(AB_A) -o $@.va.o $(foreach f,$(AB_API),-D$(f)=va_$(f))
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Illmc -c $(AB_B) -o $@.vb.o $(foreach f,$(AB_API),-D$(f)=vb_$(f))
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Illmc -c $(AB_C) -o $@.vc.o $(foreach f,$(AB_API),-D$(f)=vc_$(f))
+	cp $(LIB) $@.lib.a && ar d $@.lib.a matmul.o
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $@.va.o $@.vb.o $@.vc.o $@.lib.a -o $@ $(LDLIBS) $(MPI_LIBS)
+
 # bench_cpu times OpenBLAS's cblas_sgemm beside the hand-written SGEMM where pkg-config finds OpenBLAS
 # (Debian: libopenblas-openmp-dev, whose OpenMP threads are ours); NO_OPENBLAS=1 leaves it out
 ifneq ($(NO_OPENBLAS),1)

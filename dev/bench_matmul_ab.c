@@ -2,7 +2,7 @@
 // moves by 10% and more from one minute to the next, more than most kernel changes gain; here every
 // variant is linked into one program and they take turns step by step (the order rotated each round),
 // so that a slow spell slows them alike, and each is judged by its per-round ratio to variant a.
-// Built by dev/bench_matmul_ab.sh, which compiles each variant with its public names prefixed (va_, vb_, vc_).
+// Built by the Makefile (each variant compiled with its public names prefixed va_, vb_, vc_; dev/bench_matmul_ab.sh names them).
 // usage: build/dev/bench_matmul_ab ROUNDS VARIANTS(2|3) [small]   (small: the default model, else 124M)
 #define main bench_cpu_main // its train_step is the step timed here: one step, not a copy of it
 #include "dev/bench_cpu.c"
