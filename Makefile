@@ -80,8 +80,8 @@ $(BUILD)/dev/%: dev/%.c $(LIB) $(FLAGS_FILE)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
 
 # bench_matmul_ab: up to three matmul.c variants linked side by side, each with its API renamed
-# (va_, vb_, vc_; -Illmc: a variant may live outside llmc/), and the library without its own matmul.o; dev/bench_matmul_ab.sh names AB_B and
-# AB_C (the binary keeps the variants it was last built with). Built by `make` alone, all three are
+# (va_, vb_, vc_; -Illmc: a variant may live outside llmc/), and the library without its own
+# matmul.o; dev/bench_matmul_ab.sh names AB_B and AB_C (the binary keeps the variants it was last built with). Built by `make` alone, all three are
 # this checkout's: an A/A run, which shows the bench's noise floor.
 AB_A ?= llmc/matmul.c
 AB_B ?= $(AB_A)

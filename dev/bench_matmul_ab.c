@@ -33,10 +33,7 @@ void matmul_profile_reset(void) { va_matmul_profile_reset(); vb_matmul_profile_r
 double matmul_kernel_gflops(double seconds) { return ROUTE(matmul_kernel_gflops(seconds)); }
 
 static int cmp_double(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
-static double quantile(double* x, int n, double q) { // of a sorted copy: x is sorted in place
-    qsort(x, n, sizeof(double), cmp_double);
-    return x[(int)(q * (n - 1) + 0.5)];
-}
+static double quantile(const double* sorted, int n, double q) { return sorted[(int)(q * (n - 1) + 0.5)]; }
 
 int main(int argc, char** argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 0, nv = argc > 2 ? atoi(argv[2]) : 0, small = argc > 3 && !strcmp(argv[3], "small");
@@ -65,8 +62,9 @@ int main(int argc, char** argv) {
     double* x = (double*)calloc_check(rounds, sizeof(double));
     for (int v = 0; v < nv; v++) {
         for (int rd = 0; rd < rounds; rd++) x[rd] = t[v * rounds + rd];
-        double ms = quantile(x, rounds, 0.5) * 1e3;
+        double ms = td_median(x, rounds) * 1e3;
         for (int rd = 0; rd < rounds; rd++) x[rd] = t[v * rounds + rd] / t[rd];
+        qsort(x, rounds, sizeof(double), cmp_double); // once, for the three quantiles
         double q1 = quantile(x, rounds, 0.25), med = quantile(x, rounds, 0.5), q3 = quantile(x, rounds, 0.75);
         printf("  %c        %9.1f  %10.4f  %8.4f  %8.4f\n", 'a' + v, ms, med, q1, q3);
     }
