@@ -57,8 +57,6 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 
 # AdamW's loop vectorises only without errno semantics for sqrtf (IEEE-exact either way; see llmc/adamw.c)
 $(BUILD)/llmc/adamw.o: CFLAGS += -fno-math-errno
-# the vectorised tanhf rounds each multiply and add on its own, as the scalar libm code it matches (see the file)
-$(BUILD)/llmc/tanhf_vec.o: CFLAGS += -ffp-contract=off
 
 $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
@@ -205,7 +203,6 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 $(FUZZ_BUILD)/plain/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(FUZZ_BUILD)/plain/llmc/tanhf_vec.o: CFLAGS += -ffp-contract=off
 
 $(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FUZZ_BUILD)/plain/%.o)
 	ar rcs $@ $^

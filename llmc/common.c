@@ -2,6 +2,7 @@
 #include "common.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -204,4 +205,13 @@ void sleep_seconds(double s) {
     ts.tv_sec = (time_t)s;
     ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
     nanosleep(&ts, NULL);
+}
+
+double td_ulp_error(float got, double exact) {
+    if (isnan(exact) || isnan(got)) return isnan(exact) && isnan(got) ? 0.0 : INFINITY;
+    if (isinf(exact) || isinf(got)) return (double)got == exact ? 0.0 : INFINITY;
+    int e;
+    frexp(exact, &e); // |exact| = m 2^e, m in [0.5, 1): the float spacing there is 2^(e - 24)
+    double ulp = fabs(exact) < 0x1p-126 ? 0x1p-149 : ldexp(1.0, e - 24);
+    return fabs((double)got - exact) / ulp;
 }
