@@ -188,7 +188,7 @@ FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize
 # the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
 # built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
 FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
-FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/expf_vec.c llmc/tanhf_vec.c llmc/profile.c
+FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/attention.c llmc/expf_vec.c llmc/tanhf_vec.c llmc/profile.c
 FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 .PHONY: fuzz fuzz-build

@@ -1,5 +1,6 @@
-// CPU reference operations of GPT-2 other than matmul (see ops.h). OpenMP over outer loops; every
-// reduction runs in a fixed order, so results do not depend on the number of threads.
+// CPU reference operations of GPT-2 other than matmul and attention (matmul.c, attention.c; see
+// ops.h). OpenMP over outer loops; every reduction runs in a fixed order, so results do not depend on
+// the number of threads.
 #include "ops.h"
 #include <math.h>
 #include <omp.h>
@@ -222,159 +223,6 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
     PROFILE_END(t0, "layernorm", "bwd_w", N, C, 0, 5.0 * N * C, 4.0 * (2.0 * N * C + 2.0 * N));
 }
 
-// One head's keys (or values) of batch row b, transposed: kt (hs, Tp)[i][t2] = qkv's head slice of
-// token t2 at offset `part` (C: keys, 2C: values), zero past T (Tp, T rounded up to VL)
-static void head_transposed(float* kt, const float* qkv, int b, int h, int part, int T, int Tp, int C, int hs) {
-    simd_transpose(kt, Tp, qkv + (size_t)b * T * 3 * C + part + h * hs, 3 * C, T, hs);
-    for (int i = 0; i < hs; i++)
-        for (int t2 = T; t2 < Tp; t2++) kt[(size_t)i * Tp + t2] = 0.0f;
-}
-
-// dots (n rounded up to VL) [t2] = Σ_i x[i] kt[i][t2] for t2 < n: VL dot products side by side, one per
-// lane, each adding its rounded products x[i] k[i] in order of i, as the per-pair scalar loop did
-// (GCC compiled it to an in-order vector reduction, products rounded); four vectors at a time hide
-// the add latency
-static void head_dots(float* dots, const float* x, const float* kt, int hs, int Tp, int n) {
-    int t0 = 0;
-    for (; t0 + 4 * VL <= n; t0 += 4 * VL) {
-        vfloat acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
-        for (int i = 0; i < hs; i++) {
-            const vfloat* k = (const vfloat*)(kt + (size_t)i * Tp + t0);
-            vfloat p0 = k[0] * x[i], p1 = k[1] * x[i], p2 = k[2] * x[i], p3 = k[3] * x[i];
-            SIMD_ROUNDED(p0);
-            SIMD_ROUNDED(p1);
-            SIMD_ROUNDED(p2);
-            SIMD_ROUNDED(p3);
-            acc0 += p0;
-            acc1 += p1;
-            acc2 += p2;
-            acc3 += p3;
-        }
-        vfloat* d = (vfloat*)(dots + t0);
-        d[0] = acc0;
-        d[1] = acc1;
-        d[2] = acc2;
-        d[3] = acc3;
-    }
-    for (; t0 < n; t0 += VL) {
-        vfloat acc = {0};
-        for (int i = 0; i < hs; i++) {
-            vfloat p = *(const vfloat*)(kt + (size_t)i * Tp + t0) * x[i];
-            SIMD_ROUNDED(p);
-            acc += p;
-        }
-        *(vfloat*)(dots + t0) = acc;
-    }
-}
-
-// o (hs) = Σ_{j < n} w[j] x_j with x_j = x + j ldx (nv vectors of VL floats: hs = nv VL): each element
-// an FMA chain over j in order from zero, as the loop over o in memory computed it, here in registers
-static inline __attribute__((always_inline)) void weighted_sum_vec(float* o, const float* w, const float* x, size_t ldx, int n, int nv) {
-    vfloat acc[4] = {{0}, {0}, {0}, {0}};
-    for (int j = 0; j < n; j++)
-        for (int v = 0; v < nv; v++) acc[v] += *(const vfloat_u*)(x + (size_t)j * ldx + v * VL) * w[j];
-    for (int v = 0; v < nv; v++) *(vfloat_u*)(o + v * VL) = acc[v];
-}
-
-// the same for any hs: specialised (registers) for up to 4 vectors, else one element at a time
-static void head_weighted_sum(float* o, const float* w, const float* x, size_t ldx, int n, int hs) {
-    switch (hs % VL ? 0 : hs / VL) {
-    case 1: weighted_sum_vec(o, w, x, ldx, n, 1); return;
-    case 2: weighted_sum_vec(o, w, x, ldx, n, 2); return;
-    case 3: weighted_sum_vec(o, w, x, ldx, n, 3); return;
-    case 4: weighted_sum_vec(o, w, x, ldx, n, 4); return;
-    }
-    for (int i = 0; i < hs; i++) o[i] = 0.0f;
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < hs; i++) o[i] += w[j] * x[(size_t)j * ldx + i];
-}
-
-// per-thread buffers of the attention kernels: a head's transposed keys or values (hs, Tp) and a row of dots (Tp)
-static float* head_scratch(int hs, int Tp) {
-    float* buf = (float*)aligned_alloc(64, sizeof(float) * (size_t)(hs + 1) * Tp);
-    if (!buf) td_fatal("attention: out of memory for a %d x %d head buffer", hs + 1, Tp);
-    return buf;
-}
-
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    double t0 = profile_begin();
-    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel
-    {
-        float* kt = head_scratch(hs, Tp); // (hs, Tp) this head's keys, transposed
-        float* dots = kt + (size_t)hs * Tp; // (Tp)
-#pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                head_transposed(kt, qkv, b, h, C, T, Tp, C, hs);
-                for (int t = 0; t < T; t++) {
-                    const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                    float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                    head_dots(dots, q, kt, hs, Tp, t + 1);
-                    float maxv = -INFINITY;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float dot = dots[t2] * scale;
-                        a[t2] = dot;
-                        if (dot > maxv) maxv = dot;
-                    }
-                    for (int t2 = 0; t2 <= t; t2++) a[t2] -= maxv;
-                    expf_vec(a, a, t + 1);
-                    float sum = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) sum += a[t2];
-                    float inv = 1.0f / sum;
-                    for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-                    head_weighted_sum(out + ((size_t)b * T + t) * C + h * hs, a, qkv + (size_t)b * T * 3 * C + 2 * C + h * hs, 3 * C, t + 1, hs);
-                }
-            }
-        free(kt);
-    }
-    PROFILE_END(t0, "attention", "fwd", B * T, C, NH, 4.0 * B * C * T * (T + 1) / 2, 4.0 * (4.0 * B * T * C + (double)B * NH * T * T));
-}
-
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
-    double t0 = profile_begin();
-    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
-    float scale = 1.0f / sqrtf((float)hs);
-    // one (b, h) writes only head h's columns of dqkv: disjoint across iterations. Each row of dq, dk
-    // and dv is one weighted sum of rows, an FMA chain from zero in order of the summed index, as the
-    // loops that added into zeroed rows one query at a time computed them.
-#pragma omp parallel
-    {
-        float* vt = head_scratch(hs, Tp); // (hs, Tp) this head's values, transposed
-        float* s = vt + (size_t)hs * Tp;  // (Tp) one query's v · dout for each key
-        float* w = (float*)malloc_check(sizeof(float) * T); // (T) one key's column of att or dpre
-#pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                const float* a_bh = att + ((size_t)b * NH + h) * T * T; // (T, T)
-                float* dpre = datt + ((size_t)b * NH + h) * T * T;      // (T, T) the gradient before the scaled dot product
-                const float* q0 = qkv + (size_t)b * T * 3 * C + h * hs;
-                head_transposed(vt, qkv, b, h, 2 * C, T, Tp, C, hs);
-                for (int t = 0; t < T; t++) { // through out = att · v and the softmax; dq
-                    const float* a = a_bh + (size_t)t * T;
-                    float* dp = dpre + (size_t)t * T;
-                    head_dots(s, dout + ((size_t)b * T + t) * C + h * hs, vt, hs, Tp, t + 1);
-                    float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * s[t2];
-                    for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (s[t2] - dot) * scale;
-                    head_weighted_sum(dqkv + ((size_t)b * T + t) * 3 * C + h * hs, dp, q0 + C, 3 * C, t + 1, hs);
-                }
-                for (int t2 = 0; t2 < T; t2++) { // dv and dk of key t2: sums over the queries t >= t2
-                    int n = T - t2;
-                    float* drow = dqkv + ((size_t)b * T + t2) * 3 * C + h * hs;
-                    for (int j = 0; j < n; j++) w[j] = a_bh[(size_t)(t2 + j) * T + t2];
-                    head_weighted_sum(drow + 2 * C, w, dout + ((size_t)b * T + t2) * C + h * hs, C, n, hs);
-                    for (int j = 0; j < n; j++) w[j] = dpre[(size_t)(t2 + j) * T + t2];
-                    head_weighted_sum(drow + C, w, q0 + (size_t)t2 * 3 * C, 3 * C, n, hs);
-                }
-            }
-        free(w);
-        free(vt);
-    }
-    PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (7.0 * B * T * C + 3.0 * B * NH * T * T));
-}
-
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 #define GELU_BLOCK 512                 // elements per tanhf_vec call (a few KiB on the stack)
 
@@ -423,24 +271,6 @@ void residual_forward(float* out, const float* inp1, const float* inp2, long N) 
     PROFILE_END(t0, "residual", "fwd", (int)N, 0, 0, 0.0, 12.0 * N);
 }
 
-// max over l[0..n): vector lanes keep running maxima that are then folded; the same value as a
-// one-at-a-time scan (NaNs skipped alike) up to the sign of a zero maximum, which cannot change
-// what it is used for (l - max and expf of it, target - max in the loss)
-static float row_max(const float* l, int n) {
-    typedef int vint __attribute__((vector_size(VL * sizeof(int))));
-    vfloat m = (vfloat){0} - INFINITY;
-    int i = 0;
-    for (; i + VL <= n; i += VL) {
-        vfloat x = *(const vfloat_u*)(l + i);
-        vint gt = x > m;
-        m = (vfloat)(((vint)x & gt) | ((vint)m & ~gt));
-    }
-    float maxv = -INFINITY;
-    for (int j = 0; j < VL; j++) maxv = m[j] > maxv ? m[j] : maxv;
-    for (; i < n; i++) maxv = l[i] > maxv ? l[i] : maxv;
-    return maxv;
-}
-
 // Rows in groups of 8: each row's exponentials through expf_vec (bitwise libm's expf), then the 8
 // rows' sums in double side by side (simd_sum8_rows), each still in index order
 void classifier_forward(float* losses, float* probs, const float* logits, const int* targets, int BT, int V, int Vp) {
@@ -453,7 +283,7 @@ void classifier_forward(float* losses, float* probs, const float* logits, const 
         for (int r = 0; r < rows; r++) {
             const float* l = logits + (size_t)(n0 + r) * Vp;
             float* p = probs + (size_t)(n0 + r) * Vp;
-            maxv[r] = row_max(l, V);
+            maxv[r] = simd_row_max(l, V);
             target_logit[r] = targets ? l[targets[n0 + r]] : 0.0f; // read before probs (may alias logits) overwrite it
             for (int i = 0; i < V; i++) p[i] = l[i] - maxv[r];
             expf_vec(p, p, V);

@@ -21,6 +21,7 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
                                int accumulate);
 
 // out (B,T,C), att (B,NH,T,T) softmax probabilities (causal; entries t2 > t are 0), from qkv (B,T,3C)
+// (attention_forward and attention_backward live in attention.c)
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 // dqkv (B,T,3C) = ... (overwritten), from dout (B,T,C); datt (B,NH,T,T) is scratch, overwritten
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH);

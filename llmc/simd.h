@@ -3,6 +3,7 @@
 // vectorise across rows, keys or chunks, and the FMA-peak benchmark are written with these, so the
 // compiler emits the widest instructions the -march allows.
 #pragma once
+#include <math.h>
 #include <stddef.h>
 
 #if defined(__AVX512F__)
@@ -92,9 +93,42 @@ static inline v8d simd_sum8_rows_of(float* dst, const float* base, const float* 
 }
 static inline v8d simd_sum8_rows(const float* base, size_t ld, size_t n, int squares) { return simd_sum8_rows_of(NULL, base, NULL, ld, n, squares); }
 
+// max over x[0..n): vector lanes keep running maxima that are then folded; the same value as a
+// one-at-a-time scan (NaNs skipped alike) up to the sign of a zero maximum, which cannot change
+// what it is used for (x - max and expf of it; a target's logit - max in the loss)
+static inline float simd_row_max(const float* x, int n) {
+    typedef int vint __attribute__((vector_size(VL * sizeof(int))));
+    vfloat m = (vfloat){0} - INFINITY;
+    int i = 0;
+    for (; i + VL <= n; i += VL) {
+        vfloat v = *(const vfloat_u*)(x + i);
+        vint gt = v > m;
+        m = (vfloat)(((vint)v & gt) | ((vint)m & ~gt));
+    }
+    float maxv = -INFINITY;
+    for (int j = 0; j < VL; j++) maxv = m[j] > maxv ? m[j] : maxv;
+    for (; i < n; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    return maxv;
+}
+
+// Σ x[i] y[i] over i < n (y NULL: Σ x[i]) in one fixed order, whatever the threads: lane j of a vector
+// sums elements j, j + VL, ... of the whole vectors (FMA chains), the lanes are folded in order and
+// the tail added one by one. Not a serial chain's rounding, but VL chains side by side are not
+// latency-bound
+static inline float simd_row_dot(const float* x, const float* y, int n) {
+    vfloat acc = {0};
+    int i = 0;
+    for (; i + VL <= n; i += VL) acc += y ? *(const vfloat_u*)(x + i) * *(const vfloat_u*)(y + i) : *(const vfloat_u*)(x + i);
+    float s = 0.0f;
+    for (int j = 0; j < VL; j++) s += acc[j];
+    for (; i < n; i++) s += y ? x[i] * y[i] : x[i];
+    return s;
+}
+
 // x (a vector of products) stays rounded: the compiler cannot fuse it into the add that follows (FMA
-// contraction), for sums that must add rounded products, as GCC's in-order vector reductions do
-#if defined(__x86_64__) || defined(__i386__)
+// contraction), for sums that must add rounded products, as GCC's in-order vector reductions do.
+// In a register where the CPU has one that holds it (a v8f needs AVX), else through memory
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX__)
 #define SIMD_ROUNDED(x) __asm__("" : "+v"(x))
 #elif defined(__aarch64__)
 #define SIMD_ROUNDED(x) __asm__("" : "+w"(x))
