@@ -58,7 +58,9 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 # AdamW's loop vectorises only without errno semantics for sqrtf (IEEE-exact either way; see llmc/adamw.c)
 $(BUILD)/llmc/adamw.o: CFLAGS += -fno-math-errno
 
+# made afresh: ar would keep the member of a source file since deleted, which the linker may still pick
 $(LIB): $(LIB_OBJ)
+	rm -f $@
 	ar rcs $@ $^
 
 ifneq ($(NVCC),)
@@ -188,7 +190,7 @@ FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize
 # the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
 # built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
 FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
-FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/attention.c llmc/expf_vec.c llmc/tanhf_vec.c llmc/profile.c
+FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/attention.c llmc/vec_math.c llmc/profile.c
 FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 .PHONY: fuzz fuzz-build
@@ -205,6 +207,7 @@ $(FUZZ_BUILD)/plain/%.o: %.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FUZZ_BUILD)/plain/%.o)
+	rm -f $@
 	ar rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_file.h $(FUZZ_LIB)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the polynomial coefficients of llmc/tanhf_vec.c: minimax in relative error by Lawson's
+"""Fits the polynomial coefficients of llmc/vec_math.c: minimax in relative error by Lawson's
 iteration (weighted least squares whose weights grow where the error is largest), on Chebyshev
 nodes, against mpmath at 40 digits. Prints each fit's worst relative error and its coefficients
 rounded to float, lowest degree first, as the C file lists them highest first.

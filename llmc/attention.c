@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
-#include "expf_vec.h"
+#include "vec_math.h"
 #include "ops.h"
 #include "profile.h"
 #include "simd.h"

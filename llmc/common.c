@@ -209,6 +209,8 @@ void sleep_seconds(double s) {
 
 double td_ulp_error(float got, double exact) {
     if (isnan(exact) || isnan(got)) return isnan(exact) && isnan(got) ? 0.0 : INFINITY;
+    // a float infinity is right where the exact value rounds to it: at or past FLT_MAX + half its ulp
+    if (isinf(got) && !isinf(exact)) return fabs(exact) >= 0x1.ffffffp127 && (got > 0) == (exact > 0) ? 0.0 : INFINITY;
     if (isinf(exact) || isinf(got)) return (double)got == exact ? 0.0 : INFINITY;
     int e;
     frexp(exact, &e); // |exact| = m 2^e, m in [0.5, 1): the float spacing there is 2^(e - 24)

@@ -65,8 +65,9 @@ int td_cmp_double(const void* a, const void* b);
 double td_median(double* v, int n);
 void sleep_seconds(double s); // returns after s seconds (at once for s <= 0)
 // |got - exact| in float ulps at exact (the spacing of the floats in exact's binade; below 2^-126 the
-// subnormals' 2^-149): how far a float function's result lies from the true value. 0 where both are
-// the same NaN-or-infinity class, infinity where only one is.
+// subnormals' 2^-149): how far a float function's result lies from the true value. 0 for NaN against
+// NaN and for an infinity where exact rounds to it (|exact| >= FLT_MAX + half an ulp), else infinity
+// where only one side is NaN or infinite.
 double td_ulp_error(float got, double exact);
 
 #ifdef __cplusplus
