@@ -1,5 +1,5 @@
-// GPU test: the CUDA backend against the CPU reference (llmc/ops.h, llmc/matmul.h, llmc/gpt2.h,
-// llmc/adamw.h), tensor by tensor: every operation alone (forward and backward), then a tiny GPT-2
+// GPU test: the CUDA backend against the CPU reference (llmc/ops.h, llmc/attention.h, llmc/matmul.h,
+// llmc/gpt2.h, llmc/adamw.h), tensor by tensor: every operation alone (forward and backward), then a tiny GPT-2
 // from one initialisation (logits, loss, every gradient; also split into two pipeline stages), then
 // 10 AdamW steps. Prints max abs and relative diff per tensor with OK / NOT OK, ends with
 // "overall okay: 1|0" (and the exit code agrees).
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/adamw.h"
+#include "llmc/attention.h"
 #include "llmc/global_norm.h"
 #include "llmc/gpt2.h"
 #include "llmc/gpt2_cuda.cuh"

@@ -1,4 +1,4 @@
-// CPU causal self-attention, forward and backward (declared in ops.h). Each (b, h) is one task, its
+// CPU causal self-attention, forward and backward (see attention.h). Each (b, h) is one task, its
 // rows taken in tiles of RQ: a tile's dot products and weighted sums run as small register-blocked
 // matrix products, each key, value or gradient vector loaded once for all RQ rows.
 // Every element is an FMA chain in a fixed order, so results do not depend on the number of threads.
@@ -7,7 +7,7 @@
 #include <string.h>
 #include "common.h"
 #include "vec_math.h"
-#include "ops.h"
+#include "attention.h"
 #include "profile.h"
 #include "simd.h"
 

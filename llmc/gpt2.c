@@ -3,6 +3,7 @@
 #include "gpt2.h"
 #include <math.h>
 #include <string.h>
+#include "attention.h"
 #include "common.h"
 #include "matmul.h"
 #include "ops.h"

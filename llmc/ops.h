@@ -1,6 +1,6 @@
-// CPU reference operations of GPT-2 other than matmul: encoder, layernorm, causal attention,
-// GELU, residual, fused softmax + cross-entropy. Forward and backward; weight gradients accumulate
-// (+=), input gradients are written (as the CUDA kernels in llmc/*.cuh do).
+// CPU reference operations of GPT-2 other than matmul and attention (matmul.h, attention.h): encoder,
+// layernorm, GELU, residual, fused softmax + cross-entropy. Forward and backward; weight gradients
+// accumulate (+=), input gradients are written (as the CUDA kernels in llmc/*.cuh do).
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -19,12 +19,6 @@ void layernorm_backward_input(float* dinp, const float* dresidual, const float* 
 // dweight (C), dbias (C) += ...; accumulate 0: written, bitwise as if added to zeros
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean, const float* rstd, int N, int C,
                                int accumulate);
-
-// out (B,T,C), att (B,NH,T,T) softmax probabilities (causal; entries t2 > t are 0), from qkv (B,T,3C)
-// (attention_forward and attention_backward live in attention.c)
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) = ... (overwritten), from dout (B,T,C); datt (B,NH,T,T) is scratch, overwritten
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH);
 
 // out (N) = GELU_tanh(inp (N))
 void gelu_forward(float* out, const float* inp, long N);

@@ -6,7 +6,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/ops.h"
+#include "llmc/attention.h"
 #include "llmc/rng.h"
 #include "tests/test.h"
 

@@ -1,5 +1,5 @@
 // Benchmark of causal flash attention (llmc/attention.cuh, the production kernels) at GPT-2 124M's
-// shape: forward and backward, checked against the CPU reference (llmc/ops.h) on batch row 0, timed,
+// shape: forward and backward, checked against the CPU reference (llmc/attention.h) on batch row 0, timed,
 // in TFLOP/s (causal: half of the T x T work counted).
 // Usage: build/dev/cuda/attention [B T NH C], default 8 1024 12 768 (head size 64)
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include "dev/cuda/compare.h"
 #include "llmc/attention.cuh"
-#include "llmc/ops.h"
+#include "llmc/attention.h"
 
 static int g_ok = 1;
 
