@@ -1,7 +1,8 @@
 // CPU benchmark: this machine's fp32 FMA peak and stream bandwidth, the matmul on GPT-2 124M's shapes
 // (beside OpenBLAS's cblas_sgemm when built with it), training steps of a small model and of 124M, and
 // where a 124M step's time goes per op family against its roofline; everything measured in one run.
-// usage: build/dev/bench_cpu [steps (default 6)] [--small-only | --no-matmul (the steps and breakdown only)]
+// usage: build/dev/bench_cpu [steps (default 6)] [--small-only (the small model's steps and breakdown) |
+//        --no-matmul (the steps and breakdown only)]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,15 +150,15 @@ static void train_step(Stage* s, int step, int L, const AdamWConfig* opt, double
 
 // per-entry and per-family table of the profiled steps (profile.h's buckets), each against its roofline:
 // time at the FMA peak for FLOPs or at the stream bandwidth for bytes, whichever is longer
-static void print_breakdown(int steps, double step_s, double peak, double bw) {
+static void print_breakdown(const char* label, int steps, double step_s, double peak, double bw) {
     const ProfileEntry* e;
     int n = profile_entries(&e);
     const char* families[] = {"matmul", "attention", "layernorm", "gelu", "residual", "softmax+CE", "encoder", "adamw",
                               "global norm", "zero grad", "tied embedding", "copies"};
     int nf = (int)(sizeof(families) / sizeof(families[0]));
     double fam_s[16] = {0}, fam_roof[16] = {0}, total_s = 0.0, total_flops = 0.0; // fam_*: (nf)
-    printf("# breakdown of a 124M step: %d more steps with the profiling hook on, %.1f ms each on average; each op's time is its mean per step\n",
-           steps, step_s * 1e3);
+    printf("# breakdown of a %s step: %d more steps with the profiling hook on, %.1f ms each on average; each op's time is its mean per step\n",
+           label, steps, step_s * 1e3);
     printf("#         family         pass      shape                  ms   %%step      rate   %%roof\n");
     for (int i = 0; i < n; i++) {
         double s = e[i].seconds / steps, fl = e[i].flops / steps, by = e[i].bytes / steps;
@@ -256,7 +257,7 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
         // low, and every % below would then read high; measured again here, the higher one is used
         printf("  peak    fp32 FMA measured again before the breakdown: %.1f GFLOP/s (%.1f at the start; the higher is used below)\n", again, peak);
         peak = again > peak ? again : peak;
-        print_breakdown(profiled, step_s, peak, bw);
+        print_breakdown(label, profiled, step_s, peak, bw);
         print_matmul_split(profiled, peak);
     }
     free(units);
@@ -313,7 +314,7 @@ int main(int argc, char** argv) {
         bench_matmul(256, 768, 50304, "124M-head", peak, have_blas);
         bench_matmul(256, 128, 512, "small-fc", peak, have_blas);
     }
-    bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4, 0, peak, bw);
+    bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4, small_only ? steps * 8 : 0, peak, bw); // its breakdown where it is all that runs
     if (!small_only) bench_step("124M", 12, 768, 12, 50257, 4, 64, steps, 3, peak, bw);
     return 0;
 }
