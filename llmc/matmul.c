@@ -22,43 +22,46 @@
 #define NV 3 // vectors of C per micro-kernel row
 #endif
 #define NR (NV * VL)  // columns of C per micro-kernel
+_Static_assert(NV >= 1 && NV <= 4, "block_kernels has narrower micro-kernels for up to 4 vectors");
 #define TILE_MAX 512  // widest tile of the split operand (rows packed per task)
 
 // how a k-block's sum s meets C: C = s; C = C + s; C = 0 + s (bitwise what adding into zeroed memory
 // gave, even for a sum that rounded to -0, for the backward passes that used to start from a memset)
 enum { C_SET, C_ADD, C_ZERO_ADD };
 
-// C (m, n) of one MR x NR tile from Σ_k a[k][i] b[k][j] over this block's kc (the sum an FMA chain
-// from zero) as `mode` says; then + bias[j] where bias is given (a forward's last block). Full tiles go
-// straight from the registers to C; a partial tile passes through a small buffer, so that no
-// accumulator is ever indexed at run time (that would move them all out of registers).
-static inline void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc, int m, int n, int mode,
-                                const float* restrict bias) {
+// C (m, n) of one MR x (nv VL) tile from Σ_k a[k][i] b[k][j] over this block's kc (the sum an FMA chain
+// from zero) as `mode` says; then + bias[j] where bias is given (a forward's last block). b's panel is
+// NR wide whatever nv: nv < NV serves a last panel that needs fewer vectors (n <= nv VL), without
+// computing the padding. Full tiles go straight from the registers to C; a partial tile passes through
+// a small buffer, so that no accumulator is ever indexed at run time (that would move them all out of
+// registers). Always inlined, so each nv is its own code with every loop unrolled.
+static inline __attribute__((always_inline)) void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc,
+                                                                int m, int n, int nv, int mode, const float* restrict bias) {
     vfloat acc[MR][NV];
     // C's lines are asked for now, to arrive while the k loop runs: in a training step C is mostly
     // fresh activations, not in any cache, and the stores at the end would otherwise wait for them
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) __builtin_prefetch(c + (size_t)i * ldc + v * VL, 1, 3);
+        for (int v = 0; v < nv; v++) __builtin_prefetch(c + (size_t)i * ldc + v * VL, 1, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) acc[i][v] = (vfloat){0};
+        for (int v = 0; v < nv; v++) acc[i][v] = (vfloat){0};
     for (int k = 0; k < kc; k++) {
         vfloat bv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) bv[v] = *(const vfloat*)(b + (size_t)k * NR + v * VL);
+        for (int v = 0; v < nv; v++) bv[v] = *(const vfloat*)(b + (size_t)k * NR + v * VL);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[i][v] += bv[v] * a[k * MR + i]; // vector * scalar: the broadcast folds into a load
+            for (int v = 0; v < nv; v++) acc[i][v] += bv[v] * a[k * MR + i]; // vector * scalar: the broadcast folds into a load
     }
-    if (m == MR && n == NR) {
+    if (m == MR && n == nv * VL) {
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) {
+            for (int v = 0; v < nv; v++) {
                 vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc + v * VL);
                 vfloat x = mode == C_ADD ? *ci + acc[i][v] : mode == C_ZERO_ADD ? (vfloat){0} + acc[i][v] : acc[i][v];
                 *ci = bias ? x + *(const vfloat_u*)(bias + v * VL) : x;
@@ -69,7 +72,7 @@ static inline void micro_kernel(int kc, const float* restrict a, const float* re
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) *(vfloat*)(tile + i * NR + v * VL) = acc[i][v];
+        for (int v = 0; v < nv; v++) *(vfloat*)(tile + i * NR + v * VL) = acc[i][v];
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float* cij = c + (size_t)i * ldc + j;
@@ -146,9 +149,19 @@ static void pack_shared(const Gemm* g, float* dst, int kb, MatmulSplit* prof) {
 // few % faster here than keeping B's (48 KiB, as large as L1) and streaming A's
 static void block_kernels(int kc, const float* a, const float* b, float* C, int ldc, int mi, int nj, int mode, const float* bias) {
     for (int ip = 0; ip < mi; ip += MR)
-        for (int jp = 0; jp < nj; jp += NR)
-            micro_kernel(kc, a + (size_t)ip * kc, b + (size_t)jp * kc, C + (size_t)ip * ldc + jp, ldc, MIN(mi - ip, MR), MIN(nj - jp, NR), mode,
-                         bias ? bias + jp : NULL);
+        for (int jp = 0; jp < nj; jp += NR) {
+            int m = MIN(mi - ip, MR), n = MIN(nj - jp, NR), nv = CEIL_DIV(n, VL); // nv < NV: a last panel narrower than NR
+            const float *ap = a + (size_t)ip * kc, *bp = b + (size_t)jp * kc, *bj = bias ? bias + jp : NULL;
+            float* cp = C + (size_t)ip * ldc + jp;
+            if (nv >= NV) micro_kernel(kc, ap, bp, cp, ldc, m, n, NV, mode, bj);
+#if NV > 3
+            else if (nv == 3) micro_kernel(kc, ap, bp, cp, ldc, m, n, 3, mode, bj);
+#endif
+#if NV > 2
+            else if (nv == 2) micro_kernel(kc, ap, bp, cp, ldc, m, n, 2, mode, bj);
+#endif
+            else micro_kernel(kc, ap, bp, cp, ldc, m, n, 1, mode, bj);
+        }
 }
 
 // tile t of C over k-block kb: its block of the split operand packed into blk, then every micro-tile;
