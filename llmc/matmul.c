@@ -186,9 +186,21 @@ static void tile_block(const Gemm* g, int t, int kb, const float* shk, float* bl
     }
 }
 
+// Which operand's rows the threads split (1: Bt's, the columns of C; 0: A's), the other being packed
+// whole by every thread. Per thread and k, in cycles on a core: the micro-kernel's FMAs over its split
+// rows against all of the shared ones, about 1/8 a row pair (2 FLOP of 16 a cycle), and the packing
+// of those rows and of the whole shared operand, about 1/2 a row (a copy from memory). Where both
+// split evenly that is the smaller operand shared (packing is what differs); where one splits
+// unevenly (128 columns are 3 panels of 48: 2 and 1 between two threads) its balance can win.
+static int split_columns(int M, int N, int nt) {
+    int rows_n = MIN(CEIL_DIV(CEIL_DIV(N, NR), nt) * NR, N), rows_m = MIN(CEIL_DIV(CEIL_DIV(M, MR), nt) * MR, M); // a thread's most
+    double cost_n = rows_n * (double)M / 8 + (M + rows_n) / 2.0, cost_m = rows_m * (double)N / 8 + (N + rows_m) / 2.0;
+    return cost_n != cost_m ? cost_n < cost_m : N >= M;
+}
+
 // C (M, N) = A (M, K) · Bᵀ (N, K) [+ bias (N) after the last k-block], set or added as `mode` says, A and
-// Bt given as Operands of M and N rows. One operand (the shared one, with the smaller dimension) is
-// read by every thread; the threads split the other one's rows into tiles, thread th owning tiles th,
+// Bt given as Operands of M and N rows. One operand (the shared one, usually the smaller: see
+// split_columns) is read by every thread; the threads split the other one's rows into tiles, thread th owning tiles th,
 // th + nt, ... Each thread walks the k-blocks in order: it packs the shared operand's block itself
 // (the smaller operand, so a small share of the work), then for each of its tiles packs that tile's
 // block and runs the micro-kernels. Nothing is shared between threads but C's disjoint tiles, so
@@ -201,7 +213,8 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (mode == C_ADD ? C[(size_t)i * ldc + j] : 0.0f) + (bias ? bias[j] : 0.0f);
         return;
     }
-    Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .mode = mode, .split_n = N >= M, .C = C, .bias = bias};
+    int nthreads = omp_get_max_threads();
+    Gemm g = {.M = M, .N = N, .K = K, .nkb = CEIL_DIV(K, KC), .ldc = ldc, .mode = mode, .split_n = split_columns(M, N, nthreads), .C = C, .bias = bias};
     g.sh = g.split_n ? A : Bt;
     g.sp = g.split_n ? Bt : A;
     g.sh_rows = g.split_n ? M : N;
@@ -211,7 +224,6 @@ static void sgemm(int M, int N, int K, Operand A, Operand Bt, float* C, int ldc,
     g.sh_panels = CEIL_DIV(g.sh_rows, g.sh_w);
     // tiles of whole micro-panels, as few as TILE_MAX allows, their count a multiple of the threads
     // so that each thread has as many (fewer only where there are fewer panels than threads)
-    int nthreads = omp_get_max_threads();
     int sp_panels = CEIL_DIV(g.sp_rows, g.sp_w);
     int want = nthreads * CEIL_DIV(sp_panels, nthreads * (TILE_MAX / g.sp_w));
     g.tile = CEIL_DIV(sp_panels, MIN(want, sp_panels)) * g.sp_w;
