@@ -127,6 +127,7 @@ int main(void) {
     check_shape(7, 5, 3);       // smaller than one micro-panel
     check_shape(64, 48, 96);    // whole panels, one depth block
     check_shape(37, 300, 70);   // partial panels, two depth blocks
+    check_shape(64, 128, 80);   // a last panel of whole vectors (128 and 80 = 48 k + 32): a narrower micro-kernel's full tiles
     check_shape(1100, 40, 2100); // backward input: tiles split by rows, a long depth, the widest row tiles
     check_shape(40, 2100, 1100); // tiles split by columns, a long depth, the widest column tiles
     check_shape(130, 20, 2600); // backward weight: long depth 130 is short, rows 2600 split
