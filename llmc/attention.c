@@ -121,21 +121,19 @@ static void head_rows(float* dst, const float* src, size_t ld, int T, int hs) {
     for (int t = 0; t < T; t++) memcpy(dst + (size_t)t * hs, src + (size_t)t * ld, sizeof(float) * hs);
 }
 
-// a thread's buffers for one head at a time, in one allocation
+// a thread's buffers for one head at a time, in one allocation that starts at kt (free(kt) frees all)
 typedef struct {
     float* kt;      // (hs, Tp) keys (forward) or values (backward), transposed
     float* S;       // (RQ, Tp) a tile's dot products
     float* wa;      // (RQ, Tp) a key tile's columns of att (backward)
     float* wd;      // (RQ, Tp) and of dpre
     float* rows[3]; // (T, hs) each: forward values; backward keys, queries, output gradient
-    float* block;
 } HeadScratch;
 
 static void head_scratch_init(HeadScratch* hb, int hs, int T, int Tp) {
     size_t n = (size_t)(hs + 3 * RQ) * Tp + 3 * (size_t)T * hs;
-    hb->block = (float*)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (!hb->block) td_fatal("attention: out of memory for a head's %zu-float buffers", n);
-    hb->kt = hb->block;
+    hb->kt = (float*)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!hb->kt) td_fatal("attention: out of memory for a head's %zu-float buffers", n);
     hb->S = hb->kt + (size_t)hs * Tp;
     hb->wa = hb->S + (size_t)RQ * Tp;
     hb->wd = hb->wa + (size_t)RQ * Tp;
@@ -170,7 +168,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                     tile_wsums(out + ((size_t)b * T + tq) * C + h * hs, C, a_bh + (size_t)tq * T, T, v, hs, rows, lo, hi, hs);
                 }
             }
-        free(hb.block);
+        free(hb.kt);
     }
     PROFILE_END(t0, "attention", "fwd", B * T, C, NH, 4.0 * B * C * T * (T + 1) / 2, 4.0 * (4.0 * B * T * C + (double)B * NH * T * T));
 }
@@ -227,7 +225,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                     tile_wsums(dk, 3 * C, hb.wd, Tp, q, hs, rows, lo, hi, hs);
                 }
             }
-        free(hb.block);
+        free(hb.kt);
     }
     PROFILE_END(t0, "attention", "bwd", B * T, C, NH, 8.0 * B * C * T * (T + 1) / 2, 4.0 * (7.0 * B * T * C + 3.0 * B * NH * T * T));
 }

@@ -27,9 +27,19 @@ static float* test_inputs(void) {
     return x;
 }
 
-// every array length up to three vectors (the tails), taken from the dense inputs: each result the same
-// as the whole array's for that input (got: the whole array's results)
-static void check_tails(const char* name, void (*vec)(float*, const float*, long), const float* x, const float* got) {
+// vec over test_inputs within bound ulps of exact, and every array length up to three vectors (the
+// tails, from the dense inputs) giving the whole array's result for each input
+static void check_accuracy(const char* name, void (*vec)(float*, const float*, long), double (*exact)(double), double bound) {
+    float* x = test_inputs();
+    float* got = (float*)malloc((SAMPLE + DENSE) * sizeof(float));
+    vec(got, x, SAMPLE + DENSE);
+    double worst = 0.0;
+    for (long i = 0; i < SAMPLE + DENSE; i++) {
+        double e = td_ulp_error(got[i], exact((double)x[i]));
+        worst = e > worst ? e : worst;
+    }
+    // the bound: every float measured (AVX-512 with FMA; dev/check_vec_math): see README
+    CHECK(worst <= bound, "%s: within %.1f ulp of the exact value on %d inputs (worst %.3f)", name, bound, SAMPLE + DENSE, worst);
     float short_out[48];
     int same = 1;
     for (long n = 1; n <= 48; n++) {
@@ -37,26 +47,12 @@ static void check_tails(const char* name, void (*vec)(float*, const float*, long
         same &= !memcmp(short_out, got + SAMPLE + 1000, n * sizeof(float));
     }
     CHECK(same, "%s: every array length 1..48 (the vector tails) gives the whole array's results", name);
-}
-
-// the worst ulps of vec's results (got, over test_inputs) from exact
-static double worst_ulps(const float* x, const float* got, double (*exact)(double)) {
-    double worst = 0.0;
-    for (long i = 0; i < SAMPLE + DENSE; i++) {
-        double e = td_ulp_error(got[i], exact((double)x[i]));
-        worst = e > worst ? e : worst;
-    }
-    return worst;
+    free(x);
+    free(got);
 }
 
 static void check_expf(void) {
-    float* x = test_inputs();
-    float* got = (float*)malloc((SAMPLE + DENSE) * sizeof(float));
-    expf_vec(got, x, SAMPLE + DENSE);
-    double worst = worst_ulps(x, got, exp);
-    // the bound: every float measured (AVX-512 with FMA; dev/check_vec_math): see README
-    CHECK(worst <= EXPF_VEC_MAX_ULP, "expf_vec: within %.1f ulp of exp on %d inputs (worst %.3f)", EXPF_VEC_MAX_ULP, SAMPLE + DENSE, worst);
-    check_tails("expf_vec", expf_vec, x, got);
+    check_accuracy("expf_vec", expf_vec, exp, EXPF_VEC_MAX_ULP);
     // the edges: 1 at +-0, inf and 0 at the infinities and past overflow and underflow, NaN through,
     // a subnormal result as libm rounds it
     float sp[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 89.0f, -104.0f, -100.0f}, out[8];
@@ -65,18 +61,10 @@ static void check_expf(void) {
     CHECK(out[2] == INFINITY && out[5] == INFINITY && out[3] == 0.0f && out[6] == 0.0f, "expf_vec: inf at +inf and 89, 0 at -inf and -104");
     CHECK(isnan(out[4]), "expf_vec: NaN gives NaN");
     CHECK(out[7] == expf(-100.0f) && out[7] > 0.0f, "expf_vec: e^-100, a subnormal, as libm's (%a)", out[7]);
-    free(x);
-    free(got);
 }
 
 static void check_tanhf(void) {
-    float* x = test_inputs();
-    float* got = (float*)malloc((SAMPLE + DENSE) * sizeof(float));
-    tanhf_vec(got, x, SAMPLE + DENSE);
-    double worst = worst_ulps(x, got, tanh);
-    // the bound: every float measured (AVX-512 with FMA; dev/check_vec_math): see README
-    CHECK(worst <= TANHF_VEC_MAX_ULP, "tanhf_vec: within %.1f ulp of tanh on %d inputs (worst %.3f)", TANHF_VEC_MAX_ULP, SAMPLE + DENSE, worst);
-    check_tails("tanhf_vec", tanhf_vec, x, got);
+    check_accuracy("tanhf_vec", tanhf_vec, tanh, TANHF_VEC_MAX_ULP);
     // the edges: signed zeros kept, +-1 at the infinities and far out, NaN through, tiny x itself
     float sp[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-30f, 88.0f}, out[8];
     tanhf_vec(out, sp, 8);
@@ -84,8 +72,6 @@ static void check_tanhf(void) {
     CHECK(out[2] == 1.0f && out[3] == -1.0f && out[7] == 1.0f, "tanhf_vec: +-inf give +-1, 88 gives 1");
     CHECK(isnan(out[4]), "tanhf_vec: NaN gives NaN");
     CHECK(out[5] == sp[5] && out[6] == sp[6], "tanhf_vec: a tiny or subnormal x gives x");
-    free(x);
-    free(got);
 }
 
 static void check_gelu(long N) {
