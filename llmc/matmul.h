@@ -23,8 +23,8 @@ typedef struct {
 MatmulSplit matmul_profile_split(int pass);
 void matmul_profile_reset(void);
 // the micro-kernel alone, on every thread at once, each over one tile whose packed operands stay in
-// its L2 (what it does with no memory traffic to wait for): GFLOP/s per thread, each thread's best
-// over about `seconds`, averaged
+// its L2 (what it does with no memory traffic to wait for): GFLOP/s per thread, each thread's rate
+// over `seconds`, averaged
 double matmul_kernel_gflops(double seconds);
 
 #ifdef __cplusplus

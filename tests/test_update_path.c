@@ -52,6 +52,14 @@ static void check_adamw(size_t n, int threads) {
         if (e > worst) worst = e;
     }
     CHECK(worst < 1e-3, "adamw n %zu, %d threads: within 1e-3 of a step of the double-precision formula (worst %.2g)", n, threads, worst);
+    // bitwise the formula with every rounding spelled out, as adamw.c promises (the releases' results)
+    size_t diff = n;
+    for (size_t i = 0; i < n && diff == n; i++) {
+        float gi = g[i] * scale, mi = fmaf(b1, m[i], (1.0f - b1) * gi), vi = fmaf(b2, v[i], (1.0f - b2) * gi * gi);
+        float pi = fmaf(-lr, fmaf(wd, p[i], mi / bc1 / (sqrtf(vi / bc2) + eps)), p[i]);
+        if (memcmp(&pi, pf + i, 4) || memcmp(&mi, mf + i, 4) || memcmp(&vi, vf + i, 4)) diff = i;
+    }
+    CHECK(diff == n, "adamw n %zu, %d threads: bitwise the scalar fmaf formula (first difference at %zu)", n, threads, diff);
     float *pz = copy(p, n), *mz = copy(m, n), *vz = copy(v, n);
     adamw_update_zero(pz, g2, mz, vz, n, lr, b1, b2, eps, wd, t, scale);
     int zero = 1;
