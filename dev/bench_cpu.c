@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
     printf("# bench_cpu: %s, %s, %d OpenMP threads, SIMD width %d floats\n", u.machine, cpu, omp_get_max_threads(), VL);
     printf("# command: %s %s %s\n", argv[0], argc > 1 ? argv[1] : "", argc > 2 ? argv[2] : "");
     FmaPeak peak = fma_peak_gflops();
-    printf("  peak    fp32 FMA (measured) %.1f GFLOP/s, the best %s window; %.1f sustained over the second\n", peak.best, "few-ms", peak.sustained);
+    printf("  peak    fp32 FMA (measured) %.1f GFLOP/s, the best few-ms window; %.1f sustained over the second\n", peak.best, peak.sustained);
     double bw = stream_gbps();
     int have_blas = 0;
 #ifdef TD_OPENBLAS
