@@ -121,8 +121,11 @@ static void head_rows(float* dst, const float* src, size_t ld, int T, int hs) {
     for (int t = 0; t < T; t++) memcpy(dst + (size_t)t * hs, src + (size_t)t * ld, sizeof(float) * hs);
 }
 
-// a thread's buffers for one head at a time, in one allocation that starts at kt (free(kt) frees all)
+// a thread's view of one head at a time: its shape, and its buffers in one allocation that starts
+// at kt (free(kt) frees all)
 typedef struct {
+    int hs, Tp;     // head size C / NH; T rounded up to VL
+    float scale;    // 1 / sqrt(hs)
     float* kt;      // (hs, Tp) keys (forward) or values (backward), transposed
     float* S;       // (RQ, Tp) a tile's dot products
     float* wa;      // (RQ, Tp) a key tile's columns of att (backward)
@@ -130,8 +133,10 @@ typedef struct {
     float* rows[3]; // (T, hs) each: forward values; backward keys, queries, output gradient
 } HeadScratch;
 
-static void head_scratch_init(HeadScratch* hb, int hs, int T, int Tp) {
+static void head_scratch_init(HeadScratch* hb, int T, int C, int NH) {
+    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
     size_t n = (size_t)(hs + 3 * RQ) * Tp + 3 * (size_t)T * hs;
+    hb->hs = hs, hb->Tp = Tp, hb->scale = 1.0f / sqrtf((float)hs);
     hb->kt = (float*)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
     if (!hb->kt) td_fatal("attention: out of memory for a head's %zu-float buffers", n);
     hb->S = hb->kt + (size_t)hs * Tp;
@@ -142,12 +147,11 @@ static void head_scratch_init(HeadScratch* hb, int hs, int T, int Tp) {
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     double t0 = profile_begin();
-    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
-    float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
         HeadScratch hb;
-        head_scratch_init(&hb, hs, T, Tp);
+        head_scratch_init(&hb, T, C, NH);
+        int hs = hb.hs, Tp = hb.Tp;
         float *kt = hb.kt, *S = hb.S, *v = hb.rows[0]; // keys transposed (hs, Tp), dots (RQ, Tp), values (T, hs)
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
@@ -161,7 +165,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
                     tile_dots(S, Tp, q0 + (size_t)tq * 3 * C, 3 * C, rows, kt, hs, tq + rows);
                     for (int r = 0; r < rows; r++) { // the softmax of row t over keys t2 <= t
                         int t = tq + r;
-                        softmax_row(a_bh + (size_t)t * T, S + (size_t)r * Tp, t + 1, T, scale);
+                        softmax_row(a_bh + (size_t)t * T, S + (size_t)r * Tp, t + 1, T, hb.scale);
                         lo[r] = 0, hi[r] = t + 1;
                     }
                     // out rows tq.. = att rows · values
@@ -175,13 +179,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T, int C, int NH) {
     double t0 = profile_begin();
-    int hs = C / NH, Tp = (T + VL - 1) / VL * VL;
-    float scale = 1.0f / sqrtf((float)hs);
     // one (b, h) writes only head h's columns of dqkv: disjoint across tasks
 #pragma omp parallel
     {
         HeadScratch hb;
-        head_scratch_init(&hb, hs, T, Tp);
+        head_scratch_init(&hb, T, C, NH);
+        int hs = hb.hs, Tp = hb.Tp;
         float *vt = hb.kt, *S = hb.S; // values transposed (hs, Tp), a tile's dout · v (RQ, Tp)
         float *k = hb.rows[0], *q = hb.rows[1], *d = hb.rows[2]; // (T, hs) each: keys, queries, output gradient
 #pragma omp for collapse(2) schedule(static)
@@ -205,7 +208,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                         const float* s = S + (size_t)r * Tp;
                         float* dp = dpre + (size_t)t * T;
                         float dot = simd_row_dot(a, s, t + 1);
-                        for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (s[t2] - dot) * scale;
+                        for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (s[t2] - dot) * hb.scale;
                         lo[r] = 0, hi[r] = t + 1;
                     }
                     tile_wsums(dq0 + (size_t)tq * 3 * C, 3 * C, dpre + (size_t)tq * T, T, k, hs, rows, lo, hi, hs);

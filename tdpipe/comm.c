@@ -193,9 +193,9 @@ int comm_grid(Comm* c, int P, Placement pl, char* err, size_t errlen) {
     c->D = c->world_size / P;
     c->placement = pl;
     placement_coords(pl, P, c->D, c->launch_rank, &c->stage, &c->replica);
-    int grid = c->replica * P + c->stage;
 #ifdef TD_MPI
     if (c->mpi) {
+        int grid = c->replica * P + c->stage;
         comm_unbox(&c->pipe_comm);
         comm_unbox(&c->dp_comm);
         // all ranks ranked by the grid (stages first: the launch order itself); it inherits
