@@ -104,6 +104,13 @@ endif
 $(BUILD)/dev/bench_cpu: dev/bench_cpu.c $(LIB) $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) $(OPENBLAS_FLAGS) $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) $(OPENBLAS_LIBS)
+# the same benchmark against Intel's MKL instead (MKL=dir holding include/mkl.h and lib/libmkl_rt.so*:
+# dev/get_mkl.sh DIR fetches it from PyPI); its own binary, so that bench_cpu stays OpenBLAS's
+$(BUILD)/dev/bench_cpu_mkl: dev/bench_cpu.c $(LIB) $(FLAGS_FILE)
+	@test -f "$(MKL)/include/mkl.h" || { echo "make bench_cpu_mkl: MKL=$(MKL) has no include/mkl.h (dev/get_mkl.sh DIR fetches MKL)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DTD_MKL -I$(MKL)/include $< $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS) \
+	  $(firstword $(wildcard $(MKL)/lib/libmkl_rt.so*)) -Wl,-rpath,$(abspath $(MKL)/lib)
 
 # `make test`: first installs what the tests need and the machine lacks (scripts/ensure_deps.sh:
 # apt-get as root, else the command to run), then a new make (which probes mpicc again) builds
@@ -115,12 +122,18 @@ test-run: train_tdpipe $(TEST_BIN) $(DEV_BIN)
 	@bash tests/run_all.sh
 
 # ---- benchmarks: programs that print figures (never part of `make test`)
-.PHONY: bench-cpu bench-llmc bench-checkpoint
+.PHONY: bench-cpu bench-mkl bench-llmc bench-checkpoint
 bench-cpu: $(BUILD)/dev/bench_cpu
 	$(BUILD)/dev/bench_cpu 5
+# the 124M matmuls beside Intel's MKL: make bench-mkl MKL=dir (dev/get_mkl.sh dir downloads it)
+bench-mkl:
+	@test -n "$(MKL)" || { echo "make bench-mkl: give MKL=dir (dev/get_mkl.sh dir downloads Intel's MKL there)" >&2; exit 1; }
+	@test -f "$(MKL)/include/mkl.h" || { echo "make bench-mkl: MKL=$(MKL) has no include/mkl.h (dev/get_mkl.sh DIR fetches MKL)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory $(BUILD)/dev/bench_cpu_mkl MKL="$(MKL)"
+	$(BUILD)/dev/bench_cpu_mkl 2
 # llm.c's CPU trainer beside ours on the same model and shard: make bench-llmc LLMC=path/to/llm.c
 bench-llmc: train_tdpipe $(BUILD)/dev/data/make_shards
-	@test -n "$(LLMC)" || { echo "make bench-llmc: give LLMC=path/to/an/llm.c/checkout"; exit 1; }
+	@test -n "$(LLMC)" || { echo "make bench-llmc: give LLMC=path/to/an/llm.c/checkout" >&2; exit 1; }
 	bash dev/bench_llmc.sh "$(LLMC)" 6
 # checkpoint save/load MB/s and compression on a GPT-2 124M-shape model after 3 training steps on Tiny Shakespeare
 bench-checkpoint: train_tdpipe $(BUILD)/dev/bench_checkpoint $(BUILD)/dev/data/make_shards
@@ -164,7 +177,7 @@ $(BUILD)/dev/cuda/dp_sync_check: dev/cuda/dp_sync_check.cu $(LIB) $(CUDA_HDRS) $
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $(MPI_CFLAGS) $< -o $@ $(CUDA_LINK) -lcublas -lnccl
 else
 cuda:
-	@echo "make cuda: nvcc not found (the CUDA targets need it)"; exit 1
+	@echo "make cuda: nvcc not found (the CUDA targets need it)" >&2; exit 1
 endif
 # ---- CUDA targets: end
 

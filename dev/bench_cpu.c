@@ -1,5 +1,5 @@
 // CPU benchmark: this machine's fp32 FMA peak and stream bandwidth, the matmul on GPT-2 124M's shapes
-// (beside OpenBLAS's cblas_sgemm when built with it), training steps of a small model and of 124M, and
+// (beside a library's cblas_sgemm when built with one: OpenBLAS, or Intel's MKL with MKL=dir), training steps of a small model and of 124M, and
 // where a 124M step's time goes per op family against its roofline; everything measured in one run.
 // usage: build/dev/bench_cpu [steps (default 6)] [--small-only (the small model's steps and breakdown) |
 //        --no-matmul (the steps and breakdown only)]
@@ -13,8 +13,12 @@
 #include "llmc/profile.h"
 #include "llmc/rng.h"
 #include "tdpipe/stage.h"
-#ifdef TD_OPENBLAS
+#if defined(TD_MKL)
+#include <mkl.h>
+#define TD_CBLAS
+#elif defined(TD_OPENBLAS)
 #include <cblas.h>
+#define TD_CBLAS
 #endif
 
 #include "llmc/simd.h"
@@ -94,7 +98,7 @@ static float* random_floats(size_t n, uint64_t seed) {
 // blas: through cblas_sgemm instead of llmc/matmul.c
 static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
                         int OC) {
-#ifdef TD_OPENBLAS
+#ifdef TD_CBLAS
     if (blas) {
         if (which == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
         else if (which == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, out, OC, w, C, 1.0f, dinp, C);
@@ -119,7 +123,7 @@ static double time_pass(int which, int blas, float* out, float* dinp, float* dw,
     return td_median(t, 7);
 }
 
-// GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape, and OpenBLAS's beside them
+// GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape, and the library's beside them
 static void bench_matmul(int N, int C, int OC, const char* label, double peak, int have_blas) {
     float* inp = random_floats((size_t)N * C, 1);
     float* w = random_floats((size_t)OC * C, 2);
@@ -300,7 +304,17 @@ int main(int argc, char** argv) {
     printf("  peak    fp32 FMA (measured) %.1f GFLOP/s, the best few-ms window; %.1f sustained over the second\n", peak.best, peak.sustained);
     double bw = stream_gbps();
     int have_blas = 0;
-#ifdef TD_OPENBLAS
+#if defined(TD_MKL)
+    // MKL's OpenMP layer is libgomp's, whose threads are ours (its default, Intel's libiomp5, would
+    // start a second pool on the same two cores); set before any other MKL call
+    have_blas = 1;
+    mkl_set_threading_layer(MKL_THREADING_GNU);
+    char mkl_version[256];
+    mkl_get_version_string(mkl_version, sizeof(mkl_version));
+    // the code path MKL chose for this CPU (mkl_types.h: 12 AVX512, 14 AVX512_E1, 15 AVX10, 10 AVX2)
+    printf("# MKL: %s, code path %d, %d threads; blas columns: cblas_sgemm on the same operands, x = its time / ours\n", mkl_version,
+           mkl_cbwr_get_auto_branch(), mkl_get_max_threads());
+#elif defined(TD_OPENBLAS)
     // 2 = OpenBLAS's OpenMP build, whose threads are ours; a pthreads build would fight them for the cores
     have_blas = 1;
     printf("# OpenBLAS %s, parallel mode %d (2 = OpenMP), %d threads; blas columns: cblas_sgemm on the same operands, x = its time / ours\n",
@@ -314,7 +328,8 @@ int main(int argc, char** argv) {
                "rerun with OPENBLAS_CORETYPE=%s for its own kernels\n",
                core, VL, VL >= 16 ? "SkylakeX" : "Haswell");
 #else
-    printf("# OpenBLAS: not built in (make finds it with pkg-config openblas: apt-get install libopenblas-openmp-dev)\n");
+    printf("# no BLAS built in (make finds OpenBLAS with pkg-config openblas: apt-get install libopenblas-openmp-dev; "
+           "Intel's MKL: make bench-mkl MKL=dir)\n");
 #endif
     if (!no_matmul) {
         printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak%s\n", have_blas ? "  blas_GF/s  %peak  blas_x" : "");
