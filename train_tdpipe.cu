@@ -907,9 +907,9 @@ static void report_end(Trainer* tr) {
     if (tr->synthetic) return;
     GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
-    float* full = g_rank == 0 ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+    float* buf = NULL;
     stage_to_host(&tr->stage);
-    pipeline_gather(&tr->pl, tr->stage.params, full);
+    const float* full = pipeline_whole(&tr->pl, tr->stage.params, &buf);
     if (g_rank == 0) {
         char model_path[1200];
         snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
@@ -918,7 +918,7 @@ static void report_end(Trainer* tr) {
         if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
         printf("model: %s (llm.c fp32 format)\n", model_path);
     }
-    free(full);
+    free(buf);
 }
 
 // the Chrome trace of every op of every rank (after model.bin: a trace that cannot be written costs no model)

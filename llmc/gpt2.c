@@ -69,18 +69,27 @@ void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed)
     }
 }
 
-// copies each tensor of range r between its place in a full-model buffer and a stage buffer
-static void copy_slice(const GPT2Config* cfg, const GPT2Range* r, float* full, float* stage, int to_stage) {
+void gpt2_slice_pieces(const GPT2Config* cfg, const GPT2Range* r, GPT2Piece pieces[GPT2_NUM_PARAM_TENSORS]) {
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t fs[GPT2_NUM_PARAM_TENSORS], ss[GPT2_NUM_PARAM_TENSORS], per_layer[GPT2_NUM_PARAM_TENSORS];
     gpt2_param_sizes(cfg, &all, fs);
     gpt2_param_sizes(cfg, r, ss);
     layer_sizes(cfg->channels, per_layer);
+    size_t full = 0, stage = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        float* f = full + (gpt2_param_is_layer(i) ? per_layer[i] * r->l0 : 0);
-        if (ss[i]) memcpy(to_stage ? stage : f, to_stage ? f : stage, ss[i] * sizeof(float));
+        pieces[i] = (GPT2Piece){full + (gpt2_param_is_layer(i) ? per_layer[i] * r->l0 : 0), stage, ss[i]};
         full += fs[i];
         stage += ss[i];
+    }
+}
+
+// copies each tensor of range r between its place in a full-model buffer and a stage buffer
+static void copy_slice(const GPT2Config* cfg, const GPT2Range* r, float* full, float* stage, int to_stage) {
+    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
+    gpt2_slice_pieces(cfg, r, pc);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        float *f = full + pc[i].full_off, *st = stage + pc[i].stage_off;
+        if (pc[i].n) memcpy(to_stage ? st : f, to_stage ? f : st, pc[i].n * sizeof(float));
     }
 }
 

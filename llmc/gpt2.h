@@ -107,6 +107,12 @@ int gpt2_param_decays(int i);
 // GPT-2's initialisation (std 0.02, residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0) of the FULL model into `full` (laid out for range [0, L) with embed and head), from `seed`.
 void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed);
+// where a range's tensor lies in both layouts: floats [full_off, full_off + n) of a full-model buffer
+// are [stage_off, stage_off + n) of the stage's (n = 0: the range holds none of that tensor)
+typedef struct {
+    size_t full_off, stage_off, n;
+} GPT2Piece;
+void gpt2_slice_pieces(const GPT2Config* cfg, const GPT2Range* r, GPT2Piece pieces[GPT2_NUM_PARAM_TENSORS]);
 // copies a stage's slice out of a full-model buffer (both laid out by gpt2_param_sizes)
 void gpt2_slice_params(const GPT2Config* cfg, const GPT2Range* r, const float* full, float* stage);
 // the inverse: writes a stage's tensors into their places in a full-model buffer

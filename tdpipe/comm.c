@@ -10,7 +10,8 @@
 
 // One message or gather carries at most INT_MAX bytes (MPI counts are int). Activations and
 // gradients for one message are far smaller, so this version refuses larger ones instead of
-// splitting them into several requests.
+// splitting them into several requests; the whole model's gathers (checkpoints, the exported model)
+// go through comm_world_send / comm_world_recv, which split.
 static void check_bytes(size_t bytes, const char* what) {
     if (bytes > (size_t)INT_MAX)
         td_fatal("%s of %zu bytes exceeds the %d-byte per-message limit of this version", what, bytes, INT_MAX);
@@ -102,11 +103,11 @@ static void wait_mpi(const Comm* c, MPI_Request* req, MPI_Status* st, const char
     }
 }
 
-static void check_received(const MPI_Status* st, size_t bytes) {
+// what: the request's description ("a message of N bytes from stage s (tag t)")
+static void check_received(const MPI_Status* st, size_t bytes, const char* what) {
     int got = 0;
     MPI_CHECK(MPI_Get_count(st, MPI_BYTE, &got));
-    if ((size_t)got != bytes)
-        td_fatal("received %d bytes from stage %d (tag %d) where %zu were expected", got, st->MPI_SOURCE, st->MPI_TAG, bytes);
+    if ((size_t)got != bytes) td_fatal("%s: %d bytes arrived where %zu were expected", what, got, bytes);
 }
 #endif
 
@@ -118,6 +119,7 @@ typedef struct {
 } PeerGroup;
 static PeerGroup pipe_peers(const Comm* c) { return (PeerGroup){"stage", c->P, c->stage, c->pipe_comm}; }
 static PeerGroup dp_peers(const Comm* c) { return (PeerGroup){"replica", c->D, c->replica, c->dp_comm}; }
+static PeerGroup world_peers(const Comm* c) { return (PeerGroup){"rank", c->world_size, c->world_rank, c->world_comm}; }
 
 static void check_peer(PeerGroup g, int peer, int tag, size_t bytes, const char* what) {
     if (peer < 0 || peer >= g.count) td_fatal("%s: %s %d does not exist (%d of them)", what, g.kind, peer, g.count);
@@ -136,6 +138,7 @@ void comm_init(Comm* c, int* argc, char*** argv) {
     c->P = c->D = 1;
     c->local_rank = 0;
     c->local_ranks = 1;
+    c->chunk_bytes = (size_t)1 << 30;
     int launched_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 0));
     int launched = launched_size > 0 || getenv("PMIX_RANK") != NULL;
 #ifdef TD_MPI
@@ -374,7 +377,7 @@ void comm_wait(Comm* c, CommRequest* r) {
     memcpy(&req, &r->handle[0], sizeof req);
     MPI_Status st;
     wait_mpi(c, &req, &st, r->what);
-    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
+    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1], r->what);
 #endif
     r->active = 0;
 }
@@ -428,7 +431,7 @@ int comm_wait_any(Comm* c, CommRequest* const* reqs, int n) {
     if (j == MPI_UNDEFINED) td_fatal("comm_wait_any: MPI_Waitany found no active request");
     for (int q = 0; q < k; q++) memcpy(&reqs[idx[q]]->handle[0], &req[q], sizeof req[q]); // MPI_Testany freed the completed one
     CommRequest* done = reqs[idx[j]];
-    if (done->handle[1] >= 0) check_received(&st, (size_t)done->handle[1]);
+    if (done->handle[1] >= 0) check_received(&st, (size_t)done->handle[1], done->what);
     done->active = 0;
     return idx[j];
 #else
@@ -450,7 +453,7 @@ int comm_test(Comm* c, CommRequest* r) {
     MPI_CHECK(MPI_Test(&req, &done, &st));
     memcpy(&r->handle[0], &req, sizeof req); // MPI_Test frees a completed request
     if (!done) return 0;
-    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1]);
+    if (r->handle[1] >= 0) check_received(&st, (size_t)r->handle[1], r->what);
 #endif
     r->active = 0;
     return 1;
@@ -649,6 +652,24 @@ void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts
     char* out = (char*)malloc_check(bytes);
     if (bytes) memcpy(out, in, bytes);
     return out;
+}
+
+// the transfer as messages of at most chunk_bytes, one at a time
+static void world_transfer(Comm* c, int recv, void* buf, size_t bytes, int peer, int tag, const char* fn) {
+    if (c->chunk_bytes == 0 || c->chunk_bytes > (size_t)INT_MAX) td_fatal("%s: chunk_bytes %zu outside [1, %d]", fn, c->chunk_bytes, INT_MAX);
+    for (size_t off = 0; off < bytes; off += c->chunk_bytes) {
+        CommRequest r = {0};
+        size_t n = bytes - off < c->chunk_bytes ? bytes - off : c->chunk_bytes;
+        p2p_start(c, world_peers(c), recv, (char*)buf + off, n, peer, tag, &r, fn);
+        comm_wait(c, &r);
+    }
+}
+
+void comm_world_send(Comm* c, const void* buf, size_t bytes, int to_rank, int tag) {
+    world_transfer(c, 0, (void*)buf, bytes, to_rank, tag, "comm_world_send");
+}
+void comm_world_recv(Comm* c, void* buf, size_t bytes, int from_rank, int tag) {
+    world_transfer(c, 1, buf, bytes, from_rank, tag, "comm_world_recv");
 }
 
 void comm_barrier(Comm* c) {

@@ -22,6 +22,7 @@ typedef struct {
     void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
     void* world_comm;   // (MPI_Comm*) all ranks
     double timeout;     // --comm-timeout: seconds any wait may take before this rank says what it waits for and exits (0: forever)
+    size_t chunk_bytes; // the largest message comm_world_send splits a transfer into (1 GiB, under MPI's int count; tests set less)
 } Comm;
 
 struct CommLink;
@@ -139,6 +140,11 @@ void comm_gather_to_root(Comm* c, const void* in, size_t bytes, void* out);
 // variable-size gather to world rank 0: counts (world_size) and the concatenation (rank 0 only,
 // malloc'ed, caller frees)
 void* comm_gatherv_to_root(Comm* c, const void* in, size_t bytes, size_t* counts);
+// a transfer of any size between two world ranks, blocking, as messages of at most c->chunk_bytes
+// (matched in order, so a sender's transfers to one rank with one tag arrive in the order sent): what
+// assembles the whole model on world rank 0 straight into its place, with no staging copy
+void comm_world_send(Comm* c, const void* buf, size_t bytes, int to_rank, int tag);
+void comm_world_recv(Comm* c, void* buf, size_t bytes, int from_rank, int tag);
 void comm_barrier(Comm* c);
 
 #ifdef __cplusplus

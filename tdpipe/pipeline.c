@@ -7,7 +7,7 @@
 #include "llmc/common.h"
 #include "llmc/sampler.h"
 
-enum { TAG_EVAL_LOSS = 11, TAG_TOKEN = 12, TAG_CRC = 13 };
+enum { TAG_EVAL_LOSS = 11, TAG_TOKEN = 12, TAG_CRC = 13, TAG_GATHER = 14 };
 
 static void send_blocking(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     CommRequest r;
@@ -88,31 +88,45 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
 
 void pipeline_gather(Pipeline* pl, const float* mine, float* full) { pipeline_gather_replica(pl, 0, mine, NULL, full, NULL); }
 
+// Every sending stage sends its tensors (and then the head's share) in order, one transfer each;
+// world rank 0 receives them stage by stage straight into their places in full (and full_head): no
+// copy of the model is staged on either side, and a tensor may be larger than one MPI message
 void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head) {
     Stage* st = pl->stage;
     Comm* c = pl->comm;
-    size_t n = st->num_params, vc = head && st->range.has_head ? st->sizes[0] : 0;
-    float* buf = NULL; // (n + vc) what this rank sends
-    if (c->replica == replica) {
-        buf = (float*)malloc_check((n + vc + 1) * sizeof(float));
-        memcpy(buf, mine, n * sizeof(float));
-        if (vc) memcpy(buf + n, head, vc * sizeof(float));
+    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
+    size_t vc = (size_t)st->cfg.padded_vocab_size * st->cfg.channels; // the head's share: (Vp, C)
+    if (c->replica == replica && c->world_rank != 0) {
+        gpt2_slice_pieces(&st->cfg, &st->range, pc);
+        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) comm_world_send(c, mine + pc[i].stage_off, pc[i].n * sizeof(float), 0, TAG_GATHER);
+        if (head && st->range.has_head) comm_world_send(c, head, vc * sizeof(float), 0, TAG_GATHER);
     }
-    size_t* counts = (size_t*)calloc_check(c->world_size, sizeof(size_t));
-    float* all = (float*)comm_gatherv_to_root(c, buf, buf ? (n + vc) * sizeof(float) : 0, counts);
-    if (c->world_rank == 0) {
-        const float* it = all; // only the replica's stages sent, world ranks replica * P + s, in stage order
-        size_t vc_all = (size_t)st->cfg.padded_vocab_size * st->cfg.channels;
-        for (int s = 0; s < pl->P; s++) {
-            size_t got = counts[replica * pl->P + s] / sizeof(float);
-            gpt2_unslice_params(&st->cfg, &pl->ranges[s], it, full);
-            if (s == pl->P - 1 && full_head) memcpy(full_head, it + got - vc_all, vc_all * sizeof(float)); // the head's share after its params
-            it += got;
+    if (c->world_rank != 0) return;
+    for (int s = 0; s < pl->P; s++) {
+        int from = replica * pl->P + s; // world ranks are in grid order (comm.h)
+        gpt2_slice_pieces(&st->cfg, &pl->ranges[s], pc);
+        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+            float* dst = full + pc[i].full_off; // (n) this stage's share of tensor i
+            if (from == 0) memcpy(dst, mine + pc[i].stage_off, pc[i].n * sizeof(float));
+            else comm_world_recv(c, dst, pc[i].n * sizeof(float), from, TAG_GATHER);
+        }
+        if (head && s == pl->P - 1) {
+            if (from == 0) memcpy(full_head, head, vc * sizeof(float));
+            else comm_world_recv(c, full_head, vc * sizeof(float), from, TAG_GATHER);
         }
     }
-    free(all);
-    free(counts);
-    free(buf);
+}
+
+const float* pipeline_whole(Pipeline* pl, const float* mine, float** buf) {
+    int root = pl->comm->world_rank == 0;
+    if (pl->P == 1) return root ? mine : NULL; // (the other replicas' ranks take no part in a gather either)
+    if (root && !*buf) {
+        GPT2Range all = {0, pl->stage->cfg.num_layers, 1, 1};
+        size_t sizes[GPT2_NUM_PARAM_TENSORS];
+        *buf = (float*)malloc_check(gpt2_param_sizes(&pl->stage->cfg, &all, sizes) * sizeof(float));
+    }
+    pipeline_gather(pl, mine, root ? *buf : NULL);
+    return root ? *buf : NULL;
 }
 
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen) {

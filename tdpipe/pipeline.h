@@ -28,10 +28,16 @@ float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile i
 // temperature 0 = greedy.
 void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t seed, int* out);
 // the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's `mine`
-// (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0
+// (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0.
+// Each stage sends its tensors straight from `mine` into their places in `full`, nothing staged, any
+// size; the ranks of other replicas take no part (they return at once)
 void pipeline_gather(Pipeline* pl, const float* mine, float* full);
-// the same from replica `replica`'s stages; with head (the last stage's (Vp, C) beside mine) not NULL,
-// that too, into full_head (world rank 0)
+// the whole model's array on world rank 0 (NULL on the other ranks), for reading: where one stage
+// holds the whole model (P = 1) its own `mine`, laid out alike, nothing copied; else pipeline_gather's
+// into *buf, allocated (the whole model's floats) on rank 0 at the first call; the caller frees *buf
+const float* pipeline_whole(Pipeline* pl, const float* mine, float** buf);
+// the same from replica `replica`'s stages; with head (the last stage's (Vp, C) beside mine) not NULL
+// (on every rank alike), that too, into full_head (world rank 0)
 void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)

@@ -110,7 +110,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     GPT2Range all = {0, s->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
-    float* full = root ? (float*)malloc_check(n_full * sizeof(float)) : NULL;
+    float* buf = NULL; // (n_full) rank 0's copy of the whole model's array, where stages hold parts
     CkptWriter* w = NULL;
     int failed = 0;
     if (root) {
@@ -134,7 +134,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
     for (int i = 0; i < 3; i++) {
-        pipeline_gather(pl, mine[i], full); // collective: every rank takes part even after a failure
+        const float* full = pipeline_whole(pl, mine[i], &buf); // every stage takes part even after a failure
         if (root && !failed) { // a non-finite value never reaches a checkpoint: the last good one stays the newest
             size_t bad = 0;
             while (bad < n_full && isfinite(full[bad])) bad++;
@@ -152,7 +152,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
             printf("checkpoint: %s\n", path);
         }
     }
-    free(full);
+    free(buf);
     return comm_any(pl->comm, failed) ? -1 : 0;
 }
 

@@ -1,6 +1,6 @@
 // Tests of the Comm interface (tdpipe/comm.h). Under mpirun every rank runs the same checks and rank 0
 // prints the tally of all ranks; without mpirun one process checks the single-process paths (P = D = 1).
-// Usage: test_comm [P] [--fatal gather-size|truncate|short]   (the --fatal modes must end the job)
+// Usage: test_comm [P] [--fatal gather-size|truncate|short|world-size]   (the --fatal modes must end the job)
 #include "tdpipe/comm.h"
 #include "llmc/common.h"
 #include "llmc/rng.h"
@@ -363,6 +363,36 @@ static void test_gather(void) {
     comm_barrier(&C);
 }
 
+// comm_world_send / comm_world_recv: every other rank sends rank 0 transfers of several sizes in
+// messages of at most 1000 bytes (the split a > 1 GiB tensor gets, at a size a test can hold); rank 0
+// receives them rank by rank, in the order sent
+static void test_world_transfer(void) {
+    const size_t sizes[] = {0, 1, 999, 1000, 1001, 4321};
+    const int n = (int)(sizeof sizes / sizeof sizes[0]);
+    size_t saved = C.chunk_bytes;
+    C.chunk_bytes = 1000;
+    unsigned char* buf = (unsigned char*)malloc_check(4321);
+    if (C.world_rank != 0) {
+        for (int i = 0; i < n; i++) {
+            pattern_fill(buf, sizes[i], key((uint64_t)C.world_rank, (uint64_t)i, 79));
+            comm_world_send(&C, buf, sizes[i], 0, 9);
+        }
+    } else {
+        int ok = 1;
+        for (int w = 1; w < C.world_size; w++)
+            for (int i = 0; i < n; i++) {
+                memset(buf, 0, 4321);
+                comm_world_recv(&C, buf, sizes[i], w, 9);
+                ok &= pattern_ok(buf, sizes[i], key((uint64_t)w, (uint64_t)i, 79));
+            }
+        RCHECK(ok, "world transfers: %d sizes (0 to 4321 bytes, split into messages of 1000) from each of %d other ranks, in order", n,
+               C.world_size - 1);
+    }
+    free(buf);
+    C.chunk_bytes = saved;
+    comm_barrier(&C);
+}
+
 // ways a job must end (non-zero, with a message naming the rank and the cause) instead of hanging
 static void fatal_mode(const char* kind) {
     unsigned char buf[100] = {0};
@@ -371,6 +401,11 @@ static void fatal_mode(const char* kind) {
         unsigned char* all = (unsigned char*)malloc_check((size_t)C.world_size * 8);
         comm_gather_to_root(&C, buf, last ? (size_t)INT_MAX + 1 : 8, all);
         free(all);
+    } else if (strcmp(kind, "world-size") == 0 && C.world_size >= 2) { // 1500 bytes sent, 1700 expected: the second message differs
+        C.chunk_bytes = 1000;
+        unsigned char big[1700] = {0};
+        if (C.world_rank == 1) comm_world_send(&C, big, 1500, 0, 9);
+        if (C.world_rank == 0) comm_world_recv(&C, big, 1700, 1, 9);
     } else if ((strcmp(kind, "truncate") == 0 || strcmp(kind, "short") == 0) && C.P >= 2) {
         size_t sent = strcmp(kind, "truncate") == 0 ? 100 : 50, expected = 150 - sent;
         if (C.stage == 0) {
@@ -421,6 +456,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) test_dp_average(sizes[i]);
     test_dp_average_double();
     test_gather();
+    test_world_transfer();
 
     // the tally of all ranks on rank 0; every rank exits non-zero when any rank failed
     int mine[2] = {test_passed_, test_failed_};

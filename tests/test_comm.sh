@@ -80,6 +80,9 @@ ends "a receive shorter than the message: MPI's error, with rank, file, line and
     '^\[rank [13]\] tdpipe/comm\.c:[0-9]+: MPI_(Wait|Test)\(.*\) failed: MPI_ERR_TRUNCATE' \
     "${MPIRUN[@]}" -np 4 $T 2 --fatal truncate
 ends "a message shorter than the receive expects" \
-    '^\[rank 1\] tdpipe/comm\.c:[0-9]+: received 50 bytes from stage 0 \(tag 3\) where 100 were expected' \
+    '^\[rank 1\] tdpipe/comm\.c:[0-9]+: a message of 100 bytes from stage 0 \(tag 3\): 50 bytes arrived where 100 were expected' \
     "${MPIRUN[@]}" -np 2 $T 2 --fatal short
+ends "a transfer between world ranks shorter than the receive expects (its second message of two)" \
+    '^\[rank 0\] tdpipe/comm\.c:[0-9]+: a message of 700 bytes from rank 1 \(tag 9\): 500 bytes arrived where 700 were expected' \
+    "${MPIRUN[@]}" -np 2 $T 1 --fatal world-size
 finish
