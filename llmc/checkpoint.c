@@ -505,17 +505,30 @@ static int read_layout(int fd, const char* path, uint64_t size, Ckpt* c, Payload
     return 0;
 }
 
-// Streams one payload: CRC of the compressed bytes always; with load, inflates and unshuffles
-// into s->data and checks the raw CRC. The compressed CRC is judged first so that a damaged file
-// is reported as damaged even when inflate trips over the damage before the CRC is complete.
-static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc, int load, z_stream* zs, unsigned char* inbuf, unsigned char* blk, char* err, size_t errlen) {
-    unsigned char* dst = NULL; // (s->bytes,)
-    if (load) {
+// what read_payload does with a section's bytes besides checking the compressed CRC: keep them
+// (s->data), hand them to a sink block by block, or nothing (then they are not decompressed)
+typedef struct {
+    int keep;
+    const CkptSink* sink;
+    unsigned char* raw; // (CKPT_SHUFFLE_BLOCK) a sink's unshuffled block
+} PayloadUse;
+
+// Streams one payload: CRC of the compressed bytes always; to keep it or give it to a sink,
+// inflates and unshuffles it and checks the raw CRC. The compressed CRC is judged first so that a
+// damaged file is reported as damaged even when inflate trips over the damage before the CRC is complete.
+static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc, PayloadUse use, z_stream* zs, unsigned char* inbuf, unsigned char* blk, char* err, size_t errlen) {
+    unsigned char* dst = NULL; // (s->bytes,) when kept
+    int decode = use.keep || use.sink;
+    int blocks = s->shuffled || use.sink; // decoded a block at a time through blk (else straight into dst)
+    uint32_t crc_raw = 0;                 // a sink's: of the blocks as they pass
+    if (use.keep) {
         dst = (unsigned char*)malloc(s->bytes ? s->bytes : 1);
         if (!dst) {
             td_error(err, errlen, "%s: section '%s': out of memory for %zu bytes", path, s->name, s->bytes);
             return -1;
         }
+    }
+    if (decode) {
         if (inflateReset(zs) != Z_OK) {
             free(dst);
             td_error(err, errlen, "%s: zlib inflateReset failed", path);
@@ -524,7 +537,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
     }
     const char* bad = NULL;  // first decoding problem, reported only if the compressed CRC holds
     size_t produced = 0;     // raw bytes decoded so far
-    size_t blk_start = 0, blk_fill = 0; // shuffled block being filled: its raw offset and fill
+    size_t blk_start = 0, blk_fill = 0; // the block being filled (shuffled or for a sink): its raw offset and fill
     int zret = Z_OK;
     uint32_t crc = 0;
     uint64_t at = loc.at;
@@ -536,13 +549,13 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
             return -1;
         }
         crc = ckpt_crc32(crc, inbuf, n);
-        if (load && !bad) {
+        if (decode && !bad) {
             zs->next_in = inbuf;
             zs->avail_in = (uInt)n;
             while (zs->avail_in > 0 && zret != Z_STREAM_END) {
                 unsigned char probe, *o;
                 size_t cap, blen = 0;
-                if (s->shuffled) {
+                if (blocks) {
                     blen = block_len(s->bytes, blk_start);
                     o = blk + blk_fill;
                     cap = blen - blk_fill;
@@ -569,10 +582,19 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
                     break;
                 }
                 produced += out;
-                if (s->shuffled) {
+                if (blocks) {
                     blk_fill += out;
                     if (blk_fill == blen && blen > 0) {
-                        unshuffle_block(dst + blk_start, blk, blen, s->elem_size);
+                        const unsigned char* raw = blk; // (blen) the block's raw bytes
+                        if (s->shuffled) {
+                            unsigned char* to = use.sink ? use.raw : dst + blk_start;
+                            unshuffle_block(to, blk, blen, s->elem_size);
+                            raw = to;
+                        }
+                        if (use.sink) {
+                            crc_raw = ckpt_crc32(crc_raw, raw, blen);
+                            use.sink->put(use.sink->ctx, blk_start, raw, blen);
+                        }
                         blk_start += blen;
                         blk_fill = 0;
                     }
@@ -588,7 +610,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
         free(dst);
         return -1;
     }
-    if (load) {
+    if (decode) {
         if (!bad && zret != Z_STREAM_END) bad = "zlib stream ends early";
         if (!bad && produced != s->bytes) bad = "decompressed size differs from its descriptor";
         if (bad) {
@@ -596,7 +618,7 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
             free(dst);
             return -1;
         }
-        if (ckpt_crc32(0, dst, s->bytes) != loc.crc_raw) {
+        if ((use.sink ? crc_raw : ckpt_crc32(0, dst, s->bytes)) != loc.crc_raw) {
             td_error(err, errlen, "%s: section '%s': CRC of the decompressed data mismatch (written damaged)", path, s->name);
             free(dst);
             return -1;
@@ -606,8 +628,10 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
     return 0;
 }
 
-// st (may be NULL) receives the identity of the file that was read
-static int read_container(const char* path, Ckpt* out, int load, struct stat* st, char* err, size_t errlen) {
+// st (may be NULL) receives the identity of the file that was read. load: keep the sections of at
+// most keep_max bytes; sinks (n_sinks): the sections streamed to them (each must be present)
+static int read_container(const char* path, Ckpt* out, int load, size_t keep_max, const CkptSink* sinks, int n_sinks, struct stat* st, char* err,
+                          size_t errlen) {
     memset(out, 0, sizeof *out);
     long long size;
     int fd = td_open_regular(path, "checkpoint", &size, err, errlen);
@@ -616,20 +640,28 @@ static int read_container(const char* path, Ckpt* out, int load, struct stat* st
     PayloadLoc* loc = (PayloadLoc*)calloc_check(CKPT_MAX_SECTIONS, sizeof(PayloadLoc));
     int rc = read_layout(fd, path, (uint64_t)size, out, loc, err, errlen);
     out->file_bytes = (size_t)size;
+    for (int k = 0; rc == 0 && k < n_sinks; k++)
+        if (!ckpt_section_entry(out, sinks[k].name)) rc = td_error(err, errlen, "%s: checkpoint has no section '%s'", path, sinks[k].name);
     if (rc == 0 && out->num_sections > 0) {
         unsigned char* inbuf = (unsigned char*)malloc_check(IO_CHUNK);
         unsigned char* blk = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+        unsigned char* raw = n_sinks ? (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK) : NULL;
         z_stream zs;
         memset(&zs, 0, sizeof zs);
-        if (load && inflateInit(&zs) != Z_OK) {
-            td_error(err, errlen, "%s: zlib inflateInit failed", path);
-            rc = -1;
+        int inflating = (load || n_sinks) && inflateInit(&zs) == Z_OK;
+        if ((load || n_sinks) && !inflating) rc = td_error(err, errlen, "%s: zlib inflateInit failed", path);
+        for (int i = 0; rc == 0 && i < out->num_sections; i++) {
+            CkptSection* sec = &out->sections[i];
+            PayloadUse use = {load && sec->bytes <= keep_max, NULL, raw};
+            for (int k = 0; k < n_sinks; k++)
+                if (strcmp(sinks[k].name, sec->name) == 0) use.sink = &sinks[k];
+            if (use.sink) use.keep = 0;
+            rc = read_payload(fd, path, sec, loc[i], use, &zs, inbuf, blk, err, errlen);
         }
-        for (int i = 0; rc == 0 && i < out->num_sections; i++)
-            rc = read_payload(fd, path, &out->sections[i], loc[i], load, &zs, inbuf, blk, err, errlen);
-        if (load) inflateEnd(&zs);
+        if (inflating) inflateEnd(&zs);
         free(inbuf);
         free(blk);
+        free(raw);
     }
     free(loc);
     close(fd);
@@ -637,23 +669,32 @@ static int read_container(const char* path, Ckpt* out, int load, struct stat* st
     return rc;
 }
 
-int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen) { return read_container(path, out, 1, NULL, err, errlen); }
+int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen) { return read_container(path, out, 1, SIZE_MAX, NULL, 0, NULL, err, errlen); }
 
 int ckpt_verify(const char* path, char* err, size_t errlen) {
     Ckpt c;
-    int rc = read_container(path, &c, 0, NULL, err, errlen);
+    int rc = read_container(path, &c, 0, 0, NULL, 0, NULL, err, errlen);
     ckpt_free(&c);
     return rc;
 }
 
-const void* ckpt_section(const Ckpt* c, const char* name, size_t* bytes) {
+int ckpt_read_sinks(const char* path, const CkptSink* sinks, int n, char* err, size_t errlen) {
+    Ckpt c;
+    int rc = read_container(path, &c, 0, 0, sinks, n, NULL, err, errlen);
+    ckpt_free(&c);
+    return rc;
+}
+
+const CkptSection* ckpt_section_entry(const Ckpt* c, const char* name) {
     for (int i = 0; i < c->num_sections; i++)
-        if (strcmp(c->sections[i].name, name) == 0) {
-            if (bytes) *bytes = c->sections[i].bytes;
-            return c->sections[i].data;
-        }
-    if (bytes) *bytes = 0;
+        if (strcmp(c->sections[i].name, name) == 0) return &c->sections[i];
     return NULL;
+}
+
+const void* ckpt_section(const Ckpt* c, const char* name, size_t* bytes) {
+    const CkptSection* e = ckpt_section_entry(c, name);
+    if (bytes) *bytes = e ? e->bytes : 0;
+    return e ? e->data : NULL;
 }
 
 void ckpt_free(Ckpt* c) {
@@ -730,7 +771,7 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
 // name's. st receives the identity of the file that was judged.
 static int entry_valid(const CkptEntry* e, struct stat* st) {
     Ckpt c;
-    int ok = read_container(e->path, &c, 0, st, NULL, 0) == 0 && c.step == e->step;
+    int ok = read_container(e->path, &c, 0, 0, NULL, 0, st, NULL, 0) == 0 && c.step == e->step;
     ckpt_free(&c);
     return ok;
 }
@@ -781,7 +822,7 @@ static void note_add(char* note, size_t cap, const char* fmt, ...) {
     va_end(ap);
 }
 
-int ckpt_find_latest(const char* dir, Ckpt* out, char* path_out, size_t path_cap, char* note, size_t note_cap) {
+int ckpt_find_latest(const char* dir, size_t keep_max, Ckpt* out, char* path_out, size_t path_cap, char* note, size_t note_cap) {
     memset(out, 0, sizeof *out);
     if (note && note_cap) note[0] = 0;
     CkptEntry* es;
@@ -798,7 +839,7 @@ int ckpt_find_latest(const char* dir, Ckpt* out, char* path_out, size_t path_cap
         return 1;
     }
     for (int i = 0; i < n; i++) {
-        if (ckpt_read(es[i].path, out, e, sizeof e) == 0) {
+        if (read_container(es[i].path, out, 1, keep_max, NULL, 0, NULL, e, sizeof e) == 0) {
             if (out->step == es[i].step) {
                 if (path_out && path_cap) snprintf(path_out, path_cap, "%s", es[i].path);
                 if (i > 0) note_add(note, note_cap, "resuming from %s, the newest checkpoint that passes its checks\n", es[i].path);

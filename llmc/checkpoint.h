@@ -83,8 +83,25 @@ void ckpt_writer_abort(CkptWriter* w);
 int ckpt_read(const char* path, Ckpt* out, char* err, size_t errlen);
 // Same checks without decompressing: header, descriptors, sizes, CRC of the compressed bytes.
 int ckpt_verify(const char* path, char* err, size_t errlen);
-// The named section's data and size, or NULL when the checkpoint has no such section
+// The named section's data and size, or NULL when the checkpoint has no such section (or did not
+// keep it: see ckpt_find_latest's keep_max)
 const void* ckpt_section(const Ckpt* c, const char* name, size_t* bytes);
+// The named section's entry (its size and layout, data NULL when not kept), or NULL when it has none
+const CkptSection* ckpt_section_entry(const Ckpt* c, const char* name);
+
+// A section taken as it is decoded instead of kept in memory: put(ctx, off, data, n) receives its
+// raw (unshuffled) bytes in order, [off, off + n) at a time, n at most CKPT_SHUFFLE_BLOCK. What a
+// large model's resume reads its slice of the model from, holding a block, not the model.
+typedef struct {
+    const char* name;
+    void (*put)(void* ctx, size_t off, const void* data, size_t n);
+    void* ctx;
+} CkptSink;
+// Streams the sections that sinks name (n of them) from the checkpoint at path into their puts,
+// checking both CRCs as ckpt_read does; the other sections are checked as ckpt_verify checks them.
+// put sees the bytes before the raw CRC is known: after a failure (-1 + err) what it was given
+// must not be used. A sink whose section the file lacks is an error.
+int ckpt_read_sinks(const char* path, const CkptSink* sinks, int n, char* err, size_t errlen);
 void ckpt_free(Ckpt* c);
 
 // Keeps the `keep` newest valid checkpoints of dir (by the step in their names) and deletes older
@@ -102,7 +119,9 @@ int ckpt_is_temp_name(const char* name);
 // name), falling back to older ones. note receives one line per skipped file and why.
 // Returns 0 (out and path_out filled), 1 when dir holds no checkpoint (or does not exist),
 // -1 when every checkpoint is damaged or dir cannot be listed (reasons in note).
-int ckpt_find_latest(const char* dir, Ckpt* out, char* path_out, size_t path_cap, char* note, size_t note_cap);
+// keep_max: sections of more bytes are checked as ckpt_verify checks them but not decompressed or
+// kept (data NULL; ckpt_read_sinks streams them after); SIZE_MAX keeps everything.
+int ckpt_find_latest(const char* dir, size_t keep_max, Ckpt* out, char* path_out, size_t path_cap, char* note, size_t note_cap);
 
 #ifdef __cplusplus
 }

@@ -29,14 +29,49 @@ typedef struct {
     double losses[GUARD_WINDOW];
 } StateSection;
 
-// the section `name` of exactly `bytes`, or NULL after saying what is wrong
-static const void* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
-    size_t got;
-    const void* p = ckpt_section(c, name, &got);
-    if (!p) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
-    else if (got != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, got, bytes);
-    else return p;
+// the section `name` of exactly `bytes` (its data NULL where the read did not keep it: see
+// RESUME_KEEP_MAX), or NULL after saying what is wrong
+static const CkptSection* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
+    const CkptSection* e = ckpt_section_entry(c, name);
+    if (!e) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
+    else if (e->bytes != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, e->bytes, bytes);
+    else return e;
     return NULL;
+}
+
+// A resume holds the small sections whole and streams the model-sized ones (parameters, AdamW's
+// moments, the int8 residuals), each rank copying out the pieces of its stage as the blocks are
+// decoded: a rank needs a block of memory for them, not the whole model's arrays
+#define RESUME_KEEP_MAX ((size_t)1 << 20)
+
+// where a streamed section's bytes go: the pieces of it this rank holds, each to its place in dst
+typedef struct {
+    GPT2Piece pieces[GPT2_NUM_PARAM_TENSORS + 1]; // the stage's tensors, and the LM head's share of wte after the model (residuals)
+    int n;
+    float* dst;
+} SliceSink;
+
+static void slice_put(void* ctx, size_t off, const void* data, size_t n) {
+    const SliceSink* k = (const SliceSink*)ctx;
+    for (int i = 0; i < k->n; i++) {
+        size_t a = k->pieces[i].full_off * sizeof(float), b = a + k->pieces[i].n * sizeof(float); // the piece's bytes in the section
+        size_t lo = off > a ? off : a, hi = off + n < b ? off + n : b;
+        if (lo < hi) memcpy((char*)(k->dst + k->pieces[i].stage_off) + (lo - a), (const char*)data + (lo - off), hi - lo);
+    }
+}
+
+// the sink for section `name` into dst: stage s's slice of the model's layout, and with head, the
+// (Vp, C) after it (at n_full in the section, after num_params in dst) on the last stage
+static CkptSink slice_sink(const char* name, const Stage* s, int head, float* dst, SliceSink* k) {
+    gpt2_slice_pieces(&s->cfg, &s->range, k->pieces);
+    k->n = GPT2_NUM_PARAM_TENSORS;
+    if (head && s->range.has_head) {
+        GPT2Range all = {0, s->cfg.num_layers, 1, 1};
+        size_t sizes[GPT2_NUM_PARAM_TENSORS];
+        k->pieces[k->n++] = (GPT2Piece){gpt2_param_sizes(&s->cfg, &all, sizes), s->num_params, s->sizes[0]};
+    }
+    k->dst = dst;
+    return (CkptSink){name, slice_put, k};
 }
 
 // The int8 sync's error-feedback residuals: "grad_ef" = int64 {D, block, n_full, Vp*C}, then for each
@@ -67,8 +102,10 @@ static int save_ef(Pipeline* pl, const DpSync* ef, CkptWriter* w, int failed, ch
     return failed;
 }
 
-// this replica's residuals from the checkpoint, or zero with a note when it holds none for this D and block
-static int resume_ef(const Ckpt* c, const char* path, Stage* s, DpSync* ef, char* err, size_t errlen) {
+// this replica's residuals from the checkpoint: two sinks added to sinks[*n] (names in names[2]),
+// or zero with a note when it holds none for this D and block; -1 + err when their sections are missing or misshapen
+static int resume_ef(const Ckpt* c, const char* path, Stage* s, DpSync* ef, CkptSink* sinks, int* n_sinks, SliceSink* ks, char names[2][64],
+                     char* err, size_t errlen) {
     size_t got;
     const int64_t* shape = (const int64_t*)ckpt_section(c, "grad_ef", &got);
     GPT2Range all = {0, s->cfg.num_layers, 1, 1};
@@ -91,13 +128,9 @@ static int resume_ef(const Ckpt* c, const char* path, Stage* s, DpSync* ef, char
         return 0;
     }
     for (int o = 0; o < 2; o++) {
-        char name[64];
-        ef_section_name(name, sizeof name, o, ef->me);
-        const float* full = (const float*)section_exact(c, path, name, (n_full + vc) * sizeof(float), err, errlen);
-        if (!full) return -1;
-        float* mine = o ? ef->ef_owner : ef->ef_replica;
-        gpt2_slice_params(&s->cfg, &s->range, full, mine);
-        if (s->range.has_head) memcpy(mine + s->num_params, full + n_full, vc * sizeof(float));
+        ef_section_name(names[o], 64, o, ef->me);
+        if (!section_exact(c, path, names[o], (n_full + vc) * sizeof(float), err, errlen)) return -1;
+        sinks[(*n_sinks)++] = slice_sink(names[o], s, 1, o ? ef->ef_owner : ef->ef_replica, &ks[o]);
     }
     return 0;
 }
@@ -161,7 +194,7 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
                           char* err, size_t errlen) {
     Ckpt c;
     char note[4096];
-    int rc_find = ckpt_find_latest(rc->dir, &c, path, path_cap, note, sizeof(note));
+    int rc_find = ckpt_find_latest(rc->dir, RESUME_KEEP_MAX, &c, path, path_cap, note, sizeof(note));
     if (note[0] && g_rank == 0) fprintf(stderr, "%s", note);
     char archive[256];
     if (rc_find == 1 && outdir_newest_archive(rc->dir, archive, sizeof archive))
@@ -173,8 +206,9 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
     int step = -1;
     do { // checked in this order: the config, then every section's presence and size
-        const int32_t* config = (const int32_t*)section_exact(&c, path, "config", CKPT_CONFIG_INTS * 4, err, errlen);
-        if (!config) break;
+        const CkptSection* cs = section_exact(&c, path, "config", CKPT_CONFIG_INTS * 4, err, errlen);
+        if (!cs) break;
+        const int32_t* config = (const int32_t*)cs->data;
         int32_t want[CKPT_CONFIG_INTS];
         config_fields(rc, &s->cfg, want);
         int i = 0;
@@ -183,10 +217,12 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
             td_error(err, errlen, "%s: checkpoint has %s = %d but this run has %d", path, CFG_NAMES[i], config[i], want[i]);
             break;
         }
-        const int64_t* step64 = (const int64_t*)section_exact(&c, path, "step", 8, err, errlen);
-        if (!step64 || !section_exact(&c, path, "rng", 8, err, errlen)) break;
-        const DataLoaderState* dls = (const DataLoaderState*)section_exact(&c, path, "dataloader", sizeof(DataLoaderState), err, errlen);
-        if (!dls) break;
+        const CkptSection* ss = section_exact(&c, path, "step", 8, err, errlen);
+        if (!ss || !section_exact(&c, path, "rng", 8, err, errlen)) break;
+        const int64_t* step64 = (const int64_t*)ss->data;
+        const CkptSection* ds = section_exact(&c, path, "dataloader", sizeof(DataLoaderState), err, errlen);
+        if (!ds) break;
+        const DataLoaderState* dls = (const DataLoaderState*)ds->data;
         char msg[256];
         if (train && dataloader_set_state(train, dls, msg, sizeof(msg))) {
             td_error(err, errlen, "%s: %s", path, msg);
@@ -194,19 +230,20 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
         }
         const char* names[3] = {"params", "adam_m", "adam_v"};
         float* mine[3] = {s->params, s->adam_m, s->adam_v};
-        int ok = 1;
-        for (int t = 0; t < 3 && ok; t++) {
-            const float* full = (const float*)section_exact(&c, path, names[t], n_full * 4, err, errlen);
-            if (full) gpt2_slice_params(&s->cfg, &s->range, full, mine[t]);
-            ok = full != NULL;
-        }
-        if (!ok) break;
+        CkptSink sinks[5]; // the three arrays, then the two residuals
+        SliceSink ks[5];
+        char ef_names[2][64];
+        int n_sinks = 0;
+        for (int t = 0; t < 3 && section_exact(&c, path, names[t], n_full * 4, err, errlen); t++)
+            sinks[n_sinks++] = slice_sink(names[t], s, 0, mine[t], &ks[t]);
+        if (n_sinks < 3) break;
         size_t got = 0;
-        const StateSection* ts = (const StateSection*)ckpt_section(&c, "tdpipe", &got);
-        if (ts && got != sizeof(StateSection)) {
-            td_error(err, errlen, "%s: section 'tdpipe' holds %zu bytes, this version reads %zu", path, got, sizeof(StateSection));
+        const CkptSection* te = ckpt_section_entry(&c, "tdpipe");
+        if (te && te->bytes != sizeof(StateSection)) {
+            td_error(err, errlen, "%s: section 'tdpipe' holds %zu bytes, this version reads %zu", path, te->bytes, sizeof(StateSection));
             break;
         }
+        const StateSection* ts = te ? (const StateSection*)te->data : NULL;
         if (ts && ts->aew_requested == state->aew_requested) { // the same window asked for: go on where the run stood
             state->aew_base = ts->aew_base;
             state->aew_halvings = ts->aew_halvings;
@@ -222,10 +259,11 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
             state->losses.next = (int)ts->losses_next;
             memcpy(state->losses.loss, ts->losses, sizeof(ts->losses));
         }
-        if (has_ef(ef) && resume_ef(&c, path, s, ef, err, errlen)) break;
+        if (has_ef(ef) && resume_ef(&c, path, s, ef, sinks, &n_sinks, ks + 3, ef_names, err, errlen)) break;
         if (!has_ef(ef) && ckpt_section(&c, "grad_ef", &got) && g_rank == 0)
             fprintf(stderr, "note: %s holds an int8 sync's error-feedback residuals; this run does not use them (no --grad-quant int8 with "
                             "--error-feedback 1 over replicas)\n", path);
+        if (ckpt_read_sinks(path, sinks, n_sinks, err, errlen)) break; // every check above passed: now the arrays
         step = (int)*step64;
         s->version = step;
         stage_from_host(s);

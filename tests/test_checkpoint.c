@@ -348,7 +348,7 @@ static void test_prune_impostors(void) {
     CHECK(count_entries(dir) == 10, "nothing else deleted (%d entries)", count_entries(dir));
     Ckpt c;
     char got[512], note[8192];
-    int rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    int rc = ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note);
     CHECK(rc == 0 && c.step == 50 && strstr(note, "is a FIFO") && strstr(note, "is a directory") && strstr(note, "ckpt_00000097"),
           "resume skips the FIFO, the directory and the junk and takes step 50: %.300s", note);
     ckpt_free(&c);
@@ -381,17 +381,17 @@ static void test_find_latest(void) {
     char dir[64], p[512], got[512], note[4096];
     Ckpt c;
     make_tmpdir(dir);
-    CHECK(ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note) == 1, "empty dir: none (%s)", note);
-    CHECK(ckpt_find_latest("/tmp/tdpipe_no_such_dir_x", &c, got, sizeof got, note, sizeof note) == 1, "missing dir: none");
+    CHECK(ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note) == 1, "empty dir: none (%s)", note);
+    CHECK(ckpt_find_latest("/tmp/tdpipe_no_such_dir_x", SIZE_MAX, &c, got, sizeof got, note, sizeof note) == 1, "missing dir: none");
     long steps[] = {10, 20, 30};
     write_steps(dir, steps, 3);
-    int rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    int rc = ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note);
     ckpt_path(p, sizeof p, dir, 30);
     CHECK(rc == 0 && c.step == 30 && strcmp(got, p) == 0 && note[0] == 0 && same_sections(&c, small, NSMALL, 1), "picks the newest: %s", got);
     ckpt_free(&c);
 
     flip_payload_bit(p, 3);
-    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    rc = ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note);
     char p20[512];
     ckpt_path(p20, sizeof p20, dir, 20);
     CHECK(rc == 0 && c.step == 20 && strcmp(got, p20) == 0 && same_sections(&c, small, NSMALL, 1), "falls back to step 20");
@@ -401,14 +401,87 @@ static void test_find_latest(void) {
     char p99[512]; // a file whose name disagrees with its header
     ckpt_path(p99, sizeof p99, dir, 99);
     rename(p20, p99);
-    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    rc = ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note);
     CHECK(rc == 0 && c.step == 10 && strstr(note, "header says step 20 but the name says 99"), "renamed file skipped: %s", note);
     ckpt_free(&c);
 
     ckpt_path(p, sizeof p, dir, 10);
     flip_payload_bit(p, 0);
-    rc = ckpt_find_latest(dir, &c, got, sizeof got, note, sizeof note);
+    rc = ckpt_find_latest(dir, SIZE_MAX, &c, got, sizeof got, note, sizeof note);
     CHECK(rc == -1 && c.sections == NULL && strstr(note, "none of its 3 checkpoints"), "all damaged: -1: %s", note);
+    rm_tree(dir);
+}
+
+// a sink that rebuilds its section in a buffer and checks that the pieces come in order, back to back
+typedef struct {
+    unsigned char* buf; // (cap,)
+    size_t cap, next, max_piece;
+    int in_order;
+} Collect;
+static void collect_put(void* ctx, size_t off, const void* data, size_t n) {
+    Collect* k = (Collect*)ctx;
+    k->in_order &= off == k->next && off + n <= k->cap;
+    if (off + n <= k->cap) memcpy(k->buf + off, data, n);
+    k->next = off + n;
+    if (n > k->max_piece) k->max_piece = n;
+}
+
+// ckpt_find_latest's keep_max and ckpt_read_sinks: the large sections, shuffled floats over several
+// blocks and unshuffled bytes, streamed into place bitwise as ckpt_read holds them; refusals
+static void test_sinks(void) {
+    char dir[64], path[512], err[1024], got[512], note[1024];
+    make_tmpdir(dir);
+    size_t nf = (5 * CKPT_SHUFFLE_BLOCK / 2) / 4 + 3, nb = 3 * CKPT_SHUFFLE_BLOCK / 2 + 1; // 2.5 blocks of floats and 3 bytes; 1.5 blocks + 1 of bytes
+    float* f = (float*)malloc(nf * 4);
+    unsigned char* b = (unsigned char*)malloc(nb);
+    fill_gpt2_like(f, nf);
+    for (size_t i = 0; i < nb; i++) b[i] = (unsigned char)rng_u32();
+    static int32_t config[4] = {1, 2, 3, 4};
+    Sec secs[3] = {{"config", 4, sizeof config, (unsigned char*)config}, {"floats", 4, nf * 4, (unsigned char*)f}, {"bytes", 1, nb, b}};
+    CHECK(write_ckpt(dir, 7, CKPT_LEVEL_HUFFMAN, 1, secs, 3, path, err) == 0, "writes a checkpoint with two multi-block sections: %s", err);
+
+    Ckpt c;
+    int rc = ckpt_find_latest(dir, 1 << 20, &c, got, sizeof got, note, sizeof note);
+    const CkptSection *ef = ckpt_section_entry(&c, "floats"), *eb = ckpt_section_entry(&c, "bytes");
+    CHECK(rc == 0 && ckpt_section(&c, "config", NULL) && memcmp(ckpt_section(&c, "config", NULL), config, sizeof config) == 0,
+          "keep_max 1 MiB: the small section is kept");
+    CHECK(ef && eb && ef->data == NULL && eb->data == NULL && ef->bytes == nf * 4 && eb->bytes == nb && ckpt_section(&c, "floats", NULL) == NULL,
+          "keep_max 1 MiB: the larger ones are listed with their sizes but not kept");
+    ckpt_free(&c);
+
+    Collect kf = {(unsigned char*)calloc(nf * 4, 1), nf * 4, 0, 0, 1}, kb = {(unsigned char*)calloc(nb, 1), nb, 0, 0, 1};
+    CkptSink sinks[2] = {{"bytes", collect_put, &kb}, {"floats", collect_put, &kf}};
+    rc = ckpt_read_sinks(path, sinks, 2, err, sizeof err);
+    CHECK(rc == 0 && kf.in_order && kb.in_order && kf.next == nf * 4 && kb.next == nb, "ckpt_read_sinks: every byte, in order (%s)", rc ? err : "ok");
+    CHECK(memcmp(kf.buf, f, nf * 4) == 0 && memcmp(kb.buf, b, nb) == 0, "  bitwise what was written (unshuffled floats, bytes)");
+    CHECK(kf.max_piece == CKPT_SHUFFLE_BLOCK && kb.max_piece == CKPT_SHUFFLE_BLOCK, "  a block at a time, never more");
+
+    CkptSink missing = {"adam_m", collect_put, &kf};
+    rc = ckpt_read_sinks(path, &missing, 1, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, path) == err && strstr(err, "no section 'adam_m'"), "a sink for a section the file lacks: %s", err);
+
+    // the raw CRC recorded wrong, every other CRC valid: what only decoding the stream can find
+    size_t n;
+    unsigned char* v = slurp(path, &n);
+    Loc loc[4];
+    layout(v, loc);
+    v[loc[1].desc + 60] ^= 0x01;
+    put32(v + loc[1].desc + 76, ckpt_crc32(0, v + loc[1].desc, 76));
+    spit(path, v, n);
+    kf.next = 0;
+    rc = ckpt_read_sinks(path, sinks + 1, 1, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "section 'floats'") && strstr(err, "CRC of the decompressed data mismatch"), "a streamed section whose raw CRC differs: %s",
+          err);
+    v[loc[1].desc + 60] ^= 0x01;
+    put32(v + loc[1].desc + 76, ckpt_crc32(0, v + loc[1].desc, 76));
+    spit(path, v, n);
+    free(v);
+
+    flip_payload_bit(path, 1); // in the floats' compressed bytes
+    kf.next = 0;
+    rc = ckpt_read_sinks(path, sinks + 1, 1, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "section 'floats'") && strstr(err, "CRC mismatch"), "a damaged streamed section is refused: %s", err);
+    free(kf.buf), free(kb.buf), free(f), free(b);
     rm_tree(dir);
 }
 
@@ -666,6 +739,7 @@ int main(void) {
     test_prune_impostors();
     test_names();
     test_find_latest();
+    test_sinks();
     test_refusals();
     test_unwritable();
     test_disk_full();
