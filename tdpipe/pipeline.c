@@ -88,6 +88,12 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
 
 void pipeline_gather(Pipeline* pl, const float* mine, float* full) { pipeline_gather_replica(pl, 0, mine, NULL, full, NULL); }
 
+// bytes from world rank `from` into dst on rank 0: copied from mine where rank 0 holds them itself
+static void gather_piece(Comm* c, void* dst, const void* mine, size_t bytes, int from) {
+    if (from == 0) memcpy(dst, mine, bytes);
+    else comm_world_recv(c, dst, bytes, from, TAG_GATHER);
+}
+
 // Every sending stage sends its tensors (and then the head's share) in order, one transfer each;
 // world rank 0 receives them stage by stage straight into their places in full (and full_head): no
 // copy of the model is staged on either side, and a tensor may be larger than one MPI message
@@ -105,15 +111,9 @@ void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const
     for (int s = 0; s < pl->P; s++) {
         int from = replica * pl->P + s; // world ranks are in grid order (comm.h)
         gpt2_slice_pieces(&st->cfg, &pl->ranges[s], pc);
-        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-            float* dst = full + pc[i].full_off; // (n) this stage's share of tensor i
-            if (from == 0) memcpy(dst, mine + pc[i].stage_off, pc[i].n * sizeof(float));
-            else comm_world_recv(c, dst, pc[i].n * sizeof(float), from, TAG_GATHER);
-        }
-        if (head && s == pl->P - 1) {
-            if (from == 0) memcpy(full_head, head, vc * sizeof(float));
-            else comm_world_recv(c, full_head, vc * sizeof(float), from, TAG_GATHER);
-        }
+        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) // stage s's share of tensor i: (n) floats
+            gather_piece(c, full + pc[i].full_off, mine + pc[i].stage_off, pc[i].n * sizeof(float), from);
+        if (head && s == pl->P - 1) gather_piece(c, full_head, head, vc * sizeof(float), from);
     }
 }
 
