@@ -629,7 +629,8 @@ static int read_payload(int fd, const char* path, CkptSection* s, PayloadLoc loc
 }
 
 // st (may be NULL) receives the identity of the file that was read. load: keep the sections of at
-// most keep_max bytes; sinks (n_sinks): the sections streamed to them (each must be present)
+// most keep_max bytes; sinks (n_sinks): the sections streamed to them (each must be present), the
+// other sections then not read at all
 static int read_container(const char* path, Ckpt* out, int load, size_t keep_max, const CkptSink* sinks, int n_sinks, struct stat* st, char* err,
                           size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -656,6 +657,7 @@ static int read_container(const char* path, Ckpt* out, int load, size_t keep_max
             for (int k = 0; k < n_sinks; k++)
                 if (strcmp(sinks[k].name, sec->name) == 0) use.sink = &sinks[k];
             if (use.sink) use.keep = 0;
+            else if (n_sinks) continue; // streaming: the others were checked when the file was chosen
             rc = read_payload(fd, path, sec, loc[i], use, &zs, inbuf, blk, err, errlen);
         }
         if (inflating) inflateEnd(&zs);

@@ -98,7 +98,8 @@ typedef struct {
     void* ctx;
 } CkptSink;
 // Streams the sections that sinks name (n of them) from the checkpoint at path into their puts,
-// checking both CRCs as ckpt_read does; the other sections are checked as ckpt_verify checks them.
+// checking both CRCs as ckpt_read does; the other sections are not read (ckpt_find_latest, which
+// chose the file, has checked them: a rank reads its own sections, not every replica's residuals).
 // put sees the bytes before the raw CRC is known: after a failure (-1 + err) what it was given
 // must not be used. A sink whose section the file lacks is an error.
 int ckpt_read_sinks(const char* path, const CkptSink* sinks, int n, char* err, size_t errlen);
