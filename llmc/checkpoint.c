@@ -91,10 +91,28 @@ typedef struct {
     z_stream zs;
     unsigned char* out;             // (OUT_CAP) the block's deflate output
     unsigned char* shuf;            // (CKPT_SHUFFLE_BLOCK) the block shuffled
+    unsigned char* raw;             // (CKPT_SHUFFLE_BLOCK) where put gathers a block given in pieces
+    const unsigned char* in;        // the block to compress: raw, or the caller's bytes where put got it whole
+    size_t n;                       // its bytes
     size_t out_len;
     uint32_t crc_raw, crc_comp, adler; // of the raw block, of out, and the raw block's adler32 (of its shuffled bytes)
     int failed;                     // deflate failed on this block
 } CkptLane;
+
+// the section between ckpt_writer_begin and ckpt_writer_end: its complete blocks wait in lanes
+// [0, pending) until every lane has one (or put returns holding the caller's bytes), then are
+// compressed together; a block given in pieces collects in lanes[pending].raw
+typedef struct {
+    int open;
+    char name[CKPT_NAME_CAP];
+    int elem_size, shuffled;
+    size_t bytes, given;            // the section's raw bytes, and how many put has taken
+    size_t n_blocks, done;          // its blocks, and how many are written
+    int pending;                    // complete blocks waiting in lanes [0, pending)
+    size_t staged;                  // bytes of the next block gathered in lanes[pending].raw
+    uint64_t desc_at, comp;         // where its descriptor goes, compressed bytes so far
+    uint32_t crc_raw, crc_comp, adler;
+} CkptOpen;
 
 struct CkptWriter {
     char dir[PATH_CAP];
@@ -110,6 +128,7 @@ struct CkptWriter {
     // OpenMP thread)
     int n_lanes;
     CkptLane* lanes;                // (n_lanes,)
+    CkptOpen sec;                   // the section being written (begin .. end)
     int failed;
     char err[PATH_CAP + 1024];
     struct sigaction old_xfsz;
@@ -122,6 +141,7 @@ static void writer_free(CkptWriter* w) {
         deflateEnd(&w->lanes[i].zs);
         free(w->lanes[i].out);
         free(w->lanes[i].shuf);
+        free(w->lanes[i].raw);
     }
     free(w->lanes);
     free(w->names);
@@ -222,6 +242,7 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
         }
         ln->out = (unsigned char*)malloc_check(OUT_CAP);
         ln->shuf = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
+        ln->raw = (unsigned char*)malloc_check(CKPT_SHUFFLE_BLOCK);
     }
     w->fd = td_create_regular(w->tmp_path, "checkpoint file", err, errlen);
     if (w->fd < 0) {
@@ -263,79 +284,153 @@ static void lane_deflate(CkptLane* ln, const unsigned char* in, size_t n, int el
     ln->crc_comp = ckpt_crc32(0, ln->out, ln->out_len);
 }
 
-int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t bytes, int elem_size, char* err, size_t errlen) {
+int ckpt_writer_begin(CkptWriter* w, const char* name, size_t bytes, int elem_size, char* err, size_t errlen) {
+    CkptOpen* o = &w->sec;
     if (w->failed) return writer_fail(w, err, errlen, "earlier error");
+    if (o->open) return writer_fail(w, err, errlen, "section '%.40s' begun while section '%s' is open", name ? name : "(null)", o->name);
     if (!name || !valid_name(name)) return writer_fail(w, err, errlen, "section name '%.40s' invalid (1..%d printable characters)", name ? name : "(null)", CKPT_NAME_CAP - 1);
     if (!valid_elem_size(elem_size)) return writer_fail(w, err, errlen, "section '%s': element size %d not 1, 2, 4 or 8", name, elem_size);
-    if (!data && bytes > 0) return writer_fail(w, err, errlen, "section '%s': NULL data for %zu bytes", name, bytes);
     if (w->num_sections >= CKPT_MAX_SECTIONS) return writer_fail(w, err, errlen, "more than %d sections", CKPT_MAX_SECTIONS);
     for (int i = 0; i < w->num_sections; i++)
         if (strcmp(w->names[i], name) == 0) return writer_fail(w, err, errlen, "section '%s' added twice", name);
 
-    uint64_t desc_at = w->offset;
-    unsigned char desc[CKPT_DESC_BYTES] = {0}; // filled in once the compressed size is known
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->elem_size = elem_size;
+    o->shuffled = w->shuffle && elem_size > 1;
+    o->bytes = bytes;
+    o->n_blocks = bytes == 0 ? 1 : (bytes + CKPT_SHUFFLE_BLOCK - 1) / CKPT_SHUFFLE_BLOCK;
+    o->desc_at = w->offset;
+    unsigned char desc[CKPT_DESC_BYTES] = {0}; // filled in by end, once the compressed size is known
     if (write_all(w, desc, sizeof desc, err, errlen) != 0) return -1;
-
-    int shuffled = w->shuffle && elem_size > 1;
     // the section's zlib stream, built as pigz builds one: the 2-byte zlib header; each block of
     // CKPT_SHUFFLE_BLOCK input bytes as its own raw deflate stream, ended by a sync flush (byte
     // aligned, not final) or, for the last block, finished; then the adler32 of the whole input.
     // The reader inflates it as one ordinary stream. The bytes depend on the block size alone, not
-    // on the thread count; the blocks lose only the matches LZ77 would find across a boundary
-    // (none with Huffman-only coding).
+    // on the thread count or on how put was given them; the blocks lose only the matches LZ77
+    // would find across a boundary (none with Huffman-only coding).
     int level_flags = w->level == CKPT_LEVEL_HUFFMAN || w->level < 2 ? 0 : w->level < 6 ? 1 : w->level == 6 ? 2 : 3;
     unsigned zhdr = (0x78u << 8) | ((unsigned)level_flags << 6);
     zhdr += 31 - zhdr % 31;
-    unsigned char head[2] = {(unsigned char)(zhdr >> 8), (unsigned char)zhdr}, tail[4];
+    unsigned char head[2] = {(unsigned char)(zhdr >> 8), (unsigned char)zhdr};
     if (write_all(w, head, 2, err, errlen) != 0) return -1;
-    uint32_t crc_raw = 0, crc_comp = ckpt_crc32(0, head, 2), adler = 1;
-    uint64_t comp = 2;
-    size_t n_blocks = bytes == 0 ? 1 : (bytes + CKPT_SHUFFLE_BLOCK - 1) / CKPT_SHUFFLE_BLOCK;
-    for (size_t first = 0; first < n_blocks; first += (size_t)w->n_lanes) {
-        int lanes = n_blocks - first < (size_t)w->n_lanes ? (int)(n_blocks - first) : w->n_lanes;
+    o->crc_comp = ckpt_crc32(0, head, 2);
+    o->adler = 1;
+    o->comp = 2;
+    o->open = 1;
+    return 0;
+}
+
+// compresses the waiting blocks, one per lane at once, and writes them in file order
+static int flush_blocks(CkptWriter* w, char* err, size_t errlen) {
+    CkptOpen* o = &w->sec;
+    int lanes = o->pending;
 #pragma omp parallel for schedule(static, 1) num_threads(lanes) if (lanes > 1)
-        for (int l = 0; l < lanes; l++) {
-            size_t off = (first + l) * (size_t)CKPT_SHUFFLE_BLOCK;
-            lane_deflate(&w->lanes[l], (const unsigned char*)data + off, block_len(bytes, off), elem_size, shuffled, first + l == n_blocks - 1);
+    for (int l = 0; l < lanes; l++) lane_deflate(&w->lanes[l], w->lanes[l].in, w->lanes[l].n, o->elem_size, o->shuffled, o->done + l == o->n_blocks - 1);
+    for (int l = 0; l < lanes; l++) {
+        const CkptLane* ln = &w->lanes[l];
+        if (ln->failed) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", o->name);
+        if (write_all(w, ln->out, ln->out_len, err, errlen) != 0) return -1;
+        o->crc_raw = (uint32_t)crc32_combine(o->crc_raw, ln->crc_raw, (z_off_t)ln->n);
+        o->adler = (uint32_t)adler32_combine(o->adler, ln->adler, (z_off_t)ln->n);
+        o->crc_comp = (uint32_t)crc32_combine(o->crc_comp, ln->crc_comp, (z_off_t)ln->out_len);
+        o->comp += ln->out_len;
+    }
+    o->done += (size_t)lanes;
+    o->pending = 0;
+    return 0;
+}
+
+int ckpt_writer_put(CkptWriter* w, const void* data, size_t n, char* err, size_t errlen) {
+    CkptOpen* o = &w->sec;
+    if (w->failed) return writer_fail(w, err, errlen, "earlier error");
+    if (!o->open) return writer_fail(w, err, errlen, "%zu bytes put with no section begun", n);
+    if (n > o->bytes - o->given) return writer_fail(w, err, errlen, "section '%s': %zu bytes put after %zu of its %zu", o->name, n, o->given, o->bytes);
+    if (!data && n > 0) return writer_fail(w, err, errlen, "section '%s': NULL data for %zu bytes", o->name, n);
+    const unsigned char* p = (const unsigned char*)data;
+    int direct = 0; // a waiting block points into the caller's bytes
+    while (n > 0) {
+        CkptLane* ln = &w->lanes[o->pending];
+        size_t blen = block_len(o->bytes, (o->done + (size_t)o->pending) * CKPT_SHUFFLE_BLOCK), take;
+        if (o->staged == 0 && n >= blen) { // a whole block: compressed from where it lies
+            ln->in = p;
+            take = blen;
+            direct = 1;
+        } else {
+            take = n < blen - o->staged ? n : blen - o->staged;
+            memcpy(ln->raw + o->staged, p, take);
+            o->staged += take;
+            ln->in = ln->raw;
         }
-        for (int l = 0; l < lanes; l++) { // in file order
-            const CkptLane* ln = &w->lanes[l];
-            size_t n = block_len(bytes, (first + l) * (size_t)CKPT_SHUFFLE_BLOCK);
-            if (ln->failed) return writer_fail(w, err, errlen, "section '%s': zlib deflate failed", name);
-            if (write_all(w, ln->out, ln->out_len, err, errlen) != 0) return -1;
-            crc_raw = (uint32_t)crc32_combine(crc_raw, ln->crc_raw, (z_off_t)n);
-            adler = (uint32_t)adler32_combine(adler, ln->adler, (z_off_t)n);
-            crc_comp = (uint32_t)crc32_combine(crc_comp, ln->crc_comp, (z_off_t)ln->out_len);
-            comp += ln->out_len;
+        p += take;
+        n -= take;
+        o->given += take;
+        if (ln->in == ln->raw && o->staged < blen) continue; // the block is not complete yet (n is 0)
+        ln->n = blen;
+        o->staged = 0;
+        if (++o->pending == w->n_lanes && flush_blocks(w, err, errlen) != 0) return -1;
+    }
+    // the caller's bytes are theirs again once put returns: blocks that point into them go now, and
+    // a block still being gathered moves (its buffer does) to the first lane
+    if (direct && o->pending > 0) {
+        int at = o->pending;
+        if (flush_blocks(w, err, errlen) != 0) return -1;
+        if (o->staged > 0) {
+            unsigned char* t = w->lanes[0].raw;
+            w->lanes[0].raw = w->lanes[at].raw;
+            w->lanes[at].raw = t;
         }
     }
-    for (int i = 0; i < 4; i++) tail[i] = (unsigned char)(adler >> (24 - 8 * i)); // big-endian, as zlib's trailer
-    if (write_all(w, tail, 4, err, errlen) != 0) return -1;
-    crc_comp = ckpt_crc32(crc_comp, tail, 4);
-    comp += 4;
+    return 0;
+}
 
-    memcpy(desc, name, strlen(name));
-    put_u32(desc + 32, (uint32_t)elem_size);
-    put_u32(desc + 36, (uint32_t)shuffled);
-    put_u64(desc + 40, (uint64_t)bytes);
-    put_u64(desc + 48, comp);
-    put_u32(desc + 56, crc_comp);
-    put_u32(desc + 60, crc_raw);
+int ckpt_writer_end(CkptWriter* w, char* err, size_t errlen) {
+    CkptOpen* o = &w->sec;
+    if (w->failed) return writer_fail(w, err, errlen, "earlier error");
+    if (!o->open) return writer_fail(w, err, errlen, "section ended with none begun");
+    if (o->given != o->bytes) return writer_fail(w, err, errlen, "section '%s' ended after %zu of its %zu bytes", o->name, o->given, o->bytes);
+    if (o->bytes == 0) { // one empty block: a finished deflate stream of nothing
+        w->lanes[0].in = NULL;
+        w->lanes[0].n = 0;
+        o->pending = 1;
+    }
+    if (o->pending > 0 && flush_blocks(w, err, errlen) != 0) return -1;
+    unsigned char tail[4];
+    for (int i = 0; i < 4; i++) tail[i] = (unsigned char)(o->adler >> (24 - 8 * i)); // big-endian, as zlib's trailer
+    if (write_all(w, tail, 4, err, errlen) != 0) return -1;
+    o->crc_comp = ckpt_crc32(o->crc_comp, tail, 4);
+    o->comp += 4;
+
+    unsigned char desc[CKPT_DESC_BYTES] = {0};
+    memcpy(desc, o->name, strlen(o->name));
+    put_u32(desc + 32, (uint32_t)o->elem_size);
+    put_u32(desc + 36, (uint32_t)o->shuffled);
+    put_u64(desc + 40, (uint64_t)o->bytes);
+    put_u64(desc + 48, o->comp);
+    put_u32(desc + 56, o->crc_comp);
+    put_u32(desc + 60, o->crc_raw);
     put_u32(desc + 76, ckpt_crc32(0, desc, 76));
-    if (pwrite_all(w, desc, sizeof desc, desc_at, err, errlen) != 0) return -1;
+    if (pwrite_all(w, desc, sizeof desc, o->desc_at, err, errlen) != 0) return -1;
 
     if (w->num_sections == w->cap_sections) {
         w->cap_sections = w->cap_sections ? 2 * w->cap_sections : 16;
         w->names = (char(*)[CKPT_NAME_CAP])realloc(w->names, (size_t)w->cap_sections * CKPT_NAME_CAP);
         if (!w->names) td_fatal("realloc of %d section names failed: out of memory", w->cap_sections);
     }
-    snprintf(w->names[w->num_sections++], CKPT_NAME_CAP, "%s", name);
+    snprintf(w->names[w->num_sections++], CKPT_NAME_CAP, "%s", o->name);
+    o->open = 0;
     return 0;
 }
 
+int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t bytes, int elem_size, char* err, size_t errlen) {
+    if (ckpt_writer_begin(w, name, bytes, elem_size, err, errlen) != 0 || ckpt_writer_put(w, data, bytes, err, errlen) != 0) return -1;
+    return ckpt_writer_end(w, err, errlen);
+}
+
 int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err, size_t errlen) {
-    if (w->failed) {
-        writer_fail(w, err, errlen, "earlier error");
+    if (w->failed || w->sec.open) {
+        if (w->failed) writer_fail(w, err, errlen, "earlier error");
+        else writer_fail(w, err, errlen, "section '%s' still open", w->sec.name);
         writer_free(w);
         return -1;
     }

@@ -71,6 +71,15 @@ CkptWriter* ckpt_writer_open(const char* dir, long step, int zlib_level, int shu
 // or 8; bytes need not be a multiple of it. On failure returns -1 + err, the temp file is
 // already removed and the writer only accepts ckpt_writer_abort (or commit, which repeats err).
 int ckpt_writer_add(CkptWriter* w, const char* name, const void* data, size_t bytes, int elem_size, char* err, size_t errlen);
+// The same section given in pieces, for data that is never whole in one place (a pipeline's model
+// arriving stage by stage): begin with the section's size, put its bytes in order in pieces of any
+// size, end once all are given. The file is byte for byte what ckpt_writer_add of the whole writes.
+// put compresses a block straight from the caller's bytes where it holds a whole one, and gathers
+// the rest a block at a time: the writer keeps a block per OpenMP thread, never the section. Putting
+// more than begin said, ending short, or beginning (or committing) with a section open fail as add does.
+int ckpt_writer_begin(CkptWriter* w, const char* name, size_t bytes, int elem_size, char* err, size_t errlen);
+int ckpt_writer_put(CkptWriter* w, const void* data, size_t n, char* err, size_t errlen);
+int ckpt_writer_end(CkptWriter* w, char* err, size_t errlen);
 // Finishes the header, fsyncs, renames to ckpt_path(dir, step), fsyncs the directory, frees w.
 // path_out (may be NULL) receives the final path. -1 + err on failure (temp file removed).
 int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err, size_t errlen);

@@ -691,6 +691,91 @@ static void test_threads_and_old_format(void) {
     rm_tree(dir);
 }
 
+// a section given in pieces (ckpt_writer_begin / put / end) is the file ckpt_writer_add of the
+// whole writes, byte for byte: pieces that straddle blocks, pieces of exactly a block, whole
+// blocks given straight after a partial one, empty puts, on 1..3 threads (1..3 blocks compressed at once)
+enum { PIECES_SMALL, PIECES_BLOCKISH, PIECES_HALF_AND_WHOLE, PIECES_ONE, PIECES_KINDS };
+static size_t piece_len(int kind, size_t i) {
+    switch (kind) {
+    case PIECES_SMALL: return i % 7 == 3 ? 0 : 1 + rng_u32() % 5000;
+    case PIECES_BLOCKISH: return i % 3 == 0 ? CKPT_SHUFFLE_BLOCK : CKPT_SHUFFLE_BLOCK / 2 + rng_u32() % CKPT_SHUFFLE_BLOCK;
+    case PIECES_HALF_AND_WHOLE: return i % 2 == 0 ? 1000 + rng_u32() % 1000 : 3 * (size_t)CKPT_SHUFFLE_BLOCK + 17; // a partial block, then whole ones
+    default: return SIZE_MAX;
+    }
+}
+
+static int write_in_pieces(const char* dir, const Sec* s, int n, int kind, char* path, char* err) {
+    CkptWriter* w = ckpt_writer_open(dir, 1, CKPT_LEVEL_HUFFMAN, 1, err, 512);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++) {
+        int rc = ckpt_writer_begin(w, s[i].name, s[i].bytes, s[i].elem, err, 512);
+        for (size_t off = 0, k = 0; rc == 0 && off < s[i].bytes; k++) {
+            size_t len = piece_len(kind, k);
+            if (len > s[i].bytes - off) len = s[i].bytes - off;
+            rc = ckpt_writer_put(w, s[i].data + off, len, err, 512);
+            off += len;
+        }
+        if (rc == 0) rc = ckpt_writer_end(w, err, 512);
+        if (rc != 0) {
+            ckpt_writer_abort(w);
+            return -1;
+        }
+    }
+    return ckpt_writer_commit(w, path, 512, err, 512);
+}
+
+static void test_pieces(void) {
+    char dir[64], path[512], err[512];
+    make_tmpdir(dir);
+    Sec s[2];
+    unsigned char *pattern, small300[300];
+    fixture_content(s, &pattern, small300);
+    size_t gn = (5u << 20) / 4 + 77; // five whole blocks and a partial sixth
+    float* g = (float*)malloc(gn * sizeof(float));
+    fill_gpt2_like(g, gn);
+    Sec mixed[4] = {s[0], {"params", 4, gn * sizeof(float), (unsigned char*)g}, {"empty", 4, 0, (unsigned char*)g}, s[1]};
+    CHECK(write_ckpt(dir, 1, CKPT_LEVEL_HUFFMAN, 1, mixed, 4, path, err) == 0, "the reference written whole: %s", err);
+    size_t ref_n = 0;
+    unsigned char* ref = slurp(path, &ref_n);
+    int max_threads = omp_get_max_threads();
+    for (int kind = 0; kind < PIECES_KINDS; kind++) {
+        int same = 1;
+        for (int threads = 1; threads <= 3; threads++) {
+            omp_set_num_threads(threads);
+            size_t n = 0;
+            unsigned char* b = write_in_pieces(dir, mixed, 4, kind, path, err) == 0 ? slurp(path, &n) : NULL;
+            same &= b && ref && n == ref_n && memcmp(b, ref, n) == 0;
+            free(b);
+        }
+        CHECK(same, "pieces of kind %d: byte-identical to the whole section's file on 1, 2 and 3 threads (%zu bytes)", kind, ref_n);
+    }
+    omp_set_num_threads(max_threads);
+    free(ref);
+
+    // misuse: each fails, removes the temp file, and commit then fails too
+    const char* want[] = {"put after", "ended after", "while section", "no section begun", "with none begun", "still open"};
+    for (int m = 0; m < 6; m++) {
+        CkptWriter* w = ckpt_writer_open(dir, 2, 1, 1, err, sizeof err);
+        int rc = 0;
+        if (m < 3 || m == 5) rc = ckpt_writer_begin(w, "a", 16, 4, err, sizeof err) || ckpt_writer_put(w, pattern, 8, err, sizeof err);
+        if (m == 0) rc = ckpt_writer_put(w, pattern, 9, err, sizeof err);
+        if (m == 1) rc = ckpt_writer_end(w, err, sizeof err);
+        if (m == 2) rc = ckpt_writer_begin(w, "b", 4, 4, err, sizeof err);
+        if (m == 3) rc = ckpt_writer_put(w, pattern, 4, err, sizeof err);
+        if (m == 4) rc = ckpt_writer_end(w, err, sizeof err);
+        if (m == 5) {
+            CHECK(rc == 0, "a section half given");
+            rc = ckpt_writer_commit(w, path, sizeof path, err, sizeof err);
+            w = NULL;
+        }
+        CHECK(rc == -1 && strstr(err, want[m]) && count_entries(dir) == 1, "misuse %d refused, nothing left but the reference: %s", m, err);
+        if (w) CHECK(ckpt_writer_commit(w, path, sizeof path, err, sizeof err) == -1 && count_entries(dir) == 1, "and commit after it fails: %s", err);
+    }
+    free(pattern);
+    free(g);
+    rm_tree(dir);
+}
+
 // under RLIMIT_FSIZE, a checkpoint over the limit tries to overwrite step 10. In this process, not a
 // forked child: the writer compresses on OpenMP threads, and libgomp's thread pool does not survive
 // fork (the child's first parallel region waits for threads it does not have). The soft limit is
@@ -744,5 +829,6 @@ int main(void) {
     test_unwritable();
     test_disk_full();
     test_threads_and_old_format();
+    test_pieces();
     return test_summary();
 }
