@@ -905,20 +905,12 @@ static void report_end(Trainer* tr) {
     free(all_counts);
     free(all);
     if (tr->synthetic) return;
-    GPT2Range all_layers = {0, tr->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all_layers, sizes);
-    float* buf = NULL;
+    char model_path[1200];
+    snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
     stage_to_host(&tr->stage);
-    const float* full = pipeline_whole(&tr->pl, tr->stage.params, &buf);
-    if (g_rank == 0) {
-        char model_path[1200];
-        snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
-        for (size_t i = 0; i < n_full; i++) // the guard keeps updates finite; a model file's NaN never reaches model.bin either
-            if (!isfinite(full[i])) td_fatal("%s not written: parameter %zu is %g", model_path, i, full[i]);
-        if (model_file_save(model_path, &tr->cfg, full, err, sizeof(err))) td_fatal("%s", err);
-        printf("model: %s (llm.c fp32 format)\n", model_path);
-    }
-    free(buf);
+    // the guard keeps updates finite; a model file's NaN never reaches model.bin either
+    if (run_checkpoint_save_model(&tr->pl, model_path, err, sizeof(err))) fatal_all("%s not written: %s", model_path, err);
+    if (g_rank == 0) printf("model: %s (llm.c fp32 format)\n", model_path);
 }
 
 // the Chrome trace of every op of every rank (after model.bin: a trace that cannot be written costs no model)

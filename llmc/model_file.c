@@ -105,14 +105,24 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
     return 0;
 }
 
-int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen) {
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = td_create_regular(tmp, "model file", err, errlen);
-    FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
-        if (fd >= 0) close(fd);
-        return fd < 0 ? -1 : td_error(err, errlen, "%s: cannot write model file: %s", tmp, strerror(errno));
+// closes and removes the temp file; -1 with what went wrong
+static int writer_fail(ModelFileWriter* w, int e, char* err, size_t errlen) {
+    model_file_writer_abort(w);
+    return td_error(err, errlen, "%s: writing the model file failed: %s", w->path, strerror(e));
+}
+
+int model_file_writer_open(ModelFileWriter* w, const char* path, const GPT2Config* cfg, char* err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path) return td_error(err, errlen, "%.200s...: model file path too long", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+    int fd = td_create_regular(w->tmp, "model file", err, errlen);
+    if (fd < 0) return -1;
+    w->f = fdopen(fd, "wb");
+    if (!w->f) {
+        int e = errno;
+        close(fd);
+        unlink(w->tmp);
+        return td_error(err, errlen, "%s: cannot write model file: %s", w->tmp, strerror(e));
     }
     int h[256] = {0};
     h[0] = MODEL_FILE_MAGIC;
@@ -125,14 +135,48 @@ int model_file_save(const char* path, const GPT2Config* cfg, const float* params
     h[7] = cfg->padded_vocab_size;
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
-    size_t n = gpt2_param_sizes(cfg, &all, sizes);
-    int ok = fwrite(h, sizeof(int), 256, f) == 256 && fwrite(params, sizeof(float), n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        return td_error(err, errlen, "%s: writing the model file failed: %s", path, strerror(saved_errno));
+    w->n = gpt2_param_sizes(cfg, &all, sizes);
+    if (fwrite(h, sizeof(int), 256, w->f) != 256) return writer_fail(w, errno, err, errlen);
+    return 0;
+}
+
+int model_file_writer_put(ModelFileWriter* w, const float* params, size_t n, char* err, size_t errlen) {
+    if (!w->f) return td_error(err, errlen, "%s: model file not open (an earlier error)", w->path);
+    if (n > w->n - w->given) {
+        model_file_writer_abort(w);
+        return td_error(err, errlen, "%s: %zu parameters put after %zu of the model's %zu", w->path, n, w->given, w->n);
+    }
+    if (fwrite(params, sizeof(float), n, w->f) != n) return writer_fail(w, errno, err, errlen);
+    w->given += n;
+    return 0;
+}
+
+int model_file_writer_commit(ModelFileWriter* w, char* err, size_t errlen) {
+    if (!w->f) return td_error(err, errlen, "%s: model file not open (an earlier error)", w->path);
+    if (w->given != w->n) {
+        model_file_writer_abort(w);
+        return td_error(err, errlen, "%s: %zu of the model's %zu parameters given", w->path, w->given, w->n);
+    }
+    int ok = fflush(w->f) == 0 && fsync(fileno(w->f)) == 0, e = errno;
+    if (fclose(w->f) != 0 && ok) ok = 0, e = errno;
+    w->f = NULL;
+    if (ok && rename(w->tmp, w->path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        unlink(w->tmp);
+        return td_error(err, errlen, "%s: writing the model file failed: %s", w->path, strerror(e));
     }
     return 0;
+}
+
+void model_file_writer_abort(ModelFileWriter* w) {
+    if (!w->f) return;
+    fclose(w->f);
+    w->f = NULL;
+    unlink(w->tmp);
+}
+
+int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen) {
+    ModelFileWriter w;
+    if (model_file_writer_open(&w, path, cfg, err, errlen) || model_file_writer_put(&w, params, w.n, err, errlen)) return -1;
+    return model_file_writer_commit(&w, err, errlen);
 }

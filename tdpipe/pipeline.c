@@ -86,47 +86,66 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
     free(probs);
 }
 
-void pipeline_gather(Pipeline* pl, const float* mine, float* full) { pipeline_gather_replica(pl, 0, mine, NULL, full, NULL); }
+// A tensor's share travels as messages of at most this many bytes, each taken by the sink before the
+// next one arrives: rank 0 holds one, not the model
+#define STREAM_SPAN ((size_t)8 << 20)
 
-// bytes from world rank `from` into dst on rank 0: copied from mine where rank 0 holds them itself
-static void gather_piece(Comm* c, void* dst, const void* mine, size_t bytes, int from) {
-    if (from == 0) memcpy(dst, mine, bytes);
-    else comm_world_recv(c, dst, bytes, from, TAG_GATHER);
+// stage `from`'s n floats (at its own rank's mine where from is rank 0) into the sink in spans,
+// sent from there as they are received here
+static void stream_piece(Comm* c, const float* own, size_t n, int from, float* span, PipelineSink sink) {
+    if (from == 0) {
+        if (n > 0) sink.put(sink.ctx, own, n);
+        return;
+    }
+    for (size_t off = 0, step = STREAM_SPAN / sizeof(float); off < n; off += step) {
+        size_t k = n - off < step ? n - off : step;
+        comm_world_recv(c, span, k * sizeof(float), from, TAG_GATHER);
+        sink.put(sink.ctx, span, k);
+    }
 }
 
-// Every sending stage sends its tensors (and then the head's share) in order, one transfer each;
-// world rank 0 receives them stage by stage straight into their places in full (and full_head): no
-// copy of the model is staged on either side, and a tensor may be larger than one MPI message
-void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head) {
+// stage s's share of tensor i (n = 0 where it gives none to the stream): its layers' share of a per-layer
+// tensor; of one that two stages hold whole (the tied wte: the first stage's embedding and the last's
+// head), the later stage's copy, as the gather before the stream took it (the weights are bitwise the
+// same; of the int8 sync's residuals the last stage's are what a resume has always read)
+static GPT2Piece stream_share(const Pipeline* pl, int s, int i) {
+    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
+    for (int later = pl->P - 1; later > s && !gpt2_param_is_layer(i); later--) {
+        gpt2_slice_pieces(&pl->stage->cfg, &pl->ranges[later], pc);
+        if (pc[i].n > 0) return (GPT2Piece){0, 0, 0};
+    }
+    gpt2_slice_pieces(&pl->stage->cfg, &pl->ranges[s], pc);
+    return pc[i];
+}
+
+static void send_piece(Comm* c, const float* x, size_t n) {
+    for (size_t off = 0, step = STREAM_SPAN / sizeof(float); off < n; off += step)
+        comm_world_send(c, x + off, (n - off < step ? n - off : step) * sizeof(float), 0, TAG_GATHER);
+}
+
+// Tensor by tensor, every stage's share of it in stage order (the layout's order: a tensor's layers
+// are split over the stages), then the head's share. Each sender sends its pieces in that order and
+// blocks on each until rank 0 takes it, so rank 0 asks each rank for its pieces in the order sent.
+void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, PipelineSink sink) {
     Stage* st = pl->stage;
     Comm* c = pl->comm;
-    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
     size_t vc = (size_t)st->cfg.padded_vocab_size * st->cfg.channels; // the head's share: (Vp, C)
     if (c->replica == replica && c->world_rank != 0) {
-        gpt2_slice_pieces(&st->cfg, &st->range, pc);
-        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) comm_world_send(c, mine + pc[i].stage_off, pc[i].n * sizeof(float), 0, TAG_GATHER);
-        if (head && st->range.has_head) comm_world_send(c, head, vc * sizeof(float), 0, TAG_GATHER);
+        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+            GPT2Piece pc = stream_share(pl, c->stage, i);
+            send_piece(c, mine + pc.stage_off, pc.n);
+        }
+        if (head && st->range.has_head) send_piece(c, head, vc);
     }
     if (c->world_rank != 0) return;
-    for (int s = 0; s < pl->P; s++) {
-        int from = replica * pl->P + s; // world ranks are in grid order (comm.h)
-        gpt2_slice_pieces(&st->cfg, &pl->ranges[s], pc);
-        for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) // stage s's share of tensor i: (n) floats
-            gather_piece(c, full + pc[i].full_off, mine + pc[i].stage_off, pc[i].n * sizeof(float), from);
-        if (head && s == pl->P - 1) gather_piece(c, full_head, head, vc * sizeof(float), from);
-    }
-}
-
-const float* pipeline_whole(Pipeline* pl, const float* mine, float** buf) {
-    int root = pl->comm->world_rank == 0;
-    if (pl->P == 1) return root ? mine : NULL; // (the other replicas' ranks take no part in a gather either)
-    if (root && !*buf) {
-        GPT2Range all = {0, pl->stage->cfg.num_layers, 1, 1};
-        size_t sizes[GPT2_NUM_PARAM_TENSORS];
-        *buf = (float*)malloc_check(gpt2_param_sizes(&pl->stage->cfg, &all, sizes) * sizeof(float));
-    }
-    pipeline_gather(pl, mine, root ? *buf : NULL);
-    return root ? *buf : NULL;
+    float* span = pl->P > 1 || replica > 0 ? (float*)malloc_check(STREAM_SPAN) : NULL; // (STREAM_SPAN / 4) one message
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
+        for (int s = 0; s < pl->P; s++) {
+            GPT2Piece pc = stream_share(pl, s, i);
+            stream_piece(c, mine + pc.stage_off, pc.n, replica * pl->P + s, span, sink); // world ranks are in grid order (comm.h)
+        }
+    if (head) stream_piece(c, head, vc, replica * pl->P + pl->P - 1, span, sink);
+    free(span);
 }
 
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen) {

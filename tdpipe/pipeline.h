@@ -1,5 +1,5 @@
 // Services over the whole pipeline at a consistency point (all stages flushed): validation loss,
-// sampling, gathering the full model to rank 0 for checkpoints and export, and the checks that
+// sampling, streaming the full model to rank 0 for checkpoints and export, and the checks that
 // the tied embedding's copies and the replicas' weights agree bitwise.
 #pragma once
 #include "llmc/dataloader.h"
@@ -27,18 +27,19 @@ float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile i
 // sample slot (STAGE_SAMPLE_SLOT, on whatever device); the tokens land in out (n) on world rank 0.
 // temperature 0 = greedy.
 void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t seed, int* out);
-// the whole model's buffer (laid out for [0, L)) assembled on world rank 0 from every stage's `mine`
-// (num_params: its params, adam_m or adam_v, on the host) of replica 0; full is only written on rank 0.
-// Each stage sends its tensors straight from `mine` into their places in `full`, nothing staged, any
-// size; the ranks of other replicas take no part (they return at once)
-void pipeline_gather(Pipeline* pl, const float* mine, float* full);
-// the whole model's array on world rank 0 (NULL on the other ranks), for reading: where one stage
-// holds the whole model (P = 1) its own `mine`, laid out alike, nothing copied; else pipeline_gather's
-// into *buf, allocated (the whole model's floats) on rank 0 at the first call; the caller frees *buf
-const float* pipeline_whole(Pipeline* pl, const float* mine, float** buf);
-// the same from replica `replica`'s stages; with head (the last stage's (Vp, C) beside mine) not NULL
-// (on every rank alike), that too, into full_head (world rank 0)
-void pipeline_gather_replica(Pipeline* pl, int replica, const float* mine, const float* head, float* full, float* full_head);
+// What takes the whole model's array on world rank 0, in its layout's order: put(ctx, data, n) is
+// given the next n floats. data is valid during the call only.
+typedef struct {
+    void (*put)(void* ctx, const float* data, size_t n);
+    void* ctx;
+} PipelineSink;
+// Streams replica `replica`'s whole array (laid out for [0, L): every stage's `mine`, num_params on
+// the host: its params, adam_m or adam_v) into sink on world rank 0, and with head not NULL (on every
+// rank alike) the last stage's (Vp, C) beside mine after it. A collective of the replica's ranks and
+// rank 0; the other replicas' ranks return at once. Nothing is staged on the senders, and rank 0
+// holds one message of at most a few MiB (its own stage's tensors go to the sink where they lie):
+// no rank needs memory for the whole model, whatever its size.
+void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, PipelineSink sink);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);

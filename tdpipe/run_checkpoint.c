@@ -5,6 +5,7 @@
 #include <string.h>
 #include "llmc/checkpoint.h"
 #include "llmc/common.h"
+#include "llmc/model_file.h"
 
 #define CKPT_CONFIG_INTS 16
 // byte shuffle + Huffman-only deflate: the smallest and fastest of the modes measured on a trained
@@ -37,6 +38,47 @@ static const CkptSection* section_exact(const Ckpt* c, const char* path, const c
     else if (e->bytes != bytes) td_error(err, errlen, "%s: section '%s' holds %zu bytes, this run needs %zu (model or batch shape differs)", path, name, e->bytes, bytes);
     else return e;
     return NULL;
+}
+
+// A model-sized array on its way from the stages into rank 0's file (a checkpoint's section or
+// model.bin), a message at a time: refused at its first non-finite value where `finite` asks (a
+// non-finite state never reaches a file: the last good one stays the newest), else written. Once
+// failed it takes the rest of the stream and drops it, since every stage sends it all regardless.
+typedef struct {
+    int (*write)(void* file, const float* data, size_t n, char* err, size_t errlen);
+    void* file;
+    const char* name;
+    int finite;
+    size_t at; // floats taken so far
+    int failed;
+    char* err;
+    size_t errlen;
+} FileSink;
+
+static void file_put(void* ctx, const float* data, size_t n) {
+    FileSink* k = (FileSink*)ctx;
+    size_t bad = 0;
+    if (!k->failed && k->finite) {
+        while (bad < n && isfinite(data[bad])) bad++;
+        if (bad < n) k->failed = td_error(k->err, k->errlen, "%s[%zu] is %g: the state is not finite", k->name, k->at + bad, data[bad]) != 0;
+    }
+    if (!k->failed) k->failed = k->write(k->file, data, n, k->err, k->errlen) != 0;
+    k->at += n;
+}
+
+static int ckpt_put(void* w, const float* data, size_t n, char* err, size_t errlen) { return ckpt_writer_put((CkptWriter*)w, data, n * sizeof(float), err, errlen); }
+static int model_put(void* w, const float* data, size_t n, char* err, size_t errlen) { return model_file_writer_put((ModelFileWriter*)w, data, n, err, errlen); }
+
+// replica d's array (and head's share after it where head is given) streamed into section `name` of
+// floats floats on rank 0; every rank takes part, after a failure too. The run's failure so far in, its failure out.
+static int save_section(Pipeline* pl, int d, CkptWriter* w, const char* name, const float* mine, const float* head, size_t floats, int finite,
+                        int failed, char* err, size_t errlen) {
+    int root = pl->comm->world_rank == 0;
+    FileSink k = {ckpt_put, w, name, finite, 0, failed, err, errlen};
+    if (root && !k.failed) k.failed = ckpt_writer_begin(w, name, floats * sizeof(float), 4, err, errlen) != 0;
+    pipeline_stream(pl, d, mine, head, (PipelineSink){file_put, &k});
+    if (root && !k.failed) k.failed = ckpt_writer_end(w, err, errlen) != 0;
+    return k.failed;
 }
 
 // A resume holds the small sections whole and streams the model-sized ones (parameters, AdamW's
@@ -89,16 +131,13 @@ static int save_ef(Pipeline* pl, const DpSync* ef, CkptWriter* w, int failed, ch
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
     int64_t shape[EF_SHAPE] = {D, ef->cfg.block, (int64_t)n_full, (int64_t)vc};
     if (root && !failed) failed = ckpt_writer_add(w, "grad_ef", shape, sizeof(shape), 8, err, errlen);
-    float* full = root ? (float*)malloc_check((n_full + vc) * sizeof(float)) : NULL;
     for (int d = 0; d < D; d++)
         for (int o = 0; o < 2; o++) {
             const float* mine = o ? ef->ef_owner : ef->ef_replica;
-            pipeline_gather_replica(pl, d, mine, mine + s->num_params, full, full ? full + n_full : NULL); // collective
             char name[64];
             ef_section_name(name, sizeof name, o, d);
-            if (root && !failed) failed = ckpt_writer_add(w, name, full, (n_full + vc) * sizeof(float), 4, err, errlen);
+            failed = save_section(pl, d, w, name, mine, mine + s->num_params, n_full + vc, 0, failed, err, errlen);
         }
-    free(full);
     return failed;
 }
 
@@ -143,7 +182,6 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     GPT2Range all = {0, s->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
-    float* buf = NULL; // (n_full) rank 0's copy of the whole model's array, where stages hold parts
     CkptWriter* w = NULL;
     int failed = 0;
     if (root) {
@@ -166,15 +204,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     }
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
-    for (int i = 0; i < 3; i++) {
-        const float* full = pipeline_whole(pl, mine[i], &buf); // every stage takes part even after a failure
-        if (root && !failed) { // a non-finite value never reaches a checkpoint: the last good one stays the newest
-            size_t bad = 0;
-            while (bad < n_full && isfinite(full[bad])) bad++;
-            if (bad < n_full) failed = td_error(err, sizeof(err), "%s[%zu] is %g: the state is not finite", names[i], bad, full[bad]) != 0;
-        }
-        if (root && !failed) failed = ckpt_writer_add(w, names[i], full, n_full * sizeof(float), 4, err, sizeof(err));
-    }
+    for (int i = 0; i < 3; i++) failed = save_section(pl, 0, w, names[i], mine[i], NULL, n_full, 1, failed, err, sizeof(err));
     if (has_ef(ef)) failed = save_ef(pl, ef, w, failed, err, sizeof(err));
     if (root) {
         if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
@@ -185,8 +215,17 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
             printf("checkpoint: %s\n", path);
         }
     }
-    free(buf);
     return comm_any(pl->comm, failed) ? -1 : 0;
+}
+
+int run_checkpoint_save_model(Pipeline* pl, const char* path, char* err, size_t errlen) {
+    ModelFileWriter mw;
+    int root = pl->comm->world_rank == 0, failed = root && model_file_writer_open(&mw, path, &pl->stage->cfg, err, errlen) != 0;
+    FileSink k = {model_put, &mw, "parameter", 1, 0, failed, err, errlen};
+    pipeline_stream(pl, 0, pl->stage->params, NULL, (PipelineSink){file_put, &k});
+    if (root && !k.failed) k.failed = model_file_writer_commit(&mw, err, errlen) != 0;
+    if (root && k.failed) model_file_writer_abort(&mw);
+    return comm_any(pl->comm, k.failed) ? -1 : 0;
 }
 
 

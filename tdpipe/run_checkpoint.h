@@ -1,6 +1,7 @@
-// A training run's checkpoints: what one holds (the config a resume must match, the step, the RNG
-// seed, the data loader's position, the whole model's parameters and AdamW moments, laid out
-// independently of P and D), written by world rank 0 from every stage, read back by every rank.
+// A training run's checkpoints and its model.bin: what a checkpoint holds (the config a resume must
+// match, the step, the RNG seed, the data loader's position, the whole model's parameters and AdamW
+// moments, laid out independently of P and D), written by world rank 0 as the stages stream it,
+// read back by every rank.
 #pragma once
 #include "llmc/dataloader.h"
 #include "tdpipe/dp_sync.h"
@@ -35,6 +36,10 @@ typedef struct {
 // ef: the int8 sync whose error-feedback residuals go in too ("grad_ef" and one section per replica and
 // kind; NULL or a sync without them: none).
 int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state, const DpSync* ef);
+// Collective. World rank 0 writes the model's parameters (the stages' params, on the host) to path in
+// llm.c's fp32 format (model_file.h), streamed from the stages as they arrive. 0 on every rank, or -1
+// on every rank with err said on rank 0 (a non-finite parameter or a failed write: no file is left).
+int run_checkpoint_save_model(Pipeline* pl, const char* path, char* err, size_t errlen);
 // Every rank reads the newest valid checkpoint of dir and takes its stage's slice (weights, moments,
 // version); train (or NULL): the data loader that continues from the saved position; state: TD-Pipe's
 // (kept as it is when the checkpoint has none, or when its window was asked for as another --aew).

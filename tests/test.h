@@ -46,6 +46,19 @@ static inline const char* test_dir_make(const char* name) {
     return test_dir_;
 }
 
+// a whole file's bytes (malloc'd; *n its size, 0 after a short read), or NULL when it cannot be opened
+static inline unsigned char* test_slurp(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char* b = (unsigned char*)malloc(*n ? *n : 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
 // "<test folder>/<name>"; the last 8 results stay valid
 static inline const char* test_path(const char* name) {
     static char buf[8][1024];

@@ -42,18 +42,6 @@ static void make_tmpdir(char* out) {
     }
 }
 
-static unsigned char* slurp(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char* b = (unsigned char*)malloc(*n ? *n : 1);
-    if (fread(b, 1, *n, f) != *n) *n = 0;
-    fclose(f);
-    return b;
-}
-
 static void spit(const char* path, const void* b, size_t n) {
     FILE* f = fopen(path, "wb");
     if (!f || fwrite(b, 1, n, f) != n || fclose(f) != 0) {
@@ -195,7 +183,7 @@ static void test_round_trip(void) {
     }
     // on-disk header as documented: magic and version as little-endian int32
     size_t fb;
-    unsigned char* b = slurp(path, &fb);
+    unsigned char* b = test_slurp(path, &fb);
     CHECK(b && fb > 8 && b[0] == (CKPT_MAGIC & 255) && b[1] == ((CKPT_MAGIC >> 8) & 255) && b[4] == 1, "header starts with magic %d, version 1", CKPT_MAGIC);
     free(b);
     // rewriting an existing step replaces the file
@@ -266,7 +254,7 @@ static void write_steps(const char* dir, const long* steps, int n) {
 
 static void flip_payload_bit(const char* path, int section) {
     size_t n;
-    unsigned char* b = slurp(path, &n);
+    unsigned char* b = test_slurp(path, &n);
     Loc loc[16];
     layout(b, loc);
     b[loc[section].payload + loc[section].comp / 2] ^= 0x10;
@@ -462,7 +450,7 @@ static void test_sinks(void) {
 
     // the raw CRC recorded wrong, every other CRC valid: what only decoding the stream can find
     size_t n;
-    unsigned char* v = slurp(path, &n);
+    unsigned char* v = test_slurp(path, &n);
     Loc loc[4];
     layout(v, loc);
     v[loc[1].desc + 60] ^= 0x01;
@@ -501,7 +489,7 @@ static void test_refusals(void) {
     make_tmpdir(dir);
     CHECK(write_ckpt(dir, 20, 6, 1, small, NSMALL, good, err) == 0, "write a good checkpoint");
     size_t n;
-    unsigned char* b = slurp(good, &n);
+    unsigned char* b = test_slurp(good, &n);
     unsigned char* v = (unsigned char*)malloc(n + 16);
     Loc loc[NSMALL];
     CHECK(layout(b, loc) == NSMALL, "layout walk finds %d sections", NSMALL);
@@ -649,7 +637,7 @@ static void test_threads_and_old_format(void) {
             read_ok &= rc == 0 && ckpt_read(path, &c, err, sizeof err) == 0 && same_sections(&c, mixed, 3, 1);
             if (rc == 0) ckpt_free(&c);
             size_t n = 0;
-            unsigned char* b = slurp(path, &n);
+            unsigned char* b = test_slurp(path, &n);
             if (!ref) ref = b, ref_n = n;
             else {
                 same &= b && n == ref_n && memcmp(b, ref, n) == 0;
@@ -663,7 +651,7 @@ static void test_threads_and_old_format(void) {
     omp_set_num_threads(max_threads);
     // a section's compressed bytes are one ordinary zlib stream: zlib's own uncompress reads them
     size_t n;
-    unsigned char* b = slurp(path, &n);
+    unsigned char* b = test_slurp(path, &n);
     Loc loc[8];
     int ns = b ? layout(b, loc) : 0;
     uLongf out_n = (uLongf)mixed[1].bytes;
@@ -681,8 +669,8 @@ static void test_threads_and_old_format(void) {
     CHECK(ckpt_verify(OLD_CKPT_PATH, err, sizeof err) == 0, "ckpt_verify accepts it");
     CHECK(write_ckpt(dir, 7, 6, 1, s, 2, path, err) == 0, "the same content written now");
     size_t fn, nn;
-    unsigned char* fb = slurp(OLD_CKPT_PATH, &fn);
-    unsigned char* nb = slurp(path, &nn);
+    unsigned char* fb = test_slurp(OLD_CKPT_PATH, &fn);
+    unsigned char* nb = test_slurp(path, &nn);
     CHECK(fb && nb && (fn != nn || memcmp(fb, nb, fn) != 0), "the fixture is in the old layout, not the new one (%zu vs %zu bytes)", fn, nn);
     free(fb);
     free(nb);
@@ -736,14 +724,14 @@ static void test_pieces(void) {
     Sec mixed[4] = {s[0], {"params", 4, gn * sizeof(float), (unsigned char*)g}, {"empty", 4, 0, (unsigned char*)g}, s[1]};
     CHECK(write_ckpt(dir, 1, CKPT_LEVEL_HUFFMAN, 1, mixed, 4, path, err) == 0, "the reference written whole: %s", err);
     size_t ref_n = 0;
-    unsigned char* ref = slurp(path, &ref_n);
+    unsigned char* ref = test_slurp(path, &ref_n);
     int max_threads = omp_get_max_threads();
     for (int kind = 0; kind < PIECES_KINDS; kind++) {
         int same = 1;
         for (int threads = 1; threads <= 3; threads++) {
             omp_set_num_threads(threads);
             size_t n = 0;
-            unsigned char* b = write_in_pieces(dir, mixed, 4, kind, path, err) == 0 ? slurp(path, &n) : NULL;
+            unsigned char* b = write_in_pieces(dir, mixed, 4, kind, path, err) == 0 ? test_slurp(path, &n) : NULL;
             same &= b && ref && n == ref_n && memcmp(b, ref, n) == 0;
             free(b);
         }

@@ -92,6 +92,29 @@ int main(void) {
         CHECK(rc == -1 && q == NULL && strstr(err, named[c]) && strstr(err, "not finite"), "a %g weight is refused at load: %s", nan_inf[c], err);
     }
 
+    // the file written as it arrives: the same bytes as the whole; more or fewer parameters than the
+    // model has are refused and leave no file
+    char piece_path[300], tmp_path[310];
+    snprintf(piece_path, sizeof(piece_path), "%s/pieces.bin", dir);
+    snprintf(tmp_path, sizeof(tmp_path), "%s.tmp", piece_path);
+    ModelFileWriter w;
+    int rc = model_file_writer_open(&w, piece_path, &cfg, err, sizeof(err));
+    for (size_t off = 0, k = 1; rc == 0 && off < n; off += k, k = k * 3 + 1) {
+        if (k > n - off) k = n - off;
+        rc = model_file_writer_put(&w, p + off, k, err, sizeof(err));
+    }
+    if (rc == 0) rc = model_file_writer_commit(&w, err, sizeof(err));
+    snprintf(cmd, sizeof(cmd), "cmp -s %s %s", path, piece_path);
+    CHECK(rc == 0 && system(cmd) == 0, "written in pieces: byte for byte the whole's file %s", rc ? err : "");
+    for (int c = 0; c < 2; c++) {
+        rc = model_file_writer_open(&w, piece_path, &cfg, err, sizeof(err));
+        rc = rc ? rc : model_file_writer_put(&w, p, n - 1, err, sizeof(err));
+        rc = rc ? rc : c == 0 ? model_file_writer_put(&w, p, 2, err, sizeof(err)) : model_file_writer_commit(&w, err, sizeof(err));
+        const char* want = c == 0 ? "2 parameters put after" : "of the model's";
+        CHECK(rc == -1 && strstr(err, want) && access(tmp_path, F_OK) != 0, "%s refused, no temporary file: %s", c ? "too few" : "too many", err);
+        model_file_writer_abort(&w); // (after a failure: nothing left to do)
+    }
+
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd)) return 1;
     free(p);
