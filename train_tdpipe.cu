@@ -373,16 +373,16 @@ static void make_stage(Trainer* tr) {
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
     char err[1024];
     if (run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err))) fatal_all("%s", err);
-    StageInit init = {&tr->cfg, range, a->B, a->T, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
-    float* full = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, err, sizeof(err));
-    if (!tr->synthetic && !full) fatal_all("%s", err);
-    init.full = full;
+    StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
+    float* slice = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, &range, err, sizeof(err));
+    if (!tr->synthetic && !slice) fatal_all("%s", err);
+    init.slice = slice;
     if (tr->synthetic) { // the cost model: 2 ms per forward of a stage-width of layers, backward twice that
         init.syn_f = 2e-3 * P / tr->cfg.num_layers * (range.l1 - range.l0);
         init.syn_b = 2.0 * init.syn_f;
     }
     stage_create(&tr->stage, tr->device, &init);
-    free(full);
+    free(slice);
     if (!tr->synthetic && tr->comp.methods != STALE_NONE) stage_use_compensation(&tr->stage, &tr->comp);
     tr->stage.gns = !tr->synthetic && (a->gns || a->lr_gns); // (a GPU stage reserves the buffers it needs for it)
     tr->ex.data = needs_data ? &tr->data.train : NULL;

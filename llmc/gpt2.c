@@ -48,25 +48,36 @@ void gpt2_point_params(ParameterTensors* p, float* memory, const size_t sizes[GP
     }
 }
 
-void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed) {
+void gpt2_init_range(const GPT2Config* cfg, const GPT2Range* r, float* params, unsigned long long seed) {
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     gpt2_param_sizes(cfg, &all, sizes);
+    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
+    gpt2_slice_pieces(cfg, r, pc);
     Rng rng;
     rng_init(&rng, seed);
     float residual_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
-    float* it = full;
+    size_t start = 0; // the tensor's first element in the whole model
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
         const char* name = PARAM_NAMES[i];
         int is_ln_weight = !strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw");
         int is_bias = name[strlen(name) - 1] == 'b' && strcmp(name, "wte") != 0;
         float std = (!strcmp(name, "attprojw") || !strcmp(name, "fcprojw")) ? residual_std : 0.02f;
-        for (size_t j = 0; j < sizes[i]; j++) it[j] = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * rng_normal(&rng);
-        if (i == 0) // padded vocabulary rows stay zero: they never receive a gradient
-            memset(it + (size_t)cfg->vocab_size * cfg->channels, 0,
-                   sizeof(float) * (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels);
-        it += sizes[i];
+        size_t lo = pc[i].full_off - start, hi = lo + pc[i].n; // the range's part of the tensor
+        float* out = params + pc[i].stage_off; // (n)
+        for (size_t j = 0; j < sizes[i]; j++) { // the whole tensor's draws, kept where the range holds them
+            float x = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * rng_normal(&rng);
+            if (j >= lo && j < hi) out[j - lo] = x;
+        }
+        if (i == 0 && pc[i].n) // padded vocabulary rows stay zero: they never receive a gradient
+            memset(out + (size_t)cfg->vocab_size * cfg->channels, 0, sizeof(float) * (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels);
+        start += sizes[i];
     }
+}
+
+void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed) {
+    GPT2Range all = {0, cfg->num_layers, 1, 1};
+    gpt2_init_range(cfg, &all, full, seed);
 }
 
 void gpt2_slice_pieces(const GPT2Config* cfg, const GPT2Range* r, GPT2Piece pieces[GPT2_NUM_PARAM_TENSORS]) {

@@ -107,6 +107,10 @@ int gpt2_param_decays(int i);
 // GPT-2's initialisation (std 0.02, residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0) of the FULL model into `full` (laid out for range [0, L) with embed and head), from `seed`.
 void gpt2_init_full(const GPT2Config* cfg, float* full, unsigned long long seed);
+// the same initialisation's part that range r holds, into params (laid out for r): bitwise that slice
+// of gpt2_init_full's model (the whole model's draws are made, the others dropped), without the
+// memory for the whole model
+void gpt2_init_range(const GPT2Config* cfg, const GPT2Range* r, float* params, unsigned long long seed);
 // where a range's tensor lies in both layouts: floats [full_off, full_off + n) of a full-model buffer
 // are [stage_off, stage_off + n) of the stage's (n = 0: the range holds none of that tensor)
 typedef struct {

@@ -56,50 +56,87 @@ int model_file_read_config(const char* path, GPT2Config* cfg, char* err, size_t 
     return check_header(path, h, bytes, cfg, err, errlen);
 }
 
-int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err, size_t errlen) {
+// "parameter i (name[k])" or "parameter i (layer l's name[k])" of the whole model's element i
+static void describe_param(const GPT2Config* cfg, size_t i, char* out, size_t cap) {
+    GPT2Range all = {0, cfg->num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], at = i;
+    gpt2_param_sizes(cfg, &all, sizes);
+    int t = 0;
+    while (at >= sizes[t]) at -= sizes[t++];
+    size_t per = sizes[t] / (size_t)cfg->num_layers;
+    if (!gpt2_param_is_layer(t)) snprintf(out, cap, "parameter %zu (%s[%zu])", i, gpt2_param_name(t), at);
+    else snprintf(out, cap, "parameter %zu (layer %zu's %s[%zu])", i, at / per, gpt2_param_name(t), at % per);
+}
+
+#define BF16_CHUNK ((size_t)1 << 20) // bf16 values converted at a time
+
+// n values of the file at element `first` into dst as fp32; the count read
+static size_t read_values(FILE* f, int version, size_t first, float* dst, size_t n) {
+    int bf16 = version == MODEL_FILE_VERSION_BF16;
+    if (n == 0 || fseeko(f, (off_t)(256 * sizeof(int) + first * (bf16 ? 2 : 4)), SEEK_SET) != 0) return 0;
+    if (!bf16) return fread(dst, sizeof(float), n, f);
+    uint16_t* tmp = (uint16_t*)malloc_check((n < BF16_CHUNK ? n : BF16_CHUNK) * sizeof(uint16_t));
+    size_t got = 0;
+    while (got < n) { // bf16: the upper 16 bits of an fp32
+        size_t want = n - got < BF16_CHUNK ? n - got : BF16_CHUNK, k = fread(tmp, sizeof(uint16_t), want, f);
+        for (size_t i = 0; i < k; i++) {
+            uint32_t bits = (uint32_t)tmp[i] << 16;
+            memcpy(dst + got + i, &bits, 4);
+        }
+        got += k;
+        if (k < want) break;
+    }
+    free(tmp);
+    return got;
+}
+
+int model_file_load_range(const char* path, const GPT2Config* cfg, const GPT2Range* r, float* params, char* err, size_t errlen) {
     FILE* f;
     int h[256];
     long bytes;
+    GPT2Config file_cfg;
     if (read_header(path, &f, h, &bytes, err, errlen)) return -1;
-    if (check_header(path, h, bytes, cfg, err, errlen)) {
+    if (check_header(path, h, bytes, &file_cfg, err, errlen)) {
         fclose(f);
         return -1;
     }
+    if (memcmp(&file_cfg, cfg, sizeof(GPT2Config)) != 0) {
+        fclose(f);
+        return td_error(err, errlen, "%s: the model's shape changed since its header was read", path);
+    }
     GPT2Range all = {0, cfg->num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS];
-    size_t n = gpt2_param_sizes(cfg, &all, sizes);
-    float* p = (float*)malloc_check(n * sizeof(float));
-    size_t got;
-    if (h[1] == MODEL_FILE_VERSION_FP32) {
-        got = fread(p, sizeof(float), n, f);
-    } else { // bf16: the upper 16 bits of an fp32
-        uint16_t* tmp = (uint16_t*)malloc_check(n * sizeof(uint16_t));
-        got = fread(tmp, sizeof(uint16_t), n, f);
-        for (size_t i = 0; i < got; i++) {
-            uint32_t bits = (uint32_t)tmp[i] << 16;
-            memcpy(p + i, &bits, 4);
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(cfg, &all, sizes);
+    GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
+    gpt2_slice_pieces(cfg, r, pc);
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
+        float* dst = params + pc[i].stage_off; // (n)
+        size_t got = read_values(f, h[1], pc[i].full_off, dst, pc[i].n);
+        if (got != pc[i].n) {
+            fclose(f);
+            return td_error(err, errlen, "%s: truncated model file (%zu of %zu parameters)", path, pc[i].full_off + got, n);
         }
-        free(tmp);
+        // a NaN or Inf would train on (one in a row no batch reaches, such as wpe past T, until the
+        // final checkpoint refuses the state): refused here, named by tensor, layer and element
+        for (size_t k = 0; k < pc[i].n; k++) {
+            if (isfinite(dst[k])) continue;
+            char what[160];
+            describe_param(cfg, pc[i].full_off + k, what, sizeof what);
+            fclose(f);
+            return td_error(err, errlen, "%s: %s is %g: the model's weights are not finite", path, what, dst[k]);
+        }
     }
     fclose(f);
-    if (got != n) {
+    return 0;
+}
+
+int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err, size_t errlen) {
+    if (model_file_read_config(path, cfg, err, errlen)) return -1;
+    GPT2Range all = {0, cfg->num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    float* p = (float*)malloc_check(gpt2_param_sizes(cfg, &all, sizes) * sizeof(float));
+    if (model_file_load_range(path, cfg, &all, p, err, errlen)) {
         free(p);
-        return td_error(err, errlen, "%s: truncated model file (%zu of %zu parameters)", path, got, n);
-    }
-    // a NaN or Inf would train on (one in a row no batch reaches, such as wpe past T, until the
-    // final checkpoint refuses the state): refused here, named by tensor, layer and element
-    for (size_t i = 0; i < n; i++) {
-        if (isfinite(p[i])) continue;
-        size_t at = i;
-        int t = 0;
-        while (at >= sizes[t]) at -= sizes[t++];
-        float bad = p[i];
-        free(p);
-        if (!gpt2_param_is_layer(t))
-            return td_error(err, errlen, "%s: parameter %zu (%s[%zu]) is %g: the model's weights are not finite", path, i, gpt2_param_name(t), at, bad);
-        size_t per = sizes[t] / (size_t)cfg->num_layers;
-        return td_error(err, errlen, "%s: parameter %zu (layer %zu's %s[%zu]) is %g: the model's weights are not finite", path, i, at / per,
-                        gpt2_param_name(t), at % per, bad);
+        return -1;
     }
     *params = p;
     return 0;

@@ -16,6 +16,9 @@ int model_file_read_config(const char* path, GPT2Config* cfg, char* err, size_t 
 // reads the whole model's parameters (laid out for range [0, L) with embed and head) into `params`
 // (allocated here, fp32); checks the file's length against the header
 int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err, size_t errlen);
+// reads only range r's parameters (laid out for r) into params, cfg being the file's (model_file_read_config):
+// what a stage loads without the memory for the whole model; the same checks on what it reads
+int model_file_load_range(const char* path, const GPT2Config* cfg, const GPT2Range* r, float* params, char* err, size_t errlen);
 // writes the full model in fp32 (version 3), atomically (temp file, fsync, rename)
 int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen);
 

@@ -28,22 +28,20 @@ int run_model_fresh_config(const char* init, int vocab_size, GPT2Config* cfg, ch
     return 1;
 }
 
-float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, char* err, size_t errlen) {
+float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, const GPT2Range* r, char* err, size_t errlen) {
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    float* params = (float*)malloc_check(gpt2_param_sizes(cfg, r, sizes) * sizeof(float));
     if (fresh) {
-        GPT2Range all = {0, cfg->num_layers, 1, 1};
-        size_t sizes[GPT2_NUM_PARAM_TENSORS];
-        float* full = (float*)malloc_check(gpt2_param_sizes(cfg, &all, sizes) * sizeof(float));
-        gpt2_init_full(cfg, full, (unsigned long long)a->seed);
-        return full;
+        gpt2_init_range(cfg, r, params, (unsigned long long)a->seed);
+        return params;
     }
-    float* full;
-    GPT2Config file_cfg;
     char why[1024];
-    if (model_file_load(a->init, &file_cfg, &full, why, sizeof(why))) {
+    if (model_file_load_range(a->init, cfg, r, params, why, sizeof(why))) {
         snprintf(err, errlen, "-e: %s", why);
+        free(params);
         return NULL;
     }
-    return full;
+    return params;
 }
 
 // "1,1,0.5,1" -> *out: P positive numbers (scaled by `unit`); empty -> NULL (the default). 0, or -1

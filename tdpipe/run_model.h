@@ -13,9 +13,10 @@ extern "C" {
 // fills cfg for -e dN (vocabulary vocab_size, from the data's tokenizer): 1 if init names a depth, 0
 // if it does not (a model file), -1 with what is wrong in err (a depth outside 1..48)
 int run_model_fresh_config(const char* init, int vocab_size, GPT2Config* cfg, char* err, size_t errlen);
-// the whole model's parameters (range [0, L) with embed and head): GPT-2's initialisation for a fresh
-// dN (cfg already filled), else the -e model file's; NULL with what is wrong in err
-float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, char* err, size_t errlen);
+// range r's parameters (laid out for r; no rank holds the whole model): its part of GPT-2's
+// initialisation for a fresh dN, else of the -e model file (cfg already filled from the flags or the
+// file's header); NULL with what is wrong in err
+float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, const GPT2Range* r, char* err, size_t errlen);
 // part: the layers of each of P stages. measured: NULL for the FLOP model, else (P) each stage's
 // timed passes (seconds a micro-batch). 0, or -1 with what is wrong in err (naming the flag)
 int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured, char* err, size_t errlen);

@@ -15,12 +15,13 @@ void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be,
     st->be = be;
     st->dev = dev;
     st->num_params = gpt2_param_sizes(&st->cfg, &st->range, st->sizes);
-    if (init->full) {
+    if (init->full || init->slice) {
         st->params = (float*)calloc_check(st->num_params, sizeof(float));
         st->adam_m = (float*)calloc_check(st->num_params, sizeof(float));
         st->adam_v = (float*)calloc_check(st->num_params, sizeof(float));
         gpt2_point_params(&st->p, st->params, st->sizes);
-        stage_load_params(st, init->full);
+        if (init->full) stage_load_params(st, init->full);
+        else memcpy(st->params, init->slice, st->num_params * sizeof(float));
     }
 }
 

@@ -131,7 +131,7 @@ struct Stage {
 };
 
 // What a stage is made from. full: the whole model's parameters (laid out for [0, L) with embed
-// and head), NULL for synthetic compute. comm: the rank's Comm (a GPU's local rank; MPI progress
+// and head), or slice: the stage's own (laid out for range); both NULL for synthetic compute. comm: the rank's Comm (a GPU's local rank; MPI progress
 // during synthetic waits). syn_f, syn_b: synthetic compute's seconds per forward and per backward,
 // jittered by Gamma draws of CV jitter keyed by seed and the op.
 typedef struct {
@@ -139,6 +139,7 @@ typedef struct {
     GPT2Range range;
     int B, T;
     const float* full;
+    const float* slice;
     void* comm;
     double syn_f, syn_b, jitter;
     unsigned long long seed;
@@ -163,7 +164,7 @@ void stage_destroy(Stage* st);
 // slots and n_stash weight stashes (never shrinks)
 void stage_reserve(Stage* st, int n_slots, int n_gacts, int n_grad_slots, int n_stash);
 void stage_reserve_sample(Stage* st); // the one-row slot STAGE_SAMPLE_SLOT
-// the Stage's part of stage_create for a backend: shapes, host weights (when init->full), books
+// the Stage's part of stage_create for a backend: shapes, host weights (from init->full or slice), books
 void stage_init_common(Stage* st, const StageInit* init, const StageBackend* be, void* dev);
 
 // (B*T) host token ids of a slot: its inputs (first stage reads them) and targets (last stage)

@@ -459,7 +459,7 @@ static const StageBackend CPU_BACKEND = {
 const StageBackend* stage_cpu_backend(void) { return &CPU_BACKEND; }
 
 static void cpu_create(Stage* st, const StageInit* init) {
-    if (!init->full) td_fatal("stage_create(cpu): the CPU stage needs the model's parameters");
+    if (!init->full && !init->slice) td_fatal("stage_create(cpu): the CPU stage needs the model's parameters");
     stage_init_common(st, init, &CPU_BACKEND, calloc_check(1, sizeof(CpuStage)));
 }
 

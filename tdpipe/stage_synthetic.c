@@ -97,7 +97,7 @@ static void syn_create(Stage* st, const StageInit* init) {
     y->jitter = init->jitter;
     y->seed = init->seed;
     StageInit none = *init;
-    none.full = NULL;
+    none.full = none.slice = NULL;
     stage_init_common(st, &none, &SYNTHETIC, y);
     memset(st->sizes, 0, sizeof(st->sizes));
     st->num_params = 0;

@@ -55,6 +55,26 @@ int main(void) {
         bad += q[i] != want;
     }
     CHECK(q && bad == 0, "bf16 import gives the truncated fp32 values (%zu mismatches)", bad);
+
+    // a stage's part alone, fresh or from either file, is bitwise that slice of the whole model
+    GPT2Range ranges[4] = {{0, 1, 1, 0}, {1, 2, 0, 1}, {0, 2, 1, 1}, {1, 1, 0, 1}}; // first, last, whole, the head alone
+    float* whole[3] = {p, p, q};
+    const char* files[3] = {NULL, path, path16};
+    int same[3] = {1, 1, 1};
+    for (int r = 0; r < 4; r++) {
+        size_t rs[GPT2_NUM_PARAM_TENSORS], rn = gpt2_param_sizes(&cfg, &ranges[r], rs);
+        float *want = (float*)malloc(rn * sizeof(float)), *part = (float*)malloc(rn * sizeof(float));
+        for (int src = 0; src < 3; src++) {
+            gpt2_slice_params(&cfg, &ranges[r], whole[src], want);
+            if (src == 0) gpt2_init_range(&cfg, &ranges[r], part, 3);
+            else if (model_file_load_range(files[src], &cfg, &ranges[r], part, err, sizeof(err))) same[src] = 0;
+            same[src] &= memcmp(want, part, rn * sizeof(float)) == 0;
+        }
+        free(want);
+        free(part);
+    }
+    CHECK(same[0], "gpt2_init_range: each range's part of gpt2_init_full's model, bitwise (first, last, whole, head-only stage)");
+    CHECK(same[1] && same[2], "model_file_load_range: each range's part of the fp32 and the bf16 file, bitwise");
     free(q);
 
     // refusals: trailing data, truncation inside the parameters, an implausible shape
@@ -90,6 +110,14 @@ int main(void) {
         q = NULL;
         int rc = model_file_load(path16, &got, &q, err, sizeof(err));
         CHECK(rc == -1 && q == NULL && strstr(err, named[c]) && strstr(err, "not finite"), "a %g weight is refused at load: %s", nan_inf[c], err);
+        // by the stage that reads it, named alike; a stage that does not hold it reads its part
+        GPT2Range holder = {c == 0 ? 0 : 1, c == 0 ? 1 : 2, c == 0, c == 1}, other = {c == 0 ? 1 : 0, c == 0 ? 2 : 1, c == 1, c == 0};
+        size_t rs[GPT2_NUM_PARAM_TENSORS];
+        float* part = (float*)malloc(gpt2_param_sizes(&cfg, &holder, rs) * sizeof(float) + gpt2_param_sizes(&cfg, &other, rs) * sizeof(float));
+        rc = model_file_load_range(path16, &got, &holder, part, err, sizeof(err));
+        CHECK(rc == -1 && strstr(err, named[c]) && strstr(err, "not finite"), "  and by the stage that holds it: %s", err);
+        CHECK(model_file_load_range(path16, &got, &other, part, err, sizeof(err)) == 0, "  a stage without it loads");
+        free(part);
     }
 
     // the file written as it arrives: the same bytes as the whole; more or fewer parameters than the
