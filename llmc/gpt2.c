@@ -1,6 +1,9 @@
 // GPT-2 on the CPU over a layer range [l0, l1): parameter layout, initialisation, activations,
 // forward, and backward split into an input-gradient half and a weight-gradient half (see gpt2.h).
 #include "gpt2.h"
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <string.h>
 #include "attention.h"
@@ -48,6 +51,21 @@ void gpt2_point_params(ParameterTensors* p, float* memory, const size_t sizes[GP
     }
 }
 
+// n draws of N(0, std^2) into out, or made and dropped (out NULL): the stream moves on alike
+static void draw_normals(Rng* rng, float* out, size_t n, float std) {
+#ifdef __AVX__
+    // the vector fills before leave the registers' upper halves in use, and GCC 12 does not clear them
+    // before these calls: glibc's log and cos then pay an SSE/AVX transition on every call, which made
+    // a 350M model's start several times slower on an Intel core (README, "No rank holds the whole model")
+    _mm256_zeroupper();
+#endif
+    if (!out) {
+        for (size_t j = 0; j < n; j++) (void)rng_normal(rng);
+        return;
+    }
+    for (size_t j = 0; j < n; j++) out[j] = std * rng_normal(rng);
+}
+
 void gpt2_init_range(const GPT2Config* cfg, const GPT2Range* r, float* params, unsigned long long seed) {
     GPT2Range all = {0, cfg->num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
@@ -63,11 +81,14 @@ void gpt2_init_range(const GPT2Config* cfg, const GPT2Range* r, float* params, u
         int is_ln_weight = !strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw");
         int is_bias = name[strlen(name) - 1] == 'b' && strcmp(name, "wte") != 0;
         float std = (!strcmp(name, "attprojw") || !strcmp(name, "fcprojw")) ? residual_std : 0.02f;
-        size_t lo = pc[i].full_off - start, hi = lo + pc[i].n; // the range's part of the tensor
+        size_t lo = pc[i].full_off - start, n = pc[i].n; // the range's part of the tensor: [lo, lo + n)
         float* out = params + pc[i].stage_off; // (n)
-        for (size_t j = 0; j < sizes[i]; j++) { // the whole tensor's draws, kept where the range holds them
-            float x = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * rng_normal(&rng);
-            if (j >= lo && j < hi) out[j - lo] = x;
+        if (is_ln_weight || is_bias) {
+            for (size_t j = 0; j < n; j++) out[j] = is_ln_weight ? 1.0f : 0.0f;
+        } else { // the whole tensor's draws in order (the stream is the whole model's), kept where the range holds them
+            draw_normals(&rng, NULL, lo, std);
+            draw_normals(&rng, out, n, std);
+            draw_normals(&rng, NULL, sizes[i] - lo - n, std);
         }
         if (i == 0 && pc[i].n) // padded vocabulary rows stay zero: they never receive a gradient
             memset(out + (size_t)cfg->vocab_size * cfg->channels, 0, sizeof(float) * (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels);
