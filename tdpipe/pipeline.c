@@ -90,8 +90,8 @@ void pipeline_sample(Pipeline* pl, int first, int n, float temperature, uint64_t
 // next one arrives: rank 0 holds one, not the model
 #define STREAM_SPAN ((size_t)8 << 20)
 
-// stage `from`'s n floats (at its own rank's mine where from is rank 0) into the sink in spans,
-// sent from there as they are received here
+// n floats of world rank `from` into the sink: rank 0's own where they lie (own), another's a
+// message of at most STREAM_SPAN bytes at a time, as it sends them
 static void stream_piece(Comm* c, const float* own, size_t n, int from, float* span, PipelineSink sink) {
     if (from == 0) {
         if (n > 0) sink.put(sink.ctx, own, n);
@@ -107,7 +107,7 @@ static void stream_piece(Comm* c, const float* own, size_t n, int from, float* s
 // stage s's share of tensor i (n = 0 where it gives none to the stream): its layers' share of a per-layer
 // tensor; of one that two stages hold whole (the tied wte: the first stage's embedding and the last's
 // head), the later stage's copy, as the gather before the stream took it (the weights are bitwise the
-// same; of the int8 sync's residuals the last stage's are what a resume has always read)
+// same; of the int8 sync's residuals, the last stage's are what checkpoints have always held)
 static GPT2Piece stream_share(const Pipeline* pl, int s, int i) {
     GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
     for (int later = pl->P - 1; later > s && !gpt2_param_is_layer(i); later--) {
