@@ -310,7 +310,7 @@ static void make_grid(Trainer* tr) {
 
 // phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
 // on the run's device (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a
-// warm-up) and solves over those seconds; every rank gathers every rank's times, so all solve the
+// warm-up; a host's ranks one at a time) and solves over those seconds; every rank gathers every rank's times, so all solve the
 // same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
 // run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
 // timed waits follow.
@@ -318,8 +318,15 @@ static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int P = tr->comm.P, R = tr->comm.world_size;
     if (!strcmp(a->partition, "auto") && P > 1 && !tr->synthetic) {
+        // the ranks of a host take turns, so that none times its passes while another shares its
+        // cores or GPU (on an H100 shared by two ranks, timed together, one rank's layer read 3.1 ms
+        // and the other's 0.39: the first's passes overlapped the second's start-up)
         LayerCosts mine;
-        profile_layer_costs(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
+        int turns = comm_max(&tr->comm, tr->comm.local_ranks);
+        for (int turn = 0; turn < turns; turn++) {
+            if (tr->comm.local_rank == turn) profile_layer_costs(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
+            comm_barrier(&tr->comm);
+        }
         double in[3] = {mine.layer, mine.embed, mine.head};
         double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
         comm_allgather_double(&tr->comm, in, 3, all);
