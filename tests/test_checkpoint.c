@@ -115,6 +115,14 @@ static void fill_gpt2_like(float* x, size_t n) { // GPT-2 init: N(0, 0.02)
     for (size_t i = 0; i < n; i++) x[i] = 0.02f * rng_normal();
 }
 
+// N(0, 0.02) floats (*n of them, malloc'd): five whole shuffle blocks and a partial sixth
+static float* gpt2_like_blocks(size_t* n) {
+    *n = (5u << 20) / 4 + 77;
+    float* g = (float*)malloc(*n * sizeof(float));
+    fill_gpt2_like(g, *n);
+    return g;
+}
+
 // a small checkpoint: every section kind the trainer writes, a few KB to a few hundred KB
 #define NSMALL 5
 static Sec small[NSMALL];
@@ -620,9 +628,8 @@ static void test_threads_and_old_format(void) {
     Sec s[2];
     unsigned char *pattern, small300[300];
     fixture_content(s, &pattern, small300);
-    size_t gn = (5u << 20) / 4 + 77; // N(0, 0.02) floats: five whole blocks and a partial sixth
-    float* g = (float*)malloc(gn * sizeof(float));
-    fill_gpt2_like(g, gn);
+    size_t gn;
+    float* g = gpt2_like_blocks(&gn);
     Sec mixed[3] = {s[0], {"params", 4, gn * sizeof(float), (unsigned char*)g}, s[1]};
     const int levels[3] = {1, 6, CKPT_LEVEL_HUFFMAN};
     int max_threads = omp_get_max_threads();
@@ -718,9 +725,8 @@ static void test_pieces(void) {
     Sec s[2];
     unsigned char *pattern, small300[300];
     fixture_content(s, &pattern, small300);
-    size_t gn = (5u << 20) / 4 + 77; // five whole blocks and a partial sixth
-    float* g = (float*)malloc(gn * sizeof(float));
-    fill_gpt2_like(g, gn);
+    size_t gn;
+    float* g = gpt2_like_blocks(&gn);
     Sec mixed[4] = {s[0], {"params", 4, gn * sizeof(float), (unsigned char*)g}, {"empty", 4, 0, (unsigned char*)g}, s[1]};
     CHECK(write_ckpt(dir, 1, CKPT_LEVEL_HUFFMAN, 1, mixed, 4, path, err) == 0, "the reference written whole: %s", err);
     size_t ref_n = 0;
