@@ -2,7 +2,9 @@
 // scripts/plot_trace.py --op-times): the schedule the trainer ran, its steady step time and bubble
 // as the trainer reports them (between stage 0's updates; 1 - busy / time, steps 2..n-1).
 // Usage: sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..
-//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--cores C]
+//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--msg-f ms,.. --msg-b ms,..] [--cores C]
+// --msg-f, --msg-b: each link's message time (P - 1 each: activation from stage s to s + 1, gradient
+// from s + 1 to s), holding the link in the order sent (plot_trace.py --op-times measures them)
 // --cores C: the stages shared C cores (ranks oversubscribing a host), the times given being each
 // op's work on a core of its own (plot_trace.py --op-times --cores C)
 #include "llmc/common.h"
@@ -16,7 +18,7 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
         char* end;
         out[i] = strtod(it, &end);
         if (end == it || !(out[i] >= 0) || (i + 1 < n ? *end != ',' : *end != '\0')) {
-            fprintf(stderr, "sim_replay: %s %s: expected %d times >= 0 separated by commas (one per stage)\n", flag, s, n);
+            fprintf(stderr, "sim_replay: %s %s: expected %d times >= 0 separated by commas (one per stage, or per link for --msg-*)\n", flag, s, n);
             exit(1);
         }
         it = end + 1;
@@ -24,7 +26,7 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
 }
 
 int main(int argc, char** argv) {
-    const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL;
+    const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL, *mf = NULL, *mb = NULL;
     int P = 0, M = 0, W = 0, n_steps = 0, cores = 0;
     double latency = 0.0;
     for (int i = 1; i < argc; i++) {
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--bi")) bi = v;
         else if (!strcmp(argv[i], "--bw")) bw = v;
         else if (!strcmp(argv[i], "--u")) u = v;
+        else if (!strcmp(argv[i], "--msg-f")) mf = v;
+        else if (!strcmp(argv[i], "--msg-b")) mb = v;
         else {
             fprintf(stderr, "sim_replay: unknown option %s\n", argv[i]);
             return 1;
@@ -67,14 +71,23 @@ int main(int argc, char** argv) {
         fprintf(stderr, "sim_replay: needs --stages, --micro-batches, --steps (>= 3), --f and --b (or --bi and --bw)\n");
         return 1;
     }
-    double* t[5] = {NULL}; // (P) each: F, B, BI, BW, U in seconds
-    const char* lists[5] = {f, b, bi, bw, u};
-    const char* flags[5] = {"--f", "--b", "--bi", "--bw", "--u"};
-    for (int k = 0; k < 5; k++) {
+    if (!mf != !mb) {
+        fprintf(stderr, "sim_replay: --msg-f and --msg-b come together (each link's message time both ways)\n");
+        return 1;
+    }
+    if (mf && P < 2) {
+        fprintf(stderr, "sim_replay: --msg-f and --msg-b need --stages >= 2 (they time the links between stages)\n");
+        return 1;
+    }
+    double* t[7] = {NULL}; // each: F, B, BI, BW, U (P), messages forward and back (P - 1), in seconds
+    const char* lists[7] = {f, b, bi, bw, u, mf, mb};
+    const char* flags[7] = {"--f", "--b", "--bi", "--bw", "--u", "--msg-f", "--msg-b"};
+    for (int k = 0; k < 7; k++) {
         if (!lists[k]) continue;
-        t[k] = (double*)malloc_check((size_t)P * sizeof(double));
-        parse_list(flags[k], lists[k], P, t[k]);
-        for (int s = 0; s < P; s++) t[k][s] /= 1e3;
+        int n = k < 5 ? P : P - 1;
+        t[k] = (double*)malloc_check((size_t)n * sizeof(double));
+        parse_list(flags[k], lists[k], n, t[k]);
+        for (int s = 0; s < n; s++) t[k][s] /= 1e3;
     }
     Schedule sch;
     char err[512];
@@ -82,7 +95,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "sim_replay: %s\n", err);
         return 1;
     }
-    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency, .cores = cores};
+    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency, .t_msg_f = t[5], .t_msg_b = t[6], .cores = cores};
     SimResult r;
     if (simulator_run(&r, &sch, &cost, err, sizeof(err))) {
         fprintf(stderr, "sim_replay: %s\n", err);
@@ -101,6 +114,6 @@ int main(int argc, char** argv) {
            1e3 * r.makespan);
     simulator_free(&r);
     schedule_free(&sch);
-    for (int k = 0; k < 5; k++) free(t[k]);
+    for (int k = 0; k < 7; k++) free(t[k]);
     return 0;
 }

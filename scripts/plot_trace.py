@@ -6,8 +6,8 @@ usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
        scripts/plot_trace.py trace.json --summary [--steps A:B]   (no plot, no matplotlib: per row,
        busy share, stale forwards, and idle time before forwards, backwards and updates)
        scripts/plot_trace.py trace.json --op-times [--steps A:B]  (no plot: each stage's mean compute
-       time per op kind, key=value lines for build/dev/sim_replay; --cores C: the stages shared C
-       cores, so print each op's work on a core of its own)
+       time per op kind and each link's message time, key=value lines for build/dev/sim_replay;
+       --cores C: the stages shared C cores, so print each op's work on a core of its own)
 Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
 """
 import argparse
@@ -21,8 +21,10 @@ COLOURS = {"F": "#4c72b0", "B": "#dd8452", "BI": "#dd8452", "BW": "#c44e52", "U"
 
 
 def read_trace(path):
-    """[(replica, stage, kind, step, mb, stale, start_ms, dur_ms, compute)] from a Chrome trace file;
-    compute: (start_ms, dur_ms) of the op's compute inside its span, None in traces without it."""
+    """[(replica, stage, kind, step, mb, stale, start_ms, dur_ms, compute, marks)] from a Chrome trace
+    file; compute: (start_ms, dur_ms) of the op's compute inside its span, None in traces without it;
+    marks: {"awaited", "arrived", "sent"} in ms, those of the op's messages the trace has (its input's
+    wait began, a wait saw it in; its own message posted)."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -43,8 +45,9 @@ def read_trace(path):
         compute = None
         if "compute_ts" in args and "compute_dur" in args:
             compute = (float(args["compute_ts"]) / 1e3, float(args["compute_dur"]) / 1e3)
+        marks = {k: float(args[k + "_ts"]) / 1e3 for k in ("awaited", "arrived", "sent") if k + "_ts" in args}
         ops.append((int(e["pid"]), int(e["tid"]), kind, step, int(mb) if mb else -1, ver is not None,
-                    float(e["ts"]) / 1e3, float(e["dur"]) / 1e3, compute))
+                    float(e["ts"]) / 1e3, float(e["dur"]) / 1e3, compute, marks))
     if not ops:
         sys.exit(f"plot_trace: {path}: the trace has no events")
     return ops
@@ -105,7 +108,7 @@ def op_times(ops, steps, cores=0):
     P = max(o[1] for o in mine) + 1
     end = {}   # (stage, 'F' | 'B' (input gradient out) | 'W' (weight gradient done), step, mb) -> end
     grads = {}  # (stage, step) -> last B/BW end
-    for rep, s, kind, step, mb, stale, start, dur, compute in mine:
+    for rep, s, kind, step, mb, stale, start, dur, compute, _ in mine:
         e = start + dur
         if kind == "F":
             end[(s, "F", step, mb)] = e
@@ -115,7 +118,7 @@ def op_times(ops, steps, cores=0):
             end[(s, "W", step, mb)] = e
             grads[(s, step)] = max(grads.get((s, step), 0.0), e)
     spans = []  # each op's compute: [max(start, arrival), end]
-    for rep, s, kind, step, mb, stale, start, dur, compute in mine:
+    for rep, s, kind, step, mb, stale, start, dur, compute, _ in mine:
         if compute:
             spans.append((compute[0], compute[0] + compute[1]))
             continue
@@ -141,6 +144,53 @@ def op_times(ops, steps, cores=0):
     for kind in ("F", "B", "BI", "BW", "U"):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
+    links = message_times(mine, P, steps)
+    if links:
+        for d in ("f", "b"):
+            print(f"msg_{d}=" + ",".join(f"{links[d][s][0]:.4f}" for s in range(P - 1)))
+        print("msg_samples=" + ",".join(f"{links[d][s][1]}" for d in ("f", "b") for s in range(P - 1)))
+
+
+def message_times(mine, P, steps):
+    """Each link's message time (ms) both ways, for the simulator's links (a message holds its link
+    for its time, in the order sent): {"f": [(median ms, samples)] (P - 1), "b": the same}, or None
+    when the trace lacks the marks or a link has no sample. Activations go from F on stage s to F on
+    s + 1, input gradients from B or BI on s + 1 to B or BI on s (the same step and micro-batch). A
+    message is timed where the receiver was waiting when it came in (its wait saw it arrive): from
+    the latest of its sending, the start of that wait and the previous message's arrival on the link
+    (it queued behind that one) to its arrival."""
+    if P < 2:
+        return None
+    got = {}  # (direction, receiving stage, step, mb) -> marks; and the sender's
+    for rep, s, kind, step, mb, stale, start, dur, compute, marks in mine:
+        if kind == "F":
+            got[("f", "to", s, step, mb)] = marks
+            got[("f", "from", s, step, mb)] = marks
+        elif kind in ("B", "BI"):
+            got[("b", "to", s, step, mb)] = marks
+            got[("b", "from", s, step, mb)] = marks
+    out = {"f": [], "b": []}
+    for d in ("f", "b"):
+        for s in range(P - 1):
+            src, dst = (s, s + 1) if d == "f" else (s + 1, s)
+            msgs = []  # (sent, awaited, arrived) of each message on the link
+            for key, m in got.items():
+                if key[0] != d or key[1] != "from" or key[2] != src or "sent" not in m:
+                    continue
+                step, mb = key[3], key[4]
+                r = got.get((d, "to", dst, step, mb), {})
+                msgs.append((m["sent"], r.get("awaited", 0.0), r.get("arrived", 0.0), step))
+            msgs.sort()
+            samples, prev = [], 0.0
+            for sent, awaited, arrived, step in msgs:
+                if arrived > 0 and (not steps or steps[0] <= step < steps[1]):
+                    samples.append(max(0.0, arrived - max(sent, awaited, prev)))
+                prev = arrived if arrived > 0 else max(prev, sent)
+            if not samples:
+                return None
+            samples.sort()
+            out[d].append((samples[len(samples) // 2], len(samples)))
+    return out
 
 
 def plot(ops, out):
@@ -155,7 +205,7 @@ def plot(ops, out):
     y = {r: i for i, r in enumerate(rows)}
     t0 = min(o[6] for o in ops)
     fig, ax = plt.subplots(figsize=(14, 0.5 * len(rows) + 1.5))
-    for rep, stage, kind, step, mb, stale, start, dur, _ in ops:
+    for rep, stage, kind, step, mb, stale, start, dur, _, _ in ops:
         ax.broken_barh([(start - t0, max(dur, 1e-3))], (y[(rep, stage)] - 0.4, 0.8), facecolors=COLOURS[kind],
                        edgecolor="white", linewidth=0.3, hatch="///" if stale else None)
     ax.set_yticks(range(len(rows)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The simulator against measurement on this machine: real-compute CPU pipelines (P = 2 and 4, d4 and
 # d8, every schedule the trainer runs) with --trace; each stage's op compute times measured from the
-# trace (scripts/plot_trace.py --op-times), fed to the simulator (build/dev/sim_replay: the same
+# trace (scripts/plot_trace.py --op-times), with each link's message time measured there too, fed to the simulator (build/dev/sim_replay: the same
 # schedule lists and TD-Pipe policy), and its step time and bubble printed beside the measured ones
 # (the trainer's log.jsonl), with the error. Steady steps only (2..n-1). Twice: with a core per
 # stage (sim_) and with the ranks sharing this host's CORES cores (shr_: plot_trace.py --cores gives
@@ -30,7 +30,7 @@ trap '[ -z "${KEEP:-}" ] || tar czf "$KEEP" --exclude="*.tdck" --exclude=model.b
 echo "# sim_vs_measured: $(uname -m), $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(grep -c ^processor /proc/cpuinfo) cores, $(date -u +%Y-%m-%d)"
 echo "# command: $0 $STEPS $BIN"
 echo "# runs: $MPI -np P $BIN --device $DEVICE --stages P --schedule S [--aew W] -e dN -b $B -t $T --micro-batches $M -x $STEPS --trace t.json (OMP_NUM_THREADS=1)"
-echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times from the trace, no latency; steps 2..$((STEPS - 1))"
+echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times and each link's median message time (both ways) from the trace; steps 2..$((STEPS - 1))"
 echo "#   sim_: a core per stage; shr_: the stages share $CORES cores (processor sharing; times from plot_trace.py --op-times --cores $CORES)"
 echo "# measured: the step lines' ms (stage 0's update to update) and bubble (1 - busy / time), mean over the same steps"
 printf "%-6s %2s %-7s %3s %10s %10s %7s %10s %7s %8s %8s %7s %8s %7s\n" "#model" "P" "sched" "W" "meas_ms" "sim_ms" "err_%" "shr_ms" "err_%" \
@@ -49,9 +49,9 @@ for P in $PS; do
             for cores in 0 $([ "$CORES" != 0 ] && echo "$CORES"); do # (CORES 0: the two columns are one simulation)
                 python3 scripts/plot_trace.py "$out.json" --op-times --steps "1:$((STEPS - 1))" --cores "$cores" > "$out.ops$cores" || continue 2
                 args=()
-                for k in f b bi bw u; do
+                for k in f b bi bw u msg_f msg_b; do
                     v=$(awk -F= -v k=$k '$1 == k { print $2 }' "$out.ops$cores")
-                    [ -n "$v" ] && args+=("--$k" "$v")
+                    [ -n "$v" ] && args+=("--${k/_/-}" "$v")
                 done
                 "$REPLAY" --schedule $sched --stages $P --micro-batches $M --aew $W --steps "$STEPS" --cores "$cores" "${args[@]}" > "$out.sim$cores" || continue 2
                 sim+=("$(awk -F= '$1 == "step_ms" { print $2 }' "$out.sim$cores")" "$(awk -F= '$1 == "bubble" { print $2 }' "$out.sim$cores")")

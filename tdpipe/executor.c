@@ -86,6 +86,7 @@ typedef struct {
 typedef struct {
     int g; // for micro-batch g of the schedule; -1 none yet
     CommRequest req;
+    double awaited, arrived; // when this stage began waiting for it, when a wait saw it in (0: not yet; the trace's)
 } Incoming;
 
 typedef struct {
@@ -120,10 +121,13 @@ static void times_add(OpTimes* t, double d) {
     t->n++;
 }
 
-// an op's compute on this stage, seconds on the monotonic clock the ranks of a host share: the trace
-// keeps it beside the op's whole span (which includes waiting for its input)
+// where an op's time went on this stage, seconds on the monotonic clock the ranks of a host share: the
+// trace keeps it beside the op's whole span (which includes waiting for its input), and the simulator's
+// replay reads each link's message time from when messages left and arrived
 typedef struct {
-    double start, end;
+    double start, end;       // its compute
+    double awaited, arrived; // its input message: as Incoming's (0, 0: in before any wait, or none)
+    double sent;             // its own message posted to a neighbour; 0: none
 } ComputeSpan;
 
 // the op's compute, begun at t0, has run (a device's stream drained): its time counts as busy,
@@ -135,7 +139,7 @@ static ComputeSpan computed(Run* r, const Op* op, double t0) {
     double end = now_seconds();
     r->busy += end - t0;
     times_add(op->kind == OP_F ? &ex->stats.f : &ex->stats.b, end - t0);
-    return (ComputeSpan){t0, end};
+    return (ComputeSpan){.start = t0, .end = end};
 }
 
 // ---- messages --------------------------------------------------------------------------------------
@@ -168,6 +172,7 @@ static void expect_input(Run* r, int g) {
     Op f = schedule_mb_op(r->sch, r->s, OP_F, g);
     snprintf(r->act.req.what, sizeof(r->act.req.what), "the input of step %d micro-batch %d from stage %d", f.step + 1, f.mb, r->s - 1);
     r->act.g = g;
+    r->act.awaited = r->act.arrived = 0.0;
 }
 
 // the receive of the gradient of micro-batch g's output (from stage s + 1), posted once
@@ -179,6 +184,22 @@ static void expect_grad(Run* r, int g) {
     Op b = schedule_mb_op(r->sch, r->s, OP_B, g);
     snprintf(r->grad.req.what, sizeof(r->grad.req.what), "the output gradient of step %d micro-batch %d from stage %d", b.step + 1, b.mb, r->s + 1);
     r->grad.g = g;
+    r->grad.awaited = r->grad.arrived = 0.0;
+}
+
+// waits for a posted receive, noting when the wait began and when it saw the message in (a message
+// already in leaves the marks as they are)
+static void await_incoming(Run* r, Incoming* in) {
+    if (comm_test(r->ex->comm, &in->req)) return;
+    if (in->awaited == 0.0) in->awaited = now_seconds();
+    comm_wait(r->ex->comm, &in->req);
+    in->arrived = now_seconds();
+}
+
+// the op's marks of the message it waited for
+static void marks_of(ComputeSpan* span, const Incoming* in) {
+    span->awaited = in->awaited;
+    span->arrived = in->arrived;
 }
 
 // ---- weight versions ---------------------------------------------------------------------------------
@@ -245,7 +266,7 @@ static ComputeSpan op_forward(Run* r, const Op* op) {
         td_fatal("training data: %s", r->ex->data->err);
     if (!r->first) {
         expect_input(r, g);
-        comm_wait(r->ex->comm, &r->act.req);
+        await_incoming(r, &r->act);
     }
     r->slots[slot].version = op->version;
     r->slots[slot].ahead = ahead_of(r, op);
@@ -258,7 +279,11 @@ static ComputeSpan op_forward(Run* r, const Op* op) {
     if (r->last) ss->loss_sum += loss;
     int stale = schedule_op_staleness(op);
     if (stale > ss->max_stale) ss->max_stale = stale;
-    if (!r->last) link_send(r, stage_output_buf(st, slot), stage_msg_bytes(st, slot), r->s + 1, &r->slots[slot].out_send);
+    if (!r->first) marks_of(&span, &r->act);
+    if (!r->last) {
+        link_send(r, stage_output_buf(st, slot), stage_msg_bytes(st, slot), r->s + 1, &r->slots[slot].out_send);
+        span.sent = now_seconds();
+    }
     r->ex->stats.forwards++;
     return span;
 }
@@ -296,12 +321,15 @@ static ComputeSpan op_backward(Run* r, const Op* op) {
     int ga = gacts_of(r, slot);
     if (op->kind != OP_BW && !r->last) {
         expect_grad(r, g);
-        comm_wait(r->ex->comm, &r->grad.req);
+        await_incoming(r, &r->grad);
     }
-    double t0 = now_seconds();
+    double t0 = now_seconds(), sent = 0.0;
     if (op->kind != OP_BW) {
         if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
-        if (!r->first) link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
+        if (!r->first) {
+            link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
+            sent = now_seconds();
+        }
     }
     if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
         const Executor* ex = r->ex;
@@ -314,6 +342,8 @@ static ComputeSpan op_backward(Run* r, const Op* op) {
     }
     if (op->kind != OP_BW) weights_done(r, slot);
     ComputeSpan span = computed(r, op, t0);
+    if (op->kind != OP_BW && !r->last) marks_of(&span, &r->grad);
+    span.sent = sent;
     if (op->kind != OP_BI) grad_done(r, op, slot);
     return span;
 }
@@ -502,7 +532,7 @@ static ComputeSpan op_update(Run* r, const Op* op) {
     StepState* ss = step_of(r, t);
     if (!ss->posted) td_fatal("stage %d: update of step %d before all its backward passes", r->s, t);
     comm_wait(ex->comm, &ss->pipe_req);
-    ComputeSpan span = {now_seconds(), 0.0}; // (not counted as busy, as the simulator does not count U)
+    ComputeSpan span = {.start = now_seconds()}; // (not counted as busy, as the simulator does not count U)
     ss->loss = (float)ss->sums->loss;
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
@@ -595,9 +625,10 @@ static void run_op(Run* r, const Op* op) {
     ComputeSpan c = op->kind == OP_F ? op_forward(r, op) : op->kind == OP_U ? op_update(r, op) : op_backward(r, op);
     Trace* tr = r->ex->trace;
     if (tr && tr->enabled) {
-        char name[32];
-        schedule_op_name(op, name, sizeof(name));
-        trace_add(tr, r->s, r->ex->comm->replica, name, t0, now_seconds(), c.start, c.end);
+        TraceEvent e = {.start = t0, .end = now_seconds(), .compute_start = c.start, .compute_end = c.end, .awaited = c.awaited,
+                        .arrived = c.arrived, .sent = c.sent, .stage = r->s, .replica = r->ex->comm->replica};
+        schedule_op_name(op, e.name, sizeof(e.name));
+        trace_add(tr, &e);
     }
     if (r->report) report_ready(r, 0);
 }
@@ -632,8 +663,13 @@ static void run_event_driven(Run* r) {
             continue;
         }
         StepState* ss = &r->steps[cur.v];
-        CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, next.has_b ? &r->grad.req : NULL, next.has_f ? &r->act.req : NULL};
-        comm_wait_any(r->ex->comm, wait, 3);
+        Incoming* in[3] = {NULL, next.has_b ? &r->grad : NULL, next.has_f ? &r->act : NULL}; // (the trace's marks)
+        CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, in[1] ? &in[1]->req : NULL, in[2] ? &in[2]->req : NULL};
+        double from = now_seconds();
+        for (int i = 1; i < 3; i++)
+            if (in[i] && in[i]->req.active && in[i]->awaited == 0.0) in[i]->awaited = from;
+        int got = comm_wait_any(r->ex->comm, wait, 3);
+        if (in[got]) in[got]->arrived = now_seconds();
     }
 }
 

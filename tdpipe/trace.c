@@ -11,21 +11,19 @@ void trace_init(Trace* t, int enabled) {
     t->enabled = enabled;
 }
 
-void trace_add(Trace* t, int stage, int replica, const char* name, double start, double end, double compute_start, double compute_end) {
+void trace_add(Trace* t, const TraceEvent* e) {
     if (!t->enabled) return;
     if (t->n == t->cap) { // grows geometrically; tracing is opt-in, off the default hot path
         t->cap = t->cap ? 2 * t->cap : 4096;
         t->events = (TraceEvent*)realloc(t->events, t->cap * sizeof(TraceEvent));
         if (!t->events) td_fatal("out of memory for %zu trace events", t->cap);
     }
-    TraceEvent* e = &t->events[t->n++];
-    e->start = start;
-    e->end = end;
-    e->compute_start = compute_start;
-    e->compute_end = compute_end;
-    e->stage = stage;
-    e->replica = replica;
-    snprintf(e->name, sizeof(e->name), "%s", name);
+    t->events[t->n++] = *e;
+}
+
+// ", \"key\": microseconds since t0", or nothing for a time not set (0)
+static void put_time(FILE* f, const char* key, double at, double t0) {
+    if (at > 0) fprintf(f, ", \"%s\": %.3f", key, (at - t0) * 1e6);
 }
 
 int trace_write_json(const char* path, const TraceEvent* events, size_t n, char* err, size_t errlen) {
@@ -43,9 +41,13 @@ int trace_write_json(const char* path, const TraceEvent* events, size_t n, char*
         // one process per replica, one thread per stage: Perfetto draws each stage as a row
         fprintf(f,
                 "{\"name\": \"%s\", \"cat\": \"%c\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-                "\"args\": {\"compute_ts\": %.3f, \"compute_dur\": %.3f}}%s\n",
+                "\"args\": {\"compute_ts\": %.3f, \"compute_dur\": %.3f",
                 e->name, e->name[0], e->replica, e->stage, (e->start - t0) * 1e6, (e->end - e->start) * 1e6, (e->compute_start - t0) * 1e6,
-                (e->compute_end - e->compute_start) * 1e6, i + 1 < n ? "," : "");
+                (e->compute_end - e->compute_start) * 1e6);
+        put_time(f, "awaited_ts", e->awaited, t0);
+        put_time(f, "arrived_ts", e->arrived, t0);
+        put_time(f, "sent_ts", e->sent, t0);
+        fprintf(f, "}}%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, "]}\n");
     if (fclose(f) != 0) {

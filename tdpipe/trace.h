@@ -9,6 +9,10 @@ extern "C" {
 typedef struct {
     double start, end; // seconds (monotonic clock, shared by the ranks of one host)
     double compute_start, compute_end; // the op's compute inside [start, end] (the rest is waiting)
+    // its input message (F off the first stage, B or BI off the last): when the stage began waiting
+    // for it and when a wait saw it in; both 0 when it was in before any wait (or there is none)
+    double awaited, arrived;
+    double sent;       // its own message to a neighbour posted (F: the output, B or BI: the input gradient); 0: none
     int stage, replica;
     char name[16];     // "F1.3", "B0.2", "U4", ...
 } TraceEvent;
@@ -20,9 +24,10 @@ typedef struct {
 } Trace;
 
 void trace_init(Trace* t, int enabled);
-void trace_add(Trace* t, int stage, int replica, const char* name, double start, double end, double compute_start, double compute_end);
+void trace_add(Trace* t, const TraceEvent* e);
 // writes events (n) of every rank as JSON; times relative to the earliest start, the compute as
-// args {"compute_ts", "compute_dur"} in the same microseconds. 0, or -1 + err
+// args {"compute_ts", "compute_dur"} in the same microseconds, and where set "awaited_ts",
+// "arrived_ts", "sent_ts". 0, or -1 + err
 int trace_write_json(const char* path, const TraceEvent* events, size_t n, char* err, size_t errlen);
 void trace_free(Trace* t);
 

@@ -170,6 +170,19 @@ assert kinds == {'F', 'B', 'U'}, kinds
 assert sorted(e['name'] for e in d if e['tid'] == 0 and e['name'][0] == 'U') == ['U%d' % i for i in range(6)]
 " "$TMP/trace.json"; }
 check "--trace writes a Chrome trace: every op of every stage" trace_ok
+marks_ok() { python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['traceEvents']
+def sends(e): return e['name'][0] == 'F' and e['tid'] < 3 or e['name'][0] == 'B' and e['tid'] > 0
+bad = [e['name'] for e in d if sends(e) != ('sent_ts' in e['args'])]
+assert not bad, 'sent_ts where a message leaves, and only there: %s' % bad[:4]
+late = [e['name'] for e in d if 'sent_ts' in e['args'] and not e['ts'] <= e['args']['sent_ts'] <= e['ts'] + e['dur'] + 1e-3]
+assert not late, 'sent inside the op: %s' % late[:4]
+got = [e for e in d if 'arrived_ts' in e['args']]
+assert got, 'some message was waited for'
+assert all(e['name'][0] in 'FB' and e['args']['awaited_ts'] <= e['args']['arrived_ts'] for e in got), 'awaited, then arrived'
+" "$TMP/trace.json"; }
+check "  each op's messages marked: sent where one leaves, awaited and arrived where one was waited for" marks_ok
 
 # --- the schedule printed as data
 check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedule 1f1b --micro-batches 4 -e d4

@@ -35,6 +35,36 @@ check "plot_trace --op-times --cores 1: the work of ops that shared a core" $PY 
 check "  by hand: f=1.0000,1.0000" grep -qx "f=1.0000,1.0000" "$TMP/out"
 check "plot_trace --op-times without --cores: their time" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times
 check "  by hand: f=2.0000,1.5000" grep -qx "f=2.0000,1.5000" "$TMP/out"
+# each link's message time (sim_replay --msg-f, --msg-b), by hand: on 0 -> 1 four activations; the
+# first waited for from 0.5 came in at 3.0 (sent at 1.0: 2.0 ms), the second at 4.0 (sent at 1.5,
+# awaited from 3.2, queued behind the first until 3.0: 0.8), the third was in before any wait (no
+# sample), the fourth at 6.0 (awaited from 4.5: 1.5); median 1.5. One gradient: 7.25 - 7.0 = 0.25.
+cat > "$TMP/msgs.json" <<'JSON'
+{"traceEvents": [
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1000, "args": {"compute_ts": 0, "compute_dur": 900, "sent_ts": 1000}},
+{"name": "F1.1", "ph": "X", "pid": 0, "tid": 0, "ts": 1000, "dur": 500, "args": {"compute_ts": 1000, "compute_dur": 400, "sent_ts": 1500}},
+{"name": "F1.2", "ph": "X", "pid": 0, "tid": 0, "ts": 1500, "dur": 500, "args": {"compute_ts": 1500, "compute_dur": 400, "sent_ts": 2000}},
+{"name": "F1.3", "ph": "X", "pid": 0, "tid": 0, "ts": 2000, "dur": 500, "args": {"compute_ts": 2000, "compute_dur": 400, "sent_ts": 2500}},
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 500, "dur": 3200, "args": {"compute_ts": 3000, "compute_dur": 200, "awaited_ts": 500, "arrived_ts": 3000}},
+{"name": "F1.1", "ph": "X", "pid": 0, "tid": 1, "ts": 3200, "dur": 1000, "args": {"compute_ts": 4000, "compute_dur": 200, "awaited_ts": 3200, "arrived_ts": 4000}},
+{"name": "F1.2", "ph": "X", "pid": 0, "tid": 1, "ts": 4200, "dur": 300, "args": {"compute_ts": 4200, "compute_dur": 300}},
+{"name": "F1.3", "ph": "X", "pid": 0, "tid": 1, "ts": 4500, "dur": 1700, "args": {"compute_ts": 6000, "compute_dur": 200, "awaited_ts": 4500, "arrived_ts": 6000}},
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 6200, "dur": 800, "args": {"compute_ts": 6200, "compute_dur": 800, "sent_ts": 7000}},
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 6500, "dur": 1000, "args": {"compute_ts": 7250, "compute_dur": 250, "awaited_ts": 6500, "arrived_ts": 7250}}
+]}
+JSON
+check "plot_trace --op-times measures each link's message time" $PY scripts/plot_trace.py "$TMP/msgs.json" --op-times
+check "  by hand: msg_f=1.5000, msg_b=0.2500 from 3 and 1 samples" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.2500' '$TMP/out' && grep -qx 'msg_samples=3,1' '$TMP/out'"
+# the replay over them, by hand: GPipe, P = 2, M = 1: F 1 ms, B 2 ms a stage; a step is F, F, B, B
+# = 6 ms, and with 0.5 ms each way on the link 7 ms
+R=build/dev/sim_replay
+check "sim_replay: GPipe P = 2 M = 1 without messages: 6 ms a step" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 | grep -qx step_ms=6.0000"
+check "  with --msg-f 0.5 --msg-b 0.5: 7 ms" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5 --msg-b 0.5 | grep -qx step_ms=7.0000"
+refuse "sim_replay refuses --msg-f without --msg-b" "come together" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5
+refuse "sim_replay refuses a message time per stage instead of per link" "expected 1 times" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5,1 --msg-b 1
+refuse "sim_replay refuses message times at P = 1" "need --stages >= 2" $R --schedule gpipe --stages 1 --micro-batches 1 --steps 4 --f 1 --b 2 --msg-f 0.5 --msg-b 1
+refuse "sim_replay refuses a negative message time" "expected 1 times >= 0" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f -1 --msg-b 1
+check "  no message times from a trace without the marks" bash -c "$PY scripts/plot_trace.py '$TMP/shared.json' --op-times | grep -c msg_ | grep -qx 0"
 refuse "plot_trace refuses --cores -1" "expected a number of cores >= 0" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores -1
 echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
 refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary
