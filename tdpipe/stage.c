@@ -106,7 +106,7 @@ void stage_destroy(Stage* st) {
     free(st->host_sample[1]);
     free_bufs((void**)st->host_grads, st->n_host_grads);
     free_bufs((void**)st->host_dwte_head, st->n_host_grads);
-    free_bufs((void**)st->host_tied_other, st->n_host_grads);
+    free_bufs((void**)st->host_tied, st->n_host_grads);
     free(st->sample_ids);
     free(st->stash_version);
     free(st->stash_ahead);
@@ -238,17 +238,21 @@ int stage_grad_slot(const Stage* st, int step) { return step % st->n_grad_slots;
 
 static int tied_direct(const Stage* st) { return st->be->host_memory || st->device_tied; }
 
-// slot k's host copies (a device backend staging through host memory), allocated when first needed
+// room for every gradient slot's host copies (a device backend staging through host memory); each
+// copy is allocated when first needed
+static void host_slots_grow(Stage* st) {
+    if (st->n_host_grads >= st->n_grad_slots) return;
+    int n = st->n_grad_slots;
+    st->host_grads = (float**)realloc(st->host_grads, n * sizeof(float*));
+    st->host_dwte_head = (float**)realloc(st->host_dwte_head, n * sizeof(float*));
+    st->host_tied = (float**)realloc(st->host_tied, n * sizeof(float*));
+    if (!st->host_grads || !st->host_dwte_head || !st->host_tied) td_fatal("out of memory for %d host gradient slots", n);
+    for (int i = st->n_host_grads; i < n; i++) st->host_grads[i] = st->host_dwte_head[i] = st->host_tied[i] = NULL;
+    st->n_host_grads = n;
+}
+
 static void host_grads_alloc(Stage* st, int k) {
-    if (st->n_host_grads < st->n_grad_slots) {
-        int n = st->n_grad_slots;
-        st->host_grads = (float**)realloc(st->host_grads, n * sizeof(float*));
-        st->host_dwte_head = (float**)realloc(st->host_dwte_head, n * sizeof(float*));
-        st->host_tied_other = (float**)realloc(st->host_tied_other, n * sizeof(float*));
-        if (!st->host_grads || !st->host_dwte_head || !st->host_tied_other) td_fatal("out of memory for %d host gradient slots", n);
-        for (int i = st->n_host_grads; i < n; i++) st->host_grads[i] = st->host_dwte_head[i] = st->host_tied_other[i] = NULL;
-        st->n_host_grads = n;
-    }
+    host_slots_grow(st);
     if (!st->host_grads[k]) {
         st->host_grads[k] = (float*)malloc_check(st->num_params * sizeof(float));
         if (st->range.has_head) st->host_dwte_head[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
@@ -278,21 +282,26 @@ void stage_dp_average_host(void* comm, Stage* st, int k) {
 
 double stage_tie_local(Stage* st, int k) { return st->be->tie_local(st, k); }
 
-// Through host memory (a device backend whose tied shares no link reaches), slot k's gradient goes
-// down when this end's share is sent and comes back up with the sum; the device does not touch the
-// slot in between (every backward of its step has run, and its average is done).
+// slot k's two shares on the host: this end's (Vp*C), then the other end's
+static float* host_tied_at(Stage* st, int k) {
+    host_slots_grow(st);
+    if (!st->host_tied[k]) st->host_tied[k] = (float*)malloc_check(2 * st->sizes[0] * sizeof(float));
+    return st->host_tied[k];
+}
+
+// Through host memory (a device backend whose tied shares no link reaches), this end's share goes down
+// when it is sent and wte's summed gradient comes back up: only those Vp*C floats cross, not the slot;
+// the device does not touch the share in between (every backward of its step has run).
 float* stage_tied_share(Stage* st, int k) {
     if (tied_direct(st)) return st->be->tied_share(st, k);
-    float* dwte_head;
-    float* grads = stage_host_grads(st, k, &dwte_head);
-    return st->range.has_embed ? grads : dwte_head; // wte's gradient is the first tensor
+    float* own = host_tied_at(st, k);
+    st->be->tied_share_to_host(st, k, own);
+    return own;
 }
 
 float* stage_tied_other(Stage* st, int k) {
     if (tied_direct(st)) return st->be->tied_other(st, k);
-    host_grads_alloc(st, k);
-    if (!st->host_tied_other[k]) st->host_tied_other[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
-    return st->host_tied_other[k];
+    return host_tied_at(st, k) + st->sizes[0];
 }
 
 double stage_tied_sum(Stage* st, int k) {
@@ -302,10 +311,9 @@ double stage_tied_sum(Stage* st, int k) {
         float* own = st->be->tied_share(st, k);
         return st->be->tied_sum(st, k, first ? own : other, first ? other : own);
     }
-    float* own = first ? st->host_grads[k] : st->host_dwte_head[k]; // sent from here at stage_tied_share
-    float* wte = st->host_grads[k];
-    for (size_t i = 0; i < st->sizes[0]; i++) wte[i] = first ? own[i] + other[i] : other[i] + own[i];
-    stage_host_grads_done(st, k);
+    float* own = host_tied_at(st, k); // sent from here at stage_tied_share, summed in place now it has left
+    for (size_t i = 0; i < st->sizes[0]; i++) own[i] = first ? own[i] + other[i] : other[i] + own[i];
+    st->be->wte_grad_from_host(st, k, own);
     return STAGE_SUMSQ_UNKNOWN; // (a device backend's copy: the device reduces its own)
 }
 

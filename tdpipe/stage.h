@@ -56,6 +56,10 @@ typedef struct {
     float* (*host_grads)(Stage* st, int k, float** dwte_head); // host-memory backends: slot k's own buffers
     void (*grads_to_host)(Stage* st, int k, float* grads, float* dwte_head); // device backends: (num_params), (Vp*C) or NULL
     void (*grads_from_host)(Stage* st, int k, const float* grads, const float* dwte_head);
+    // device backends whose tied shares go through host memory: this end's share of slot k down
+    // (Vp*C: wte's gradient on the first stage, the LM head's on the last), wte's summed gradient up
+    void (*tied_share_to_host)(Stage* st, int k, float* share);
+    void (*wte_grad_from_host)(Stage* st, int k, const float* wte);
     // pipeline messages in the backend's memory; (B, T, C) in its precision, msg_bytes each
     size_t (*msg_bytes)(const Stage* st, int slot);
     void* (*input_msg)(Stage* st, int slot);                  // the stage input of slot
@@ -127,7 +131,7 @@ struct Stage {
     int n_host_grads;
     float** host_grads;     // (n_host_grads)[num_params] gradient slots downloaded for host-side exchanges
     float** host_dwte_head; // (n_host_grads)[Vp*C] the LM head's share with each (last stage), else NULLs
-    float** host_tied_other;// (n_host_grads)[Vp*C] the other end's share received on the host
+    float** host_tied;      // (n_host_grads)[2 * Vp*C] this end's share of wte's gradient, then the other end's
 };
 
 // What a stage is made from. full: the whole model's parameters (laid out for [0, L) with embed

@@ -31,6 +31,7 @@ typedef struct {
     float* traj_w_prev;   // (num_params) the weights before the last update
     float* traj_u_prev;   // (num_params) the update before that
     int n_acts, n_ga, n_stash, n_ring, n_dx_send, n_tied, n_dc, has_sample;
+    Comm* comm;           // the rank's: MPI is moved along while the host waits for the GPU
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* st) { return (CudaStage*)st->dev; }
@@ -146,7 +147,22 @@ static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, in
 static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (hook: told as each unit's kernels are enqueued)
     gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts], hook);
 }
-static void cuda_finish(Stage* st) { cudaCheck(cudaStreamSynchronize(g_cuda_stream)); } // the stream, not the device
+// Waits for the stream (not the device), letting MPI move the messages in flight meanwhile: Open MPI
+// moves a large message only inside MPI calls on both ranks (without a single-copy path between the
+// processes it goes in fragments the sender pushes), so a rank blocked in cudaStreamSynchronize held
+// every activation it had sent until its next wait (one H100, two ranks: ~10 ms a 12.6 MB message).
+// The host is free beside the GPU's kernels, as synthetic compute's waits model it.
+#define CUDA_FINISH_POLL_S 5e-5
+static void cuda_finish(Stage* st) {
+    Comm* comm = cuda_of(st)->comm;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(g_cuda_stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) cudaCheck(e);
+        comm_progress(comm);
+        sleep_seconds(CUDA_FINISH_POLL_S);
+    }
+}
 
 // row 0's logits at position t, to the host, and their softmax over the V real tokens
 static void cuda_probs(Stage* st, int slot, int t, float* out) {
@@ -223,6 +239,13 @@ static float* cuda_tied_other(Stage* st, int k) { return cuda_of(st)->tied[k]; }
 static double cuda_tied_sum(Stage* st, int k, const float* first, const float* last) { // added as the CPU adds
     comm_nccl_sum(cuda_model_at(st, k)->grads.wte, first, last, st->sizes[0], g_cuda_stream);
     return STAGE_SUMSQ_UNKNOWN;
+}
+// the same through host memory (stage_tied_share, stage_tied_sum): only the share and the sum cross
+static void cuda_tied_share_to_host(Stage* st, int k, float* share) {
+    cudaCheck(cudaMemcpy(share, cuda_tied_share(st, k), st->sizes[0] * sizeof(float), cudaMemcpyDeviceToHost));
+}
+static void cuda_wte_grad_from_host(Stage* st, int k, const float* wte) {
+    cudaCheck(cudaMemcpy(cuda_model_at(st, k)->grads.wte, wte, st->sizes[0] * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 // weight prediction: stash i (floatX) = the fp32 master weights extrapolated along AdamW's direction
@@ -360,6 +383,8 @@ static const StageBackend CUDA_BACKEND = {
     .host_grads = NULL,
     .grads_to_host = cuda_grads_to_host,
     .grads_from_host = cuda_grads_from_host,
+    .tied_share_to_host = cuda_tied_share_to_host,
+    .wte_grad_from_host = cuda_wte_grad_from_host,
     .msg_bytes = cuda_msg_bytes,
     .input_msg = cuda_input_msg,
     .output_msg = cuda_output_msg,
@@ -398,6 +423,7 @@ static void cuda_stage_create(Stage* st, const StageInit* init) {
     cudaCheck(cudaGetDeviceCount(&n));
     cuda_device_init(comm->local_rank % n);
     CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
+    c->comm = (Comm*)init->comm;
     stage_init_common(st, init, &CUDA_BACKEND, c);
     gpt2_cuda_init(&c->m, init->cfg, &init->range, st->params);
 }

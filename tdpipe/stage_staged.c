@@ -67,6 +67,13 @@ static void staged_grads_from_host(Stage* st, int k, const float* grads, const f
     if (dwte_head) memcpy(stage_cpu_dwte_head(inner(st), k), dwte_head, st->sizes[0] * sizeof(float));
 }
 
+static void staged_tied_share_to_host(Stage* st, int k, float* share) {
+    memcpy(share, cpu()->tied_share(inner(st), k), st->sizes[0] * sizeof(float));
+}
+static void staged_wte_grad_from_host(Stage* st, int k, const float* wte) { // wte's gradient is the first tensor
+    memcpy(stage_cpu_grads(inner(st), k), wte, st->sizes[0] * sizeof(float));
+}
+
 // messages live in the private stage, as a GPU stage's live in device memory
 static size_t staged_msg_bytes(const Stage* st, int slot) { return fp32_bytes(st, slot); }
 static void* staged_input_msg(Stage* st, int slot) { return cpu()->input_msg(inner(st), slot); }
@@ -111,6 +118,8 @@ static const StageBackend STAGED = {
     .from_host = staged_from_host,
     .grads_to_host = staged_grads_to_host,
     .grads_from_host = staged_grads_from_host,
+    .tied_share_to_host = staged_tied_share_to_host,
+    .wte_grad_from_host = staged_wte_grad_from_host,
     .msg_bytes = staged_msg_bytes,
     .input_msg = staged_input_msg,
     .output_msg = staged_output_msg,
