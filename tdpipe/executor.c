@@ -280,9 +280,11 @@ static ComputeSpan op_forward(Run* r, const Op* op) {
     int stale = schedule_op_staleness(op);
     if (stale > ss->max_stale) ss->max_stale = stale;
     if (!r->first) marks_of(&span, &r->act);
-    if (!r->last) {
+    if (!r->last) { // (a device staging through host memory downloads the output here: the stage's work, as in backward)
         link_send(r, stage_output_buf(st, slot), stage_msg_bytes(st, slot), r->s + 1, &r->slots[slot].out_send);
         span.sent = now_seconds();
+        r->busy += span.sent - span.end;
+        span.end = span.sent;
     }
     r->ex->stats.forwards++;
     return span;
