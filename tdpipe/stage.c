@@ -29,13 +29,6 @@ void stage_create(Stage* st, const StageDevice* device, const StageInit* init) {
     device->create(st, init);
 }
 
-// n host buffers of `floats` floats in *bufs (holding *have), grown to n
-static void grow_bufs(float*** bufs, int have, int n, size_t floats) {
-    if (n <= have) return;
-    *bufs = (float**)realloc(*bufs, n * sizeof(float*));
-    if (!*bufs) td_fatal("out of memory for %d stage buffers", n);
-    for (int i = have; i < n; i++) (*bufs)[i] = floats ? (float*)calloc_check(floats, sizeof(float)) : NULL;
-}
 static void grow_ints(int*** bufs, int have, int n, size_t count) {
     if (n <= have) return;
     *bufs = (int**)realloc(*bufs, n * sizeof(int*));
@@ -43,17 +36,35 @@ static void grow_ints(int*** bufs, int have, int n, size_t count) {
     for (int i = have; i < n; i++) (*bufs)[i] = (int*)calloc_check(count, sizeof(int));
 }
 
-// host staging: a device backend whose messages no link reaches sends and receives host copies
+// host staging: a device backend whose messages no link reaches sends and receives host copies of
+// them, byte for byte (so the bits are the device's, whichever way they travel)
 static int msgs_direct(const Stage* st) { return st->be->host_memory || st->device_msgs; }
-static size_t btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
+
+static void* host_msg_alloc(const Stage* st, size_t bytes) {
+    if (!st->be->host_alloc) return calloc_check(bytes, 1);
+    return st->be->host_alloc(bytes);
+}
+static void host_msg_free(const Stage* st, void* p) {
+    if (st->be->host_free) st->be->host_free(p);
+    else free(p);
+}
+
+// n message buffers of `bytes` in *bufs (holding *have), grown to n; bytes 0: NULLs (a stage end
+// that has no such message)
+static void grow_msg_bufs(const Stage* st, void*** bufs, int have, int n, size_t bytes) {
+    if (n <= have) return;
+    *bufs = (void**)realloc(*bufs, n * sizeof(void*));
+    if (!*bufs) td_fatal("out of memory for %d message buffers", n);
+    for (int i = have; i < n; i++) (*bufs)[i] = bytes ? host_msg_alloc(st, bytes) : NULL;
+}
 
 static void grow_host_msgs(Stage* st) {
     if (msgs_direct(st)) return;
-    size_t n = btc(st, 0);
-    grow_bufs(&st->host_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
-    grow_bufs(&st->host_out, st->n_host_slots, st->n_slots, st->range.has_head ? 0 : n);
-    grow_bufs(&st->host_dx_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
-    grow_bufs(&st->host_dx_out, st->n_host_gacts, st->n_gacts, st->range.has_head ? 0 : n);
+    size_t n = st->be->msg_bytes(st, 0);
+    grow_msg_bufs(st, &st->host_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_msg_bufs(st, &st->host_out, st->n_host_slots, st->n_slots, st->range.has_head ? 0 : n);
+    grow_msg_bufs(st, &st->host_dx_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_msg_bufs(st, &st->host_dx_out, st->n_host_gacts, st->n_gacts, st->range.has_head ? 0 : n);
     if (st->n_slots > st->n_host_slots) st->n_host_slots = st->n_slots;
     if (st->n_gacts > st->n_host_gacts) st->n_host_gacts = st->n_gacts;
 }
@@ -83,8 +94,8 @@ void stage_reserve_sample(Stage* st) {
     st->sample_ids = (int*)calloc_check(st->T, sizeof(int));
     st->be->reserve(st);
     if (!msgs_direct(st)) {
-        st->host_sample[0] = (float*)calloc_check(btc(st, STAGE_SAMPLE_SLOT), sizeof(float));
-        st->host_sample[1] = (float*)calloc_check(btc(st, STAGE_SAMPLE_SLOT), sizeof(float));
+        st->host_sample[0] = host_msg_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
+        st->host_sample[1] = host_msg_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
     }
 }
 
@@ -93,17 +104,23 @@ static void free_bufs(void** bufs, int n) {
     for (int i = 0; i < n; i++) free(bufs[i]);
     free(bufs);
 }
+static void free_msg_bufs(const Stage* st, void** bufs, int n) {
+    if (!bufs) return;
+    for (int i = 0; i < n; i++)
+        if (bufs[i]) host_msg_free(st, bufs[i]);
+    free(bufs);
+}
 
 void stage_destroy(Stage* st) {
     st->be->destroy(st);
     free_bufs((void**)st->inputs, st->n_slots);
     free_bufs((void**)st->targets, st->n_slots);
-    free_bufs((void**)st->host_in, st->n_host_slots);
-    free_bufs((void**)st->host_out, st->n_host_slots);
-    free_bufs((void**)st->host_dx_in, st->n_host_slots);
-    free_bufs((void**)st->host_dx_out, st->n_host_gacts);
-    free(st->host_sample[0]);
-    free(st->host_sample[1]);
+    free_msg_bufs(st, st->host_in, st->n_host_slots);
+    free_msg_bufs(st, st->host_out, st->n_host_slots);
+    free_msg_bufs(st, st->host_dx_in, st->n_host_slots);
+    free_msg_bufs(st, st->host_dx_out, st->n_host_gacts);
+    for (int i = 0; i < 2; i++)
+        if (st->host_sample[i]) host_msg_free(st, st->host_sample[i]);
     free_bufs((void**)st->host_grads, st->n_host_grads);
     free_bufs((void**)st->host_dwte_head, st->n_host_grads);
     free_bufs((void**)st->host_tied, st->n_host_grads);
@@ -195,7 +212,7 @@ void stage_probs(Stage* st, int slot, int t, float* out) {
 
 // ---- messages --------------------------------------------------------------------------------------
 
-size_t stage_msg_bytes(const Stage* st, int slot) { return msgs_direct(st) ? st->be->msg_bytes(st, slot) : btc(st, slot) * sizeof(float); }
+size_t stage_msg_bytes(const Stage* st, int slot) { return st->be->msg_bytes(st, slot); }
 
 void* stage_input_buf(Stage* st, int slot) {
     if (msgs_direct(st)) return st->be->input_msg(st, slot);
@@ -204,7 +221,7 @@ void* stage_input_buf(Stage* st, int slot) {
 
 const void* stage_output_buf(Stage* st, int slot) {
     if (msgs_direct(st)) return st->be->output_msg(st, slot);
-    float* host = slot == STAGE_SAMPLE_SLOT ? st->host_sample[1] : st->host_out[slot];
+    void* host = slot == STAGE_SAMPLE_SLOT ? st->host_sample[1] : st->host_out[slot];
     st->be->download_output(st, slot, host);
     return host;
 }

@@ -66,11 +66,16 @@ typedef struct {
     const void* (*output_msg)(Stage* st, int slot);           // the stage output of slot
     void* (*grad_msg)(Stage* st, int gacts);                  // dL/d(output) that backward_input reads
     const void* (*dx_in_msg)(Stage* st, int gacts, int slot); // dL/d(input), copied into slot's send buffer
-    // host staging of the same, as fp32 (B, T, C), for messages that go through host memory
-    void (*upload_input)(Stage* st, int slot, const float* x);
-    void (*download_output)(Stage* st, int slot, float* x);
-    void (*upload_grad)(Stage* st, int gacts, const float* dx);
-    void (*download_dx_in)(Stage* st, int gacts, float* dx);
+    // host staging of the same, msg_bytes as they are (the backend's precision), for messages that go
+    // through host memory; into and out of buffers from host_alloc
+    void (*upload_input)(Stage* st, int slot, const void* x);
+    void (*download_output)(Stage* st, int slot, void* x);
+    void (*upload_grad)(Stage* st, int gacts, const void* dx);
+    void (*download_dx_in)(Stage* st, int gacts, void* dx);
+    // zeroed host memory for the staged copies above (a GPU's page-locked memory, which its copy engines
+    // reach directly); NULL: calloc and free
+    void* (*host_alloc)(size_t bytes);
+    void (*host_free)(void* p);
     // the tied embedding's shares (first and last stage): this end's, the other end's (received), their sum
     float* (*tied_share)(Stage* st, int k);                                  // (Vp, C)
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
@@ -123,11 +128,12 @@ struct Stage {
     int device_msgs;       // 1: pipeline messages stay in the backend's memory
     int device_tied;       // 1: so do the tied embedding's shares
     int n_host_slots, n_host_gacts;
-    float** host_in;       // (n_host_slots)[B*T*C] inputs received on the host
-    float** host_out;      // (n_host_slots)[B*T*C] outputs sent from the host
-    float** host_dx_out;   // (n_host_gacts)[B*T*C] output gradients received on the host
-    float** host_dx_in;    // (n_host_slots)[B*T*C] input gradients sent from the host
-    float* host_sample[2]; // (T*C) the sample slot's input and output on the host
+    // (each a message of msg_bytes: (B, T, C) in the backend's precision)
+    void** host_in;        // (n_host_slots) inputs received on the host
+    void** host_out;       // (n_host_slots) outputs sent from the host
+    void** host_dx_out;    // (n_host_gacts) output gradients received on the host
+    void** host_dx_in;     // (n_host_slots) input gradients sent from the host
+    void* host_sample[2];  // (1, T, C) the sample slot's input and output on the host
     int n_host_grads;
     float** host_grads;     // (n_host_grads)[num_params] gradient slots downloaded for host-side exchanges
     float** host_dwte_head; // (n_host_grads)[Vp*C] the LM head's share with each (last stage), else NULLs

@@ -228,10 +228,24 @@ static const void* cuda_dx_in_msg(Stage* st, int gacts, int slot) { // a copy: t
     cudaCheck(cudaMemcpyAsync(c->dx_send[slot], c->ga[gacts].dx_in, cuda_msg_bytes(st, 0), cudaMemcpyDeviceToDevice, g_cuda_stream));
     return c->dx_send[slot];
 }
-static void cuda_upload_input(Stage* st, int slot, const float* x) { floatX_upload((floatX*)cuda_input_msg(st, slot), x, cuda_btc(st, slot)); }
-static void cuda_download_output(Stage* st, int slot, float* x) { floatX_download(x, (const floatX*)cuda_output_msg(st, slot), cuda_btc(st, slot)); }
-static void cuda_upload_grad(Stage* st, int gacts, const float* dx) { floatX_upload((floatX*)cuda_grad_msg(st, gacts), dx, cuda_btc(st, 0)); }
-static void cuda_download_dx_in(Stage* st, int gacts, float* dx) { floatX_download(dx, cuda_of(st)->ga[gacts].dx_in, cuda_btc(st, 0)); }
+// host staging: the messages' own bytes (floatX) to and from page-locked host memory, which the copy
+// engines reach without a bounce through a pageable buffer (and no conversion to fp32 and back,
+// which doubled the bytes MPI moved); the stream is drained before the host reads or reuses them
+static void cuda_copy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, g_cuda_stream));
+    cudaCheck(cudaStreamSynchronize(g_cuda_stream));
+}
+static void cuda_upload_input(Stage* st, int slot, const void* x) { cuda_copy_sync(cuda_input_msg(st, slot), x, cuda_msg_bytes(st, slot), cudaMemcpyHostToDevice); }
+static void cuda_download_output(Stage* st, int slot, void* x) { cuda_copy_sync(x, cuda_output_msg(st, slot), cuda_msg_bytes(st, slot), cudaMemcpyDeviceToHost); }
+static void cuda_upload_grad(Stage* st, int gacts, const void* dx) { cuda_copy_sync(cuda_grad_msg(st, gacts), dx, cuda_msg_bytes(st, 0), cudaMemcpyHostToDevice); }
+static void cuda_download_dx_in(Stage* st, int gacts, void* dx) { cuda_copy_sync(dx, cuda_of(st)->ga[gacts].dx_in, cuda_msg_bytes(st, 0), cudaMemcpyDeviceToHost); }
+static void* cuda_host_alloc(size_t bytes) {
+    void* p = NULL;
+    cudaCheck(cudaMallocHost(&p, bytes));
+    memset(p, 0, bytes);
+    return p;
+}
+static void cuda_host_free(void* p) { cudaCheck(cudaFreeHost(p)); }
 
 // the tied embedding's shares: wte's gradient in slot k (first stage) or the LM head's share (last)
 static float* cuda_tied_share(Stage* st, int k) { return st->range.has_embed ? cuda_model_at(st, k)->grads.wte : cuda_of(st)->dwte_ring[k]; }
@@ -394,6 +408,8 @@ static const StageBackend CUDA_BACKEND = {
     .download_output = cuda_download_output,
     .upload_grad = cuda_upload_grad,
     .download_dx_in = cuda_download_dx_in,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .tied_share = cuda_tied_share,
     .tied_other = cuda_tied_other,
     .tied_sum = cuda_tied_sum,

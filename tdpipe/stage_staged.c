@@ -80,10 +80,10 @@ static void* staged_input_msg(Stage* st, int slot) { return cpu()->input_msg(inn
 static const void* staged_output_msg(Stage* st, int slot) { return cpu()->output_msg(inner(st), slot); }
 static void* staged_grad_msg(Stage* st, int gacts) { return cpu()->grad_msg(inner(st), gacts); }
 static const void* staged_dx_in_msg(Stage* st, int gacts, int slot) { return cpu()->dx_in_msg(inner(st), gacts, slot); }
-static void staged_upload_input(Stage* st, int slot, const float* x) { memcpy(staged_input_msg(st, slot), x, fp32_bytes(st, slot)); }
-static void staged_download_output(Stage* st, int slot, float* x) { memcpy(x, staged_output_msg(st, slot), fp32_bytes(st, slot)); }
-static void staged_upload_grad(Stage* st, int gacts, const float* dx) { memcpy(staged_grad_msg(st, gacts), dx, fp32_bytes(st, 0)); }
-static void staged_download_dx_in(Stage* st, int gacts, float* dx) { memcpy(dx, stage_cpu_gacts(inner(st), gacts)->dx_in, fp32_bytes(st, 0)); }
+static void staged_upload_input(Stage* st, int slot, const void* x) { memcpy(staged_input_msg(st, slot), x, fp32_bytes(st, slot)); }
+static void staged_download_output(Stage* st, int slot, void* x) { memcpy(x, staged_output_msg(st, slot), fp32_bytes(st, slot)); }
+static void staged_upload_grad(Stage* st, int gacts, const void* dx) { memcpy(staged_grad_msg(st, gacts), dx, fp32_bytes(st, 0)); }
+static void staged_download_dx_in(Stage* st, int gacts, void* dx) { memcpy(dx, stage_cpu_gacts(inner(st), gacts)->dx_in, fp32_bytes(st, 0)); }
 
 static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inner(st), k); }
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
