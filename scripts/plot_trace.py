@@ -144,11 +144,30 @@ def op_times(ops, steps, cores=0):
     for kind in ("F", "B", "BI", "BW", "U"):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
-    links = message_times(mine, P, steps)
+    marked = any(o[9] for o in mine)
+    links = message_times(mine if marked else [span_marks(o) for o in mine], P, steps)
     if links:
         for d in ("f", "b"):
             print(f"msg_{d}=" + ",".join(f"{links[d][s][0]:.4f}" for s in range(P - 1)))
         print("msg_samples=" + ",".join(f"{links[d][s][1]}" for d in ("f", "b") for s in range(P - 1)))
+        print(f"msg_from={'marks' if marked else 'spans'}")
+
+
+SPAN_WAITED_MS = 0.2  # an op whose compute began this long after its span did was waiting for its input
+
+
+def span_marks(o):
+    """The marks estimated from an op's span and compute, for traces written before the trainer
+    marked messages: its input awaited from the span's start and arrived at its compute's start
+    where that came SPAN_WAITED_MS or more later; its own message sent at the span's end (F) or the
+    compute's end (B, BI: the input gradient in fact leaves mid-compute, before the weight gradient)."""
+    rep, s, kind, step, mb, stale, start, dur, compute, _ = o
+    if not compute:
+        return o
+    marks = {"sent": start + dur if kind == "F" else compute[0] + compute[1]}
+    if compute[0] - start >= SPAN_WAITED_MS:
+        marks.update(awaited=start, arrived=compute[0])
+    return o[:9] + (marks,)
 
 
 def message_times(mine, P, steps):

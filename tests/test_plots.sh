@@ -54,7 +54,7 @@ cat > "$TMP/msgs.json" <<'JSON'
 ]}
 JSON
 check "plot_trace --op-times measures each link's message time" $PY scripts/plot_trace.py "$TMP/msgs.json" --op-times
-check "  by hand: msg_f=1.5000, msg_b=0.2500 from 3 and 1 samples" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.2500' '$TMP/out' && grep -qx 'msg_samples=3,1' '$TMP/out'"
+check "  by hand: msg_f=1.5000, msg_b=0.2500 from 3 and 1 samples, from the marks" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.2500' '$TMP/out' && grep -qx 'msg_samples=3,1' '$TMP/out' && grep -qx 'msg_from=marks' '$TMP/out'"
 # the replay over them, by hand: GPipe, P = 2, M = 1: F 1 ms, B 2 ms a stage; a step is F, F, B, B
 # = 6 ms, and with 0.5 ms each way on the link 7 ms
 R=build/dev/sim_replay
@@ -64,7 +64,20 @@ refuse "sim_replay refuses --msg-f without --msg-b" "come together" $R --schedul
 refuse "sim_replay refuses a message time per stage instead of per link" "expected 1 times" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5,1 --msg-b 1
 refuse "sim_replay refuses message times at P = 1" "need --stages >= 2" $R --schedule gpipe --stages 1 --micro-batches 1 --steps 4 --f 1 --b 2 --msg-f 0.5 --msg-b 1
 refuse "sim_replay refuses a negative message time" "expected 1 times >= 0" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f -1 --msg-b 1
-check "  no message times from a trace without the marks" bash -c "$PY scripts/plot_trace.py '$TMP/shared.json' --op-times | grep -c msg_ | grep -qx 0"
+check "  no message times where no receiver waited for one" bash -c "$PY scripts/plot_trace.py '$TMP/shared.json' --op-times | grep -c msg_ | grep -qx 0"
+# a trace from before the marks: estimated from the spans. Stage 1's F waited from 0 until its compute
+# at 2.5 ms for an activation stage 0's F sent at its end, 1.0: 1.5 ms; stage 0's B from 1.0 until 4.5
+# for the gradient stage 1's B sent at its compute's end, 4.0: 0.5 ms
+cat > "$TMP/old.json" <<'JSON'
+{"traceEvents": [
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1000, "args": {"compute_ts": 0, "compute_dur": 900}},
+{"name": "F1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 0, "dur": 3000, "args": {"compute_ts": 2500, "compute_dur": 500}},
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 3000, "dur": 1000, "args": {"compute_ts": 3000, "compute_dur": 1000}},
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 1000, "dur": 4000, "args": {"compute_ts": 4500, "compute_dur": 500}}
+]}
+JSON
+check "plot_trace --op-times estimates message times from the spans of a trace without marks" $PY scripts/plot_trace.py "$TMP/old.json" --op-times
+check "  by hand: msg_f=1.5000, msg_b=0.5000, and says so" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.5000' '$TMP/out' && grep -qx 'msg_from=spans' '$TMP/out'"
 refuse "plot_trace refuses --cores -1" "expected a number of cores >= 0" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores -1
 echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
 refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary
