@@ -40,31 +40,31 @@ static void grow_ints(int*** bufs, int have, int n, size_t count) {
 // them, byte for byte (so the bits are the device's, whichever way they travel)
 static int msgs_direct(const Stage* st) { return st->be->host_memory || st->device_msgs; }
 
-static void* host_msg_alloc(const Stage* st, size_t bytes) {
+static void* staging_alloc(const Stage* st, size_t bytes) {
     if (!st->be->host_alloc) return calloc_check(bytes, 1);
     return st->be->host_alloc(bytes);
 }
-static void host_msg_free(const Stage* st, void* p) {
+static void staging_free(const Stage* st, void* p) {
     if (st->be->host_free) st->be->host_free(p);
     else free(p);
 }
 
 // n message buffers of `bytes` in *bufs (holding *have), grown to n; bytes 0: NULLs (a stage end
 // that has no such message)
-static void grow_msg_bufs(const Stage* st, void*** bufs, int have, int n, size_t bytes) {
+static void grow_staging_bufs(const Stage* st, void*** bufs, int have, int n, size_t bytes) {
     if (n <= have) return;
     *bufs = (void**)realloc(*bufs, n * sizeof(void*));
     if (!*bufs) td_fatal("out of memory for %d message buffers", n);
-    for (int i = have; i < n; i++) (*bufs)[i] = bytes ? host_msg_alloc(st, bytes) : NULL;
+    for (int i = have; i < n; i++) (*bufs)[i] = bytes ? staging_alloc(st, bytes) : NULL;
 }
 
 static void grow_host_msgs(Stage* st) {
     if (msgs_direct(st)) return;
     size_t n = st->be->msg_bytes(st, 0);
-    grow_msg_bufs(st, &st->host_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
-    grow_msg_bufs(st, &st->host_out, st->n_host_slots, st->n_slots, st->range.has_head ? 0 : n);
-    grow_msg_bufs(st, &st->host_dx_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
-    grow_msg_bufs(st, &st->host_dx_out, st->n_host_gacts, st->n_gacts, st->range.has_head ? 0 : n);
+    grow_staging_bufs(st, &st->host_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_staging_bufs(st, &st->host_out, st->n_host_slots, st->n_slots, st->range.has_head ? 0 : n);
+    grow_staging_bufs(st, &st->host_dx_in, st->n_host_slots, st->n_slots, st->range.has_embed ? 0 : n);
+    grow_staging_bufs(st, &st->host_dx_out, st->n_host_gacts, st->n_gacts, st->range.has_head ? 0 : n);
     if (st->n_slots > st->n_host_slots) st->n_host_slots = st->n_slots;
     if (st->n_gacts > st->n_host_gacts) st->n_host_gacts = st->n_gacts;
 }
@@ -94,8 +94,8 @@ void stage_reserve_sample(Stage* st) {
     st->sample_ids = (int*)calloc_check(st->T, sizeof(int));
     st->be->reserve(st);
     if (!msgs_direct(st)) {
-        st->host_sample[0] = host_msg_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
-        st->host_sample[1] = host_msg_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
+        st->host_sample[0] = staging_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
+        st->host_sample[1] = staging_alloc(st, st->be->msg_bytes(st, STAGE_SAMPLE_SLOT));
     }
 }
 
@@ -104,10 +104,10 @@ static void free_bufs(void** bufs, int n) {
     for (int i = 0; i < n; i++) free(bufs[i]);
     free(bufs);
 }
-static void free_msg_bufs(const Stage* st, void** bufs, int n) {
+static void free_staging_bufs(const Stage* st, void** bufs, int n) {
     if (!bufs) return;
     for (int i = 0; i < n; i++)
-        if (bufs[i]) host_msg_free(st, bufs[i]);
+        if (bufs[i]) staging_free(st, bufs[i]);
     free(bufs);
 }
 
@@ -115,15 +115,15 @@ void stage_destroy(Stage* st) {
     st->be->destroy(st);
     free_bufs((void**)st->inputs, st->n_slots);
     free_bufs((void**)st->targets, st->n_slots);
-    free_msg_bufs(st, st->host_in, st->n_host_slots);
-    free_msg_bufs(st, st->host_out, st->n_host_slots);
-    free_msg_bufs(st, st->host_dx_in, st->n_host_slots);
-    free_msg_bufs(st, st->host_dx_out, st->n_host_gacts);
+    free_staging_bufs(st, st->host_in, st->n_host_slots);
+    free_staging_bufs(st, st->host_out, st->n_host_slots);
+    free_staging_bufs(st, st->host_dx_in, st->n_host_slots);
+    free_staging_bufs(st, st->host_dx_out, st->n_host_gacts);
     for (int i = 0; i < 2; i++)
-        if (st->host_sample[i]) host_msg_free(st, st->host_sample[i]);
-    free_bufs((void**)st->host_grads, st->n_host_grads);
-    free_bufs((void**)st->host_dwte_head, st->n_host_grads);
-    free_bufs((void**)st->host_tied, st->n_host_grads);
+        if (st->host_sample[i]) staging_free(st, st->host_sample[i]);
+    free_staging_bufs(st, (void**)st->host_grads, st->n_host_grads);
+    free_staging_bufs(st, (void**)st->host_dwte_head, st->n_host_grads);
+    free_staging_bufs(st, (void**)st->host_tied, st->n_host_grads);
     free(st->sample_ids);
     free(st->stash_version);
     free(st->stash_ahead);
@@ -271,8 +271,8 @@ static void host_slots_grow(Stage* st) {
 static void host_grads_alloc(Stage* st, int k) {
     host_slots_grow(st);
     if (!st->host_grads[k]) {
-        st->host_grads[k] = (float*)malloc_check(st->num_params * sizeof(float));
-        if (st->range.has_head) st->host_dwte_head[k] = (float*)malloc_check(st->sizes[0] * sizeof(float));
+        st->host_grads[k] = (float*)staging_alloc(st, st->num_params * sizeof(float));
+        if (st->range.has_head) st->host_dwte_head[k] = (float*)staging_alloc(st, st->sizes[0] * sizeof(float));
     }
 }
 
@@ -302,7 +302,7 @@ double stage_tie_local(Stage* st, int k) { return st->be->tie_local(st, k); }
 // slot k's two shares on the host: this end's (Vp*C), then the other end's
 static float* host_tied_at(Stage* st, int k) {
     host_slots_grow(st);
-    if (!st->host_tied[k]) st->host_tied[k] = (float*)malloc_check(2 * st->sizes[0] * sizeof(float));
+    if (!st->host_tied[k]) st->host_tied[k] = (float*)staging_alloc(st, 2 * st->sizes[0] * sizeof(float));
     return st->host_tied[k];
 }
 

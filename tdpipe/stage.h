@@ -72,8 +72,8 @@ typedef struct {
     void (*download_output)(Stage* st, int slot, void* x);
     void (*upload_grad)(Stage* st, int gacts, const void* dx);
     void (*download_dx_in)(Stage* st, int gacts, void* dx);
-    // zeroed host memory for the staged copies above (a GPU's page-locked memory, which its copy engines
-    // reach directly); NULL: calloc and free
+    // zeroed host memory for the staged copies above and the host copies of gradient slots and tied
+    // shares (a GPU's page-locked memory, which its copy engines reach directly); NULL: calloc and free
     void* (*host_alloc)(size_t bytes);
     void (*host_free)(void* p);
     // the tied embedding's shares (first and last stage): this end's, the other end's (received), their sum
