@@ -33,8 +33,9 @@ echo "# runs: $MPI -np P $BIN --device $DEVICE --stages P --schedule S [--aew W]
 echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times and each link's median message time (both ways) from the trace; steps 2..$((STEPS - 1))"
 echo "#   sim_: a core per stage; shr_: the stages share $CORES cores (processor sharing; times from plot_trace.py --op-times --cores $CORES)"
 echo "# measured: the step lines' ms (stage 0's update to update) and bubble (1 - busy / time), mean over the same steps"
-printf "%-6s %2s %-7s %3s %10s %10s %7s %10s %7s %8s %8s %7s %8s %7s\n" "#model" "P" "sched" "W" "meas_ms" "sim_ms" "err_%" "shr_ms" "err_%" \
-    "meas_bub" "sim_bub" "err_pt" "shr_bub" "err_pt"
+echo "#   msg_f_ms, msg_b_ms: the message times the replay was given, activations and gradients (mean over links; - where no receiver waited for one)"
+printf "%-6s %2s %-7s %3s %10s %10s %7s %10s %7s %8s %8s %7s %8s %7s %8s %8s\n" "#model" "P" "sched" "W" "meas_ms" "sim_ms" "err_%" "shr_ms" "err_%" \
+    "meas_bub" "sim_bub" "err_pt" "shr_bub" "err_pt" "msg_f_ms" "msg_b_ms"
 for P in $PS; do
     for model in $MODELS; do
         for run in "gpipe 0" "1f1b 0" "zbh1 0" "tdpipe 2"; do
@@ -57,14 +58,18 @@ for P in $PS; do
                 sim+=("$(awk -F= '$1 == "step_ms" { print $2 }' "$out.sim$cores")" "$(awk -F= '$1 == "bubble" { print $2 }' "$out.sim$cores")")
             done
             [ ${#sim[@]} -eq 2 ] && sim+=("${sim[@]}")
-            grep '^{"step"' "$out/log.jsonl" | awk -v steps="$STEPS" -v m=$model -v p=$P -v s=$sched -v w=$W -v sm="${sim[0]}" -v sb="${sim[1]}" -v hm="${sim[2]}" -v hb="${sim[3]}" '
+            msg=()
+            for k in msg_f msg_b; do # the mean over links of what the replay was given
+                msg+=("$(awk -F= -v k=$k '$1 == k { n = split($2, v, ","); for (i = 1; i <= n; i++) t += v[i]; printf "%.2f", t / n }' "$out.ops0")")
+            done
+            grep '^{"step"' "$out/log.jsonl" | awk -v steps="$STEPS" -v m=$model -v p=$P -v s=$sched -v w=$W -v sm="${sim[0]}" -v sb="${sim[1]}" -v hm="${sim[2]}" -v hb="${sim[3]}" -v mf="${msg[0]:--}" -v mb="${msg[1]:--}" '
                 { match($0, /"step": [0-9]+/); k = substr($0, RSTART + 8, RLENGTH - 8) + 0
                   if (k < 2 || k >= steps) next
                   match($0, /"ms": [0-9.]+/); ms += substr($0, RSTART + 6, RLENGTH - 6)
                   match($0, /"bubble": [0-9.]+/); b += substr($0, RSTART + 10, RLENGTH - 10); n++ }
                 END { ms /= n; b /= n
-                      printf "%-6s %2d %-7s %3d %10.1f %10.1f %+7.1f %10.1f %+7.1f %7.1f%% %7.1f%% %+7.1f %7.1f%% %+7.1f\n", m, p, s, w, ms,
-                             sm, 100 * (sm - ms) / ms, hm, 100 * (hm - ms) / ms, 100 * b, 100 * sb, 100 * (sb - b), 100 * hb, 100 * (hb - b) }'
+                      printf "%-6s %2d %-7s %3d %10.1f %10.1f %+7.1f %10.1f %+7.1f %7.1f%% %7.1f%% %+7.1f %7.1f%% %+7.1f %8s %8s\n", m, p, s, w, ms,
+                             sm, 100 * (sm - ms) / ms, hm, 100 * (hm - ms) / ms, 100 * b, 100 * sb, 100 * (sb - b), 100 * hb, 100 * (hb - b), mf, mb }'
         done
     done
 done
