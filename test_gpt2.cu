@@ -451,10 +451,10 @@ static void cpu_run(CpuRun* c, const ModelCase* mc, const float* params) {
     gpt2_grad_acts_alloc(&c->g, &mc->cfg, &all, mc->B, mc->T);
     memcpy(c->a.inputs, mc->inputs, BT * sizeof(int));
     memcpy(c->a.targets, mc->targets, BT * sizeof(int));
-    c->loss = gpt2_forward(&mc->cfg, &all, &p, &c->a, 1);
+    c->loss = gpt2_forward(&mc->cfg, &all, &p, &c->a, 1, NULL);
     c->logits = zeros_h((size_t)BT * Vp);
     matmul_forward(c->logits, c->a.lnf, p.wte, NULL, BT, C, Vp);
-    gpt2_backward_input(&mc->cfg, &all, &p, &c->a, &c->g, NULL, 1.0f / BT);
+    gpt2_backward_input(&mc->cfg, &all, &p, &c->a, &c->g, NULL, 1.0f / BT, NULL);
     gpt2_backward_weight(&mc->cfg, &all, &c->a, &c->g, NULL, &gr, c->dwte_head, 1);
 }
 
@@ -629,8 +629,8 @@ static void test_steps(const ModelCase* mc, int steps) {
     for (int t = 1; t <= steps; t++) {
         memset(grads, 0, np * sizeof(float));
         memset(dwte_head, 0, (size_t)cfg->padded_vocab_size * C * sizeof(float));
-        float lc = gpt2_forward(cfg, &all, &pt, &a, 1);
-        gpt2_backward_input(cfg, &all, &pt, &a, &g, NULL, 1.0f / BT);
+        float lc = gpt2_forward(cfg, &all, &pt, &a, 1, NULL);
+        gpt2_backward_input(cfg, &all, &pt, &a, &g, NULL, 1.0f / BT, NULL);
         gpt2_backward_weight(cfg, &all, &a, &g, NULL, &gt, dwte_head, 1);
         for (size_t i = 0; i < sizes[0]; i++) gt.wte[i] += dwte_head[i];
         size_t off = 0;

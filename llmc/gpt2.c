@@ -226,7 +226,15 @@ float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a)
     return a->residual3 + (size_t)(r->l1 - r->l0 - 1) * BTC;
 }
 
-float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, GPT2Acts* a, int targets_valid) {
+static void unit_done(const GPT2UnitHook* hook, int unit) {
+    if (hook && hook->done) hook->done(hook->ctx, unit);
+}
+static void unit_between(const GPT2UnitHook* hook) {
+    if (hook && hook->between) hook->between(hook->ctx);
+}
+
+float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, GPT2Acts* a, int targets_valid,
+                  const GPT2UnitHook* hook) {
     int B = a->B, T = a->T, C = cfg->channels, NH = cfg->num_heads, Ls = r->l1 - r->l0;
     int BT = B * T, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C;
@@ -251,19 +259,24 @@ float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTen
         size_t c = C;
         layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * c, p->ln1b + l * c, BT, C);
         matmul_forward(qkv, ln1, p->qkvw + l * 3 * c * c, p->qkvb + l * 3 * c, BT, C, 3 * C);
+        unit_between(hook);
         attention_forward(atty, att, qkv, B, T, C, NH);
         matmul_forward(attproj, atty, p->attprojw + l * c * c, p->attprojb + l * c, BT, C, C);
+        unit_between(hook);
         residual_forward(residual2, residual, attproj, BTC);
         layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w + l * c, p->ln2b + l * c, BT, C);
         matmul_forward(fch, ln2, p->fcw + l * 4 * c * c, p->fcb + l * 4 * c, BT, C, 4 * C);
+        unit_between(hook);
         gelu_forward(fch_gelu, fch, 4 * BTC);
         matmul_forward(fcproj, fch_gelu, p->fcprojw + l * 4 * c * c, p->fcprojb + l * c, BT, 4 * C, C);
         residual_forward(residual3, residual2, fcproj, BTC);
+        unit_between(hook);
     }
     if (!r->has_head) return 0.0f;
     const float* last = a->residual3 + (Ls - 1) * BTC;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p->lnfw, p->lnfb, BT, C);
     matmul_forward(a->probs, a->lnf, p->wte, NULL, BT, C, Vp); // logits (B, T, Vp)
+    unit_between(hook);
     classifier_forward(a->losses, a->probs, a->probs, targets_valid ? a->targets : NULL, BT, V, Vp);
     if (!targets_valid) return 0.0f;
     double sum = 0.0;
@@ -272,7 +285,7 @@ float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTen
 }
 
 void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, const GPT2Acts* a,
-                         GPT2GradActs* g, const float* dx_out, float dloss) {
+                         GPT2GradActs* g, const float* dx_out, float dloss, const GPT2UnitHook* hook) {
     int B = a->B, T = a->T, C = cfg->channels, NH = cfg->num_heads, Ls = r->l1 - r->l0;
     int BT = B * T, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BTC = (size_t)BT * C, c = C;
@@ -281,6 +294,7 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
         const float* last = a->residual3 + (Ls - 1) * BTC;
         classifier_backward(g->dlogits, a->probs, a->targets, dloss, BT, V, Vp);
         matmul_backward_input(g->dlnf, g->dlogits, p->wte, BT, C, Vp, 0);
+        unit_between(hook);
         layernorm_backward_input(dlast, NULL, g->dlnf, last, p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
     } else if (dx_out) { // NULL: the caller received it in place, in dlast
         memcpy(dlast, dx_out, BTC * sizeof(float));
@@ -299,22 +313,19 @@ void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const Parame
         float* dln1 = g->dln1 + l * BTC;
         // the MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         matmul_backward_input(dfch_gelu, dres3, p->fcprojw + l * 4 * c * c, BT, 4 * C, C, 0);
+        unit_between(hook);
         gelu_backward(dfch, a->fch + l * 4 * BTC, dfch_gelu, 4 * BTC);
         matmul_backward_input(dln2, dfch, p->fcw + l * 4 * c * c, BT, C, 4 * C, 0);
+        unit_between(hook);
         layernorm_backward_input(dres2, dres3, dln2, a->residual2 + l * BTC, p->ln2w + l * c, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         // the attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         matmul_backward_input(datty, dres2, p->attprojw + l * c * c, BT, C, C, 0);
         attention_backward(dqkv, g->datt, datty, a->qkv + l * 3 * BTC, a->att + (size_t)l * B * NH * T * T, B, T, C, NH);
+        unit_between(hook);
         matmul_backward_input(dln1, dqkv, p->qkvw + l * 3 * c * c, BT, C, 3 * C, 0);
         layernorm_backward_input(dresidual, dres2, dln1, residual, p->ln1w + l * c, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+        unit_between(hook);
     }
-}
-
-static void unit_done(const GPT2UnitHook* hook, int unit) {
-    if (hook) hook->done(hook->ctx, unit);
-}
-static void unit_between(const GPT2UnitHook* hook) {
-    if (hook && hook->between) hook->between(hook->ctx);
 }
 
 void gpt2_backward_weight(const GPT2Config* cfg, const GPT2Range* r, const GPT2Acts* a, const GPT2GradActs* g, const GPT2UnitHook* hook,

@@ -130,10 +130,24 @@ void gpt2_acts_free(GPT2Acts* a);
 void gpt2_grad_acts_alloc(GPT2GradActs* g, const GPT2Config* cfg, const GPT2Range* r, int B, int T);
 void gpt2_grad_acts_free(GPT2GradActs* g);
 
+// told by gpt2_backward_weight as each unit's weight gradient is complete (0 the embeddings, 1 + l
+// layer l, L + 1 the final LayerNorm, L + 2 the LM head's share of wte), in the order computed: the
+// embeddings (their gradient needs only dx_in), the head, then the layers from the last: a caller
+// may send a finished unit while the rest is computed (done may be NULL). between (NULL or not):
+// called between the kernels (the CPU's) of every pass that takes a hook, so that the messages
+// already sent move along while the stage computes (MPI moves a large message between processes
+// that share no single-copy path only inside MPI calls on both sides)
+typedef struct {
+    void (*done)(void* ctx, int unit);
+    void* ctx;
+    void (*between)(void* ctx);
+} GPT2UnitHook;
+
 // forward of one micro-batch through the stage. The first stage encodes a->inputs; other stages read
 // a->x_in (filled by the caller). The last stage computes losses if targets_valid, and returns the
 // mean loss over B*T (else 0). Output of a non-last stage: gpt2_stage_output(a).
-float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, GPT2Acts* a, int targets_valid);
+float gpt2_forward(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, GPT2Acts* a, int targets_valid,
+                  const GPT2UnitHook* hook); // hook: NULL, or its between is called between kernels
 float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a); // (B, T, C)
 
 // input-gradient half of backward. Last stage: from the loss, each token's loss weighted by
@@ -141,17 +155,7 @@ float* gpt2_stage_output(const GPT2Config* cfg, const GPT2Range* r, GPT2Acts* a)
 // the stage output, or NULL when it is already in the last layer's slice of g->dres3 (received there).
 // Fills g (incl. g->dx_in unless first stage). Weights are read, not written.
 void gpt2_backward_input(const GPT2Config* cfg, const GPT2Range* r, const ParameterTensors* p, const GPT2Acts* a,
-                         GPT2GradActs* g, const float* dx_out, float dloss);
-// told by gpt2_backward_weight as each unit's weight gradient is complete (0 the embeddings, 1 + l
-// layer l, L + 1 the final LayerNorm, L + 2 the LM head's share of wte), in the order computed: the
-// embeddings (their gradient needs only dx_in), the head, then the layers from the last: a caller
-// may send a finished unit while the rest is computed. between (NULL or not): called between the
-// kernels inside a unit (the CPU's), so that the messages already sent move along within a layer too
-typedef struct {
-    void (*done)(void* ctx, int unit);
-    void* ctx;
-    void (*between)(void* ctx);
-} GPT2UnitHook;
+                         GPT2GradActs* g, const float* dx_out, float dloss, const GPT2UnitHook* hook);
 // weight-gradient half: accumulates (+=) into grads. The LM head's share of wte's gradient goes to
 // dwte_head (Vp, C) (the tied embedding: summed with the encoder's share once per step), the
 // encoder's share to grads->wte. hook: NULL, or told of each unit as it is done. accumulate 0 (a

@@ -6,6 +6,7 @@
 #include "llmc/compensation.h"
 #include "llmc/global_norm.h"
 #include "llmc/profile.h"
+#include "tdpipe/comm.h"
 
 typedef struct {
     GPT2Acts* acts;            // (n_acts) one per activation slot
@@ -27,6 +28,11 @@ typedef struct {
     float* traj_w_prev;        // (num_params) the weights before the last update
     float* traj_u_prev;        // (num_params) the update before that
     int n_acts, n_gacts, n_grads, n_stash, n_dc, has_sample;
+    // between the kernels of a pass: MPI moves the messages already sent (without a single-copy path
+    // between processes, Open MPI moves a large message only inside MPI calls: a stage computing its
+    // next op held its last activation until then, 2 MB in 54-175 ms instead of 0.5 ms). NULL
+    // without a Comm (a stage made outside a run)
+    GPT2UnitHook progress;
 } CpuStage;
 
 // What gradient slot k holds, so that zeroing it touches no more memory than it must. After AdamW
@@ -180,17 +186,23 @@ static void cpu_destroy(Stage* st) {
 
 static const ParameterTensors* weights(Stage* st, int stash) { return stash < 0 ? &st->p : &cpu_of(st)->sviews[stash]; }
 
+static void progress_between(void* comm) { comm_progress((Comm*)comm); }
+static const GPT2UnitHook* progress_of(const Stage* st) {
+    const CpuStage* c = cpu_of(st);
+    return c->progress.between ? &c->progress : NULL;
+}
+
 static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
     GPT2Acts* a = stage_cpu_acts(st, slot);
     size_t bt = (size_t)a->B * a->T;
     if (st->range.has_embed) memcpy(a->inputs, stage_inputs(st, slot), bt * sizeof(int));
     if (targets_valid) memcpy(a->targets, stage_targets(st, slot), bt * sizeof(int));
-    return gpt2_forward(&st->cfg, &st->range, weights(st, stash), a, targets_valid);
+    return gpt2_forward(&st->cfg, &st->range, weights(st, stash), a, targets_valid, progress_of(st));
 }
 
 // the output gradient was received in place (grad_msg): the last slice of gacts' dres3
 static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
-    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss);
+    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss, progress_of(st));
 }
 
 // a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter,
@@ -199,7 +211,8 @@ static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, in
     CpuStage* c = cpu_of(st);
     int accumulate = c->state[k] != SLOT_FRESH;
     c->state[k] = SLOT_LIVE;
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook, &c->gviews[k], c->dwte_head[k], accumulate);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook ? hook : progress_of(st), &c->gviews[k], c->dwte_head[k],
+                         accumulate); // (a data-parallel sync's hook moves MPI along itself)
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -274,7 +287,7 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], NULL, &g, vc ? c->dc_g + n : NULL, 1);
+    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], progress_of(st), &g, vc ? c->dc_g + n : NULL, 1);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);
@@ -460,7 +473,10 @@ const StageBackend* stage_cpu_backend(void) { return &CPU_BACKEND; }
 
 static void cpu_create(Stage* st, const StageInit* init) {
     if (!init->full && !init->slice) td_fatal("stage_create(cpu): the CPU stage needs the model's parameters");
-    stage_init_common(st, init, &CPU_BACKEND, calloc_check(1, sizeof(CpuStage)));
+    CpuStage* c = (CpuStage*)calloc_check(1, sizeof(CpuStage));
+    Comm* comm = (Comm*)init->comm;
+    if (comm && comm->mpi && comm->world_size > 1) c->progress = (GPT2UnitHook){NULL, comm, progress_between};
+    stage_init_common(st, init, &CPU_BACKEND, c);
 }
 
 const StageDevice STAGE_CPU = {"cpu", cpu_create};

@@ -39,8 +39,8 @@ static void test_unit_hook(void) {
     GPT2Acts* a = stage_cpu_acts(&st, 0);
     GPT2GradActs* ga = stage_cpu_gacts(&st, 0);
     for (int i = 0; i < B * T; i++) a->inputs[i] = (i * 7 + 3) % cfg.vocab_size, a->targets[i] = (i * 5 + 1) % cfg.vocab_size;
-    gpt2_forward(&cfg, &all, &st.p, a, 1);
-    gpt2_backward_input(&cfg, &all, &st.p, a, ga, NULL, 1.0f / (B * T));
+    gpt2_forward(&cfg, &all, &st.p, a, 1, NULL);
+    gpt2_backward_input(&cfg, &all, &st.p, a, ga, NULL, 1.0f / (B * T), NULL);
     float* g[2];
     float* head[2];
     HookLog log = {{0}, 0};

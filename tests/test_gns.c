@@ -129,8 +129,8 @@ static void test_executor(Comm* comm) {
         double small = 0.0, small_u[8] = {0}, big_u[8] = {0}; // (L + 3) per unit, summed over micro-batches as the executor does
         for (int m = 0; m < M; m++) {
             if (dataloader_next(&dl2, a->inputs, a->targets)) td_fatal("%s", dl2.err);
-            gpt2_forward(&CFG, &all, &ref.p, a, 1);
-            gpt2_backward_input(&CFG, &all, &ref.p, a, ga, NULL, 1.0f / ((float)B * T * M));
+            gpt2_forward(&CFG, &all, &ref.p, a, 1, NULL);
+            gpt2_backward_input(&CFG, &all, &ref.p, a, ga, NULL, 1.0f / ((float)B * T * M), NULL);
             memset(g1, 0, n * sizeof(float));
             memset(h1, 0, ref.sizes[0] * sizeof(float));
             gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, h1, 1);

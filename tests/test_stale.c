@@ -136,8 +136,8 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             else memcpy(w, wv, n * sizeof(float));
             gpt2_point_params(&view, w, s.sizes);
             if (dataloader_next(&dl, a->inputs, a->targets)) td_fatal("%s", dl.err);
-            loss_sum += gpt2_forward(&CFG, &all, &view, a, 1);
-            gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M));
+            loss_sum += gpt2_forward(&CFG, &all, &view, a, 1, NULL);
+            gpt2_backward_input(&CFG, &all, &view, a, ga, NULL, 1.0f / ((float)B * T * M), NULL);
             if (comp_on && (comp->methods & STALE_DCASGD)) { // this micro-batch's gradient alone, then into the step's and the sums
                 memset(g1, 0, (n + vc) * sizeof(float));
                 gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n, 1);
