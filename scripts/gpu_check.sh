@@ -262,6 +262,9 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
     nvcc --version 2>/dev/null | tail -n 2
     echo "part $PART, SKIP_BUILD=$SKIP_BUILD, quick $QUICK, only '${ONLY:-all}', mpirun: $(command -v mpirun || echo none) (works: $HAVE_MPI)"
+    # what decides how Open MPI moves large messages between the ranks here (single copy, or fragments
+    # that move only inside MPI calls; comm.c raises the fragments when it finds none)
+    echo "yama ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent), $(grep -m1 Seccomp: /proc/self/status 2>/dev/null | tr -s '\t' ' ')"
     ldd ./train_tdpipe 2>/dev/null | grep "not found"
 } 2>&1 | tee -a "$LOG"
 case $PART in *A*) part_a ;; esac

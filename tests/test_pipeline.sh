@@ -233,4 +233,14 @@ refuse "--grad-cache smaller than the window needs" "--grad-cache 1: the tdpipe 
 check "  refused before training: no log written" test ! -e "$TMP/gc/log.jsonl"
 check "--grad-cache 2 is enough for W = 2" $MPI -np 2 $BIN -e d4 --stages 2 --schedule tdpipe --aew 2 --micro-batches 4 -b 2 -t 16 -x 2 -v 0 -s 0 --grad-cache 2 -o "$TMP/gc2"
 
+# --- without a single-copy path between processes (as in some containers; forced here), Open MPI's
+# shared-memory fragments are raised to 1 MiB, said once by rank 0, unless the user gave a size; the
+# run's results do not depend on how the bytes travelled
+NOCOPY="--mca btl_vader_single_copy_mechanism none"
+check "a pipeline without single-copy between processes" $MPI $NOCOPY -np 2 $BIN $SMALL --stages 2 -o "$TMP/nc"
+check "  rank 0 says why and what it set, once" bash -c "[ \$(grep -c '^comm: no single-copy path between processes here (btl_vader_single_copy_mechanism is none): Open MPI.s shared-memory fragments set to 1 MiB' '$TMP/err') -eq 1 ]"
+check "  the same model as with single-copy" bash -c "$MPI -np 2 $BIN $SMALL --stages 2 -o '$TMP/nc_ref' >/dev/null 2>&1 && cmp -s '$TMP/nc/model.bin' '$TMP/nc_ref/model.bin'"
+check "  a fragment size the user gave is kept, and said so" $MPI $NOCOPY --mca btl_vader_max_send_size 65536 -np 2 $BIN $SMALL -x 2 --stages 2 -o "$TMP/nc2"
+check "    (the note)" grep -q "^comm: no single-copy path .*the shared-memory fragment size given is kept" "$TMP/err"
+
 finish
