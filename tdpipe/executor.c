@@ -128,18 +128,18 @@ typedef struct {
     double start, end;       // its compute
     double awaited, arrived; // its input message: as Incoming's (0, 0: in before any wait, or none)
     double sent;             // its own message posted to a neighbour; 0: none
-} ComputeSpan;
+} OpMarks;
 
 // the op's compute, begun at t0, has run (a device's stream drained): its time counts as busy,
 // stretched first by --jitter: measured x (1 + Y), Y of mean 1 and CV 2 beta, so the total has CV beta
-static ComputeSpan computed(Run* r, const Op* op, double t0) {
+static OpMarks computed(Run* r, const Op* op, double t0) {
     Executor* ex = r->ex;
     stage_finish(r->st);
     if (ex->jitter > 0) sleep_seconds((now_seconds() - t0) * simulator_jitter(ex->seed, r->s, op, 2.0 * ex->jitter));
     double end = now_seconds();
     r->busy += end - t0;
     times_add(op->kind == OP_F ? &ex->stats.f : &ex->stats.b, end - t0);
-    return (ComputeSpan){.start = t0, .end = end};
+    return (OpMarks){.start = t0, .end = end};
 }
 
 // ---- messages --------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ static void await_incoming(Run* r, Incoming* in) {
 }
 
 // the op's marks of the message it waited for
-static void marks_of(ComputeSpan* span, const Incoming* in) {
+static void marks_of(OpMarks* span, const Incoming* in) {
     span->awaited = in->awaited;
     span->arrived = in->arrived;
 }
@@ -256,7 +256,7 @@ static int step_compensated(const Run* r, StaleMethod m, int t);
 // F: the micro-batch's tokens (first and last stage) and its input (later stages) in; the stage's
 // layers with the weights of op->version (a stash when the window let an update happen since);
 // the output on its way downstream
-static ComputeSpan op_forward(Run* r, const Op* op) {
+static OpMarks op_forward(Run* r, const Op* op) {
     Stage* st = r->st;
     int g = mb_of(r, op);
     if (g != r->next_f) td_fatal("stage %d: forward of micro-batch %d out of order (next is %d)", r->s, g, r->next_f);
@@ -274,7 +274,7 @@ static ComputeSpan op_forward(Run* r, const Op* op) {
     r->next_f++;
     double t0 = now_seconds();
     float loss = r->halted ? 0.0f : stage_forward(st, op, slot, r->last);
-    ComputeSpan span = computed(r, op, t0);
+    OpMarks span = computed(r, op, t0);
     StepState* ss = step_of(r, op->step);
     if (r->last) ss->loss_sum += loss;
     int stale = schedule_op_staleness(op);
@@ -316,7 +316,7 @@ static int sync_overlaps(const Run* r, const Op* op) {
 // with the weights the forward used; the gradient of the input on its way upstream before the
 // weight-gradient half, so the stage upstream goes on sooner. B then accumulates the weight gradient
 // into its step's gradient slot; zero-bubble's BW does that alone, later.
-static ComputeSpan op_backward(Run* r, const Op* op) {
+static OpMarks op_backward(Run* r, const Op* op) {
     Stage* st = r->st;
     int g = mb_of(r, op), slot = r->slot_of[g];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
@@ -343,7 +343,7 @@ static ComputeSpan op_backward(Run* r, const Op* op) {
         stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
     }
     if (op->kind != OP_BW) weights_done(r, slot);
-    ComputeSpan span = computed(r, op, t0);
+    OpMarks span = computed(r, op, t0);
     if (op->kind != OP_BW && !r->last) marks_of(&span, &r->grad);
     span.sent = sent;
     if (op->kind != OP_BI) grad_done(r, op, slot);
@@ -527,14 +527,14 @@ static void guard_remember(Executor* ex, float loss) {
 // U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
 // embedding's sum on the last stage; the current weights stashed if an in-flight micro-batch still
 // needs them; clipping; AdamW; the gradient slot zeroed for a later step
-static ComputeSpan op_update(Run* r, const Op* op) {
+static OpMarks op_update(Run* r, const Op* op) {
     Executor* ex = r->ex;
     Stage* st = r->st;
     int t = op->step, k = stage_grad_slot(st, t);
     StepState* ss = step_of(r, t);
     if (!ss->posted) td_fatal("stage %d: update of step %d before all its backward passes", r->s, t);
     comm_wait(ex->comm, &ss->pipe_req);
-    ComputeSpan span = {.start = now_seconds()}; // (not counted as busy, as the simulator does not count U)
+    OpMarks span = {.start = now_seconds()}; // (not counted as busy, as the simulator does not count U)
     ss->loss = (float)ss->sums->loss;
     ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
@@ -624,7 +624,7 @@ static void report_ready(Run* r, int wait_all) {
 // one op, traced; world rank 0 then reports the steps that are complete
 static void run_op(Run* r, const Op* op) {
     double t0 = now_seconds();
-    ComputeSpan c = op->kind == OP_F ? op_forward(r, op) : op->kind == OP_U ? op_update(r, op) : op_backward(r, op);
+    OpMarks c = op->kind == OP_F ? op_forward(r, op) : op->kind == OP_U ? op_update(r, op) : op_backward(r, op);
     Trace* tr = r->ex->trace;
     if (tr && tr->enabled) {
         TraceEvent e = {.start = t0, .end = now_seconds(), .compute_start = c.start, .compute_end = c.end, .awaited = c.awaited,

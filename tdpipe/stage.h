@@ -214,7 +214,8 @@ void stage_probs(Stage* st, int slot, int t, float* out);
 // Pipeline messages: where the executor receives a slot's input and the gradient of its output,
 // and what it sends (the output, the gradient of the input, copied per slot so the next backward may
 // reuse gacts). In the backend's memory when it is host memory or a link reaches it
-// (stage_use_device_msgs), else host copies staged up and down here.
+// (stage_use_device_msgs), else host copies staged up and down here, the same bytes either way
+// (msg_bytes: (B, T, C) in the backend's precision).
 size_t stage_msg_bytes(const Stage* st, int slot);
 void* stage_input_buf(Stage* st, int slot);
 const void* stage_output_buf(Stage* st, int slot);
