@@ -12,7 +12,9 @@
 #   MODELS="d4 d8", PS="2 4", B=4, T=64, M=8 (scripts/gpu_check.sh runs d12 on one H200 this way),
 #   CORES: what the ranks share (default: this host's cores; with DEVICE=cuda its GPUs, which ranks
 #   sharing one time-slice); 0: a core or device per rank, and both columns agree; KEEP=FILE.tgz:
-#   the runs' traces, logs and op times kept in one archive (for study where the runs cannot be redone)
+#   the runs' traces, logs and op times kept in one archive (for study where the runs cannot be redone);
+#   MPI_ARGS: more mpirun options (e.g. "--mca btl_vader_single_copy_mechanism none": messages that
+#   move only inside MPI calls, the one-GPU hosts' case, for a replay whose links matter)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${1:-8}
@@ -23,7 +25,7 @@ REPLAY=build/dev/sim_replay
 for f in "$BIN" "$REPLAY"; do [ -x "$f" ] || { echo "sim_vs_measured: $f not found (run make)" >&2; exit 1; }; done
 [ "$STEPS" -ge 4 ] 2>/dev/null || { echo "sim_vs_measured: steps must be at least 4 (got $STEPS)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1 ${MPI_ARGS:-}"
 TMP=$(mktemp -d /tmp/sim_vs_measured.XXXXXX)
 trap '[ -z "${KEEP:-}" ] || tar czf "$KEEP" --exclude="*.tdck" --exclude=model.bin -C "$TMP" . || echo "sim_vs_measured: could not write $KEEP" >&2; rm -rf "$TMP"' EXIT
 
