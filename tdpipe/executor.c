@@ -671,7 +671,9 @@ static void run_event_driven(Run* r) {
         for (int i = 1; i < 3; i++)
             if (in[i] && in[i]->req.active && in[i]->awaited == 0.0) in[i]->awaited = from;
         int got = comm_wait_any(r->ex->comm, wait, 3);
-        if (in[got]) in[got]->arrived = now_seconds();
+        double now = now_seconds();
+        for (int i = 1; i < 3; i++) // (the other one may have come in during the same wait)
+            if (in[i] && in[i]->arrived == 0.0 && in[i]->awaited > 0.0 && (i == got || comm_test(r->ex->comm, &in[i]->req))) in[i]->arrived = now;
     }
 }
 

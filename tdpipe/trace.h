@@ -10,7 +10,8 @@ typedef struct {
     double start, end; // seconds (monotonic clock, shared by the ranks of one host)
     double compute_start, compute_end; // the op's compute inside [start, end] (the rest is waiting)
     // its input message (F off the first stage, B or BI off the last): when the stage began waiting
-    // for it and when a wait saw it in; both 0 when it was in before any wait (or there is none)
+    // for it and when a wait saw it in; both 0 when it was in before any wait (or there is none),
+    // arrived 0 alone when it came in while the stage had turned to other work (TD-Pipe's policy)
     double awaited, arrived;
     double sent;       // its own message to a neighbour posted (F: the output, B or BI: the input gradient); 0: none
     int stage, replica;
