@@ -145,6 +145,7 @@ static void check_peer(PeerGroup g, int peer, int tag, size_t bytes, const char*
 // 50-175 ms and a d4 step at P = 2 1.35-1.52 s, against 0.84-0.88 s with CMA and 0.87 s with 1 MiB
 // fragments. So where this process cannot read memory through the kernel, the fragments are raised
 // before MPI_Init (the variables are read there), unless the user chose them. Returns why, or NULL.
+#ifdef TD_MPI
 #define COMM_FRAGMENT "1048576"
 static const char* single_copy_missing(char* why, size_t cap) {
     const char* mech = getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
@@ -172,6 +173,7 @@ static const char* single_copy_missing(char* why, size_t cap) {
 #endif
     return NULL;
 }
+#endif
 
 void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof *c);
