@@ -440,7 +440,9 @@ void comm_progress(Comm* c) {
 #ifdef TD_MPI
     if (!c->mpi) return;
     int flag = 0;
-    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_of(c->pipe_comm, "comm_progress"), &flag, MPI_STATUS_IGNORE));
+    // (on the world's communicator: set from MPI_Init on, so a stage may call this before comm_grid;
+    // a probe anywhere moves every outstanding operation)
+    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_of(c->world_comm, "comm_progress"), &flag, MPI_STATUS_IGNORE));
 #else
     (void)c;
 #endif
