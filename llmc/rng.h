@@ -34,6 +34,7 @@ static inline uint64_t rng_u64(Rng* r) {
 // GF(2), a 64 x 64 bit matrix M: the state moves on by M^n, applied as the product of the M^(2^i) of
 // n's set bits (each a squaring of the last). col[j] is the image of state bit j.
 static inline void rng_skip(Rng* r, uint64_t n) {
+    if (n == 0) return;
     uint64_t col[64], sq[64];
     for (int j = 0; j < 64; j++) { // M itself: one step of each basis state
         Rng e = {1ULL << j};
@@ -46,6 +47,7 @@ static inline void rng_skip(Rng* r, uint64_t n) {
             for (int j = 0; j < 64; j++) y ^= (x >> j & 1) ? col[j] : 0;
             r->state = x = y;
         }
+        if (n == 1) break; // (no higher bit needs the next square)
         for (int j = 0; j < 64; j++) { // col <- col o col: each image mapped once more
             uint64_t y = 0;
             for (int k = 0; k < 64; k++) y ^= (col[j] >> k & 1) ? col[k] : 0;

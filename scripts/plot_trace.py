@@ -180,24 +180,19 @@ def message_times(mine, P, steps):
     (it queued behind that one) to its arrival."""
     if P < 2:
         return None
-    got = {}  # (direction, receiving stage, step, mb) -> marks; and the sender's
+    got = {}  # ("f" | "b", stage, step, mb) -> the marks of the op that sends and receives that way
     for rep, s, kind, step, mb, stale, start, dur, compute, marks in mine:
-        if kind == "F":
-            got[("f", "to", s, step, mb)] = marks
-            got[("f", "from", s, step, mb)] = marks
-        elif kind in ("B", "BI"):
-            got[("b", "to", s, step, mb)] = marks
-            got[("b", "from", s, step, mb)] = marks
+        if kind in ("F", "B", "BI"):
+            got[("f" if kind == "F" else "b", s, step, mb)] = marks
     out = {"f": [], "b": []}
     for d in ("f", "b"):
         for s in range(P - 1):
             src, dst = (s, s + 1) if d == "f" else (s + 1, s)
-            msgs = []  # (sent, awaited, arrived) of each message on the link
-            for key, m in got.items():
-                if key[0] != d or key[1] != "from" or key[2] != src or "sent" not in m:
+            msgs = []  # (sent, awaited, arrived, step) of each message on the link
+            for (kd, ks, step, mb), m in got.items():
+                if kd != d or ks != src or "sent" not in m:
                     continue
-                step, mb = key[3], key[4]
-                r = got.get((d, "to", dst, step, mb), {})
+                r = got.get((d, dst, step, mb), {})
                 msgs.append((m["sent"], r.get("awaited", 0.0), r.get("arrived", 0.0), step))
             msgs.sort()
             samples, prev = [], 0.0

@@ -436,9 +436,11 @@ void comm_wait(Comm* c, CommRequest* r) {
     r->active = 0;
 }
 
+int comm_has_peers(const Comm* c) { return c->mpi && c->world_size > 1; }
+
 void comm_progress(Comm* c) {
 #ifdef TD_MPI
-    if (!c->mpi) return;
+    if (!comm_has_peers(c)) return;
     int flag = 0;
     // (on the world's communicator: set from MPI_Init on, so a stage may call this before comm_grid;
     // a probe anywhere moves every outstanding operation)

@@ -83,6 +83,9 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer_stage, int tag);
 void comm_wait(Comm* c, CommRequest* r); // no-op on an inactive request; polls a link's request
 // 1 when r has completed (then it is inactive), 0 while it is still in flight; 1 for inactive
 int comm_test(Comm* c, CommRequest* r);
+// 1 where this rank has other ranks to exchange with (MPI, more than one rank): where waiting on
+// something else (a GPU, the CPU's kernels) should let MPI move messages along
+int comm_has_peers(const Comm* c);
 // lets MPI move outstanding nonblocking operations along (a probe); cheap, returns at once
 void comm_progress(Comm* c);
 // blocks until one of the active requests among reqs (n <= 8; NULL or inactive entries are

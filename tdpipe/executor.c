@@ -187,13 +187,20 @@ static void expect_grad(Run* r, int g) {
     r->grad.awaited = r->grad.arrived = 0.0;
 }
 
-// waits for a posted receive, noting when the wait began and when it saw the message in (a message
-// already in leaves the marks as they are)
+// the trace's marks of an input: the first wait that included it began at t; a wait saw it in at t
+static void wait_began(Incoming* in, double t) {
+    if (in->awaited == 0.0) in->awaited = t;
+}
+static void seen_in(Incoming* in, double t) {
+    if (in->arrived == 0.0) in->arrived = t;
+}
+
+// waits for a posted receive, marking it (a message already in leaves the marks as they are)
 static void await_incoming(Run* r, Incoming* in) {
     if (comm_test(r->ex->comm, &in->req)) return;
-    if (in->awaited == 0.0) in->awaited = now_seconds();
+    wait_began(in, now_seconds());
     comm_wait(r->ex->comm, &in->req);
-    in->arrived = now_seconds();
+    seen_in(in, now_seconds());
 }
 
 // the op's marks of the message it waited for
@@ -669,11 +676,11 @@ static void run_event_driven(Run* r) {
         CommRequest* wait[3] = {ss->posted ? &ss->pipe_req : NULL, in[1] ? &in[1]->req : NULL, in[2] ? &in[2]->req : NULL};
         double from = now_seconds();
         for (int i = 1; i < 3; i++)
-            if (in[i] && in[i]->req.active && in[i]->awaited == 0.0) in[i]->awaited = from;
+            if (in[i] && in[i]->req.active) wait_began(in[i], from);
         int got = comm_wait_any(r->ex->comm, wait, 3);
         double now = now_seconds();
         for (int i = 1; i < 3; i++) // (the other one may have come in during the same wait)
-            if (in[i] && in[i]->arrived == 0.0 && in[i]->awaited > 0.0 && (i == got || comm_test(r->ex->comm, &in[i]->req))) in[i]->arrived = now;
+            if (in[i] && in[i]->awaited > 0.0 && (i == got || comm_test(r->ex->comm, &in[i]->req))) seen_in(in[i], now);
     }
 }
 

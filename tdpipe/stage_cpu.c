@@ -475,7 +475,7 @@ static void cpu_create(Stage* st, const StageInit* init) {
     if (!init->full && !init->slice) td_fatal("stage_create(cpu): the CPU stage needs the model's parameters");
     CpuStage* c = (CpuStage*)calloc_check(1, sizeof(CpuStage));
     Comm* comm = (Comm*)init->comm;
-    if (comm && comm->mpi && comm->world_size > 1) c->progress = (GPT2UnitHook){NULL, comm, progress_between};
+    if (comm && comm_has_peers(comm)) c->progress = (GPT2UnitHook){NULL, comm, progress_between};
     stage_init_common(st, init, &CPU_BACKEND, c);
 }
 

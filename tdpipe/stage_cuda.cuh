@@ -155,7 +155,7 @@ static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, i
 #define CUDA_FINISH_POLL_S 5e-5
 static void cuda_finish(Stage* st) {
     Comm* comm = cuda_of(st)->comm;
-    if (!comm->mpi || comm->world_size == 1) { // nothing to move: no poll's wake-up latency
+    if (!comm_has_peers(comm)) { // nothing to move: no poll's wake-up latency
         cudaCheck(cudaStreamSynchronize(g_cuda_stream));
         return;
     }
@@ -260,10 +260,10 @@ static double cuda_tied_sum(Stage* st, int k, const float* first, const float* l
 }
 // the same through host memory (stage_tied_share, stage_tied_sum): only the share and the sum cross
 static void cuda_tied_share_to_host(Stage* st, int k, float* share) {
-    cudaCheck(cudaMemcpy(share, cuda_tied_share(st, k), st->sizes[0] * sizeof(float), cudaMemcpyDeviceToHost));
+    cuda_copy_sync(share, cuda_tied_share(st, k), st->sizes[0] * sizeof(float), cudaMemcpyDeviceToHost);
 }
 static void cuda_wte_grad_from_host(Stage* st, int k, const float* wte) {
-    cudaCheck(cudaMemcpy(cuda_model_at(st, k)->grads.wte, wte, st->sizes[0] * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_copy_sync(cuda_model_at(st, k)->grads.wte, wte, st->sizes[0] * sizeof(float), cudaMemcpyHostToDevice);
 }
 
 // weight prediction: stash i (floatX) = the fp32 master weights extrapolated along AdamW's direction

@@ -67,13 +67,6 @@ static void staged_grads_from_host(Stage* st, int k, const float* grads, const f
     if (dwte_head) memcpy(stage_cpu_dwte_head(inner(st), k), dwte_head, st->sizes[0] * sizeof(float));
 }
 
-static void staged_tied_share_to_host(Stage* st, int k, float* share) {
-    memcpy(share, cpu()->tied_share(inner(st), k), st->sizes[0] * sizeof(float));
-}
-static void staged_wte_grad_from_host(Stage* st, int k, const float* wte) { // wte's gradient is the first tensor
-    memcpy(stage_cpu_grads(inner(st), k), wte, st->sizes[0] * sizeof(float));
-}
-
 // messages live in the private stage, as a GPU stage's live in device memory
 static size_t staged_msg_bytes(const Stage* st, int slot) { return fp32_bytes(st, slot); }
 static void* staged_input_msg(Stage* st, int slot) { return cpu()->input_msg(inner(st), slot); }
@@ -86,6 +79,10 @@ static void staged_upload_grad(Stage* st, int gacts, const void* dx) { memcpy(st
 static void staged_download_dx_in(Stage* st, int gacts, void* dx) { memcpy(dx, stage_cpu_gacts(inner(st), gacts)->dx_in, fp32_bytes(st, 0)); }
 
 static float* staged_tied_share(Stage* st, int k) { return cpu()->tied_share(inner(st), k); }
+static void staged_tied_share_to_host(Stage* st, int k, float* share) { memcpy(share, staged_tied_share(st, k), st->sizes[0] * sizeof(float)); }
+static void staged_wte_grad_from_host(Stage* st, int k, const float* wte) { // wte's gradient is the first tensor
+    memcpy(stage_cpu_grads(inner(st), k), wte, st->sizes[0] * sizeof(float));
+}
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
 static double staged_tied_sum(Stage* st, int k, const float* first, const float* last) { return cpu()->tied_sum(inner(st), k, first, last); }
 static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
