@@ -56,6 +56,7 @@ static Opt opts[] = {
     {.name = "dp-algo", .type = OPT_STRING, .def = "ring", .help = "ring | two-shot: the data-parallel average (int8: two-shot)"},
     {.name = "dp-overlap", .type = OPT_INT, .def = "0", .help = "1: the average streams beside the last backward; 0: after it"},
     {.name = "dp-comm", .type = OPT_INT, .def = "1", .help = "0: the data-parallel average takes no time (what-if: what it costs)"},
+    {.name = "early-dx", .type = OPT_STRING, .def = "auto", .help = "1: a backward's input gradient leaves after its input-gradient half (tdpipe's executor); 0: after the whole backward (Megatron-LM, DeepSpeed); auto: 1 with --schedule tdpipe, else 0"},
     {.name = "zero1", .type = OPT_INT, .def = "0", .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
     {.name = "scatter-gather", .type = OPT_INT, .def = "1", .help = "1: messages across nodes split over the TP ranks' NICs"},
     {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages) | auto (fewer bytes a step between nodes, as train_tdpipe's --placement auto)"},
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
     y.dp_overlap = (int)number("dp-overlap");
     y.no_dp = !(int)number("dp-comm");
     y.zero1 = (int)number("zero1");
+    const char* ed = text("early-dx");
+    if (strcmp(ed, "auto") && strcmp(ed, "0") && strcmp(ed, "1")) fail("--early-dx %s: expected auto, 0 or 1", ed);
+    y.early_dx = !strcmp(ed, "auto") ? y.kind == SCHED_TDPIPE : !strcmp(ed, "1");
     y.scatter_gather = (int)number("scatter-gather");
     const char* pl = text("placement");
     if (placement_parse(pl, &y.placement, &y.placement_auto)) fail("--placement %s: expected replicas, stages or auto", pl);
@@ -195,10 +199,10 @@ int main(int argc, char** argv) {
     if (cluster_simulate(&hw, &m, &y, number("jitter"), (int)number("seeds"), (int)number("steps"), &r, &c, err, sizeof(err))) fail("%s", err);
     printf("hardware=%s gpus=%d tp=%d pp=%d dp=%d micro_batch=%d micro_batches=%d global_batch=%d\n", hw.name, y.gpus, y.tp, y.P, y.D,
            y.b, y.M, gb);
-    printf("schedule=%s chunks=%d aew=%d jitter=%g recompute=%d grad=%s dp_algo=%s dp_overlap=%d zero1=%d\n",
+    printf("schedule=%s chunks=%d aew=%d jitter=%g recompute=%d grad=%s dp_algo=%s dp_overlap=%d zero1=%d early_dx=%d\n",
            schedule_kind_name(y.kind), y.chunks > 1 ? y.chunks : 1, y.W, number("jitter"), y.recompute,
            y.grad == CLUSTER_GRAD_INT8 ? "int8" : y.grad == CLUSTER_GRAD_BF16 ? "bf16" : "fp32",
-           y.dp_algo == CLUSTER_DP_RING ? "ring" : "two-shot", y.dp_overlap, y.zero1);
+           y.dp_algo == CLUSTER_DP_RING ? "ring" : "two-shot", y.dp_overlap, y.zero1, y.early_dx);
     printf("step_s=%.6g\nsamples_per_s=%.6g\ntokens_per_s=%.6g\ntflops_per_gpu=%.4g\nhfu=%.4f\nmfu=%.4f\nbubble=%.4f\n", r.step_s,
            r.samples_per_s, r.tokens_per_s, r.tflops_per_gpu, r.hfu, r.mfu, r.bubble);
     printf("mem_gib_per_gpu=%.3f\nmem_async_gib=%.3f\nstaleness=%d\n", r.mem_gib_per_gpu, r.mem_async_gib, r.staleness);

@@ -2,9 +2,13 @@
 // scripts/plot_trace.py --op-times): the schedule the trainer ran, its steady step time and bubble
 // as the trainer reports them (between stage 0's updates; 1 - busy / time, steps 2..n-1).
 // Usage: sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..
-//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--msg-f ms,.. --msg-b ms,..] [--cores C]
+//        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--msg-f ms,.. --msg-b ms,..] [--b-send x,..]
+//        [--cores C]
 // --msg-f, --msg-b: each link's message time (P - 1 each: activation from stage s to s + 1, gradient
 // from s + 1 to s), holding the link in the order sent (plot_trace.py --op-times measures them)
+// --b-send: per stage, the share of a B op's time after which its input gradient left (the trainer
+// sends it between the input- and the weight-gradient halves; plot_trace.py --op-times measures it;
+// stage 0 sends none, its figure unused); without it the gradient leaves at B's end
 // --cores C: the stages shared C cores (ranks oversubscribing a host), the times given being each
 // op's work on a core of its own (plot_trace.py --op-times --cores C)
 #include "llmc/common.h"
@@ -18,7 +22,8 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
         char* end;
         out[i] = strtod(it, &end);
         if (end == it || !(out[i] >= 0) || (i + 1 < n ? *end != ',' : *end != '\0')) {
-            fprintf(stderr, "sim_replay: %s %s: expected %d times >= 0 separated by commas (one per stage, or per link for --msg-*)\n", flag, s, n);
+            fprintf(stderr, "sim_replay: %s %s: expected %d %s separated by commas (one per stage, or per link for --msg-*)\n", flag, s, n,
+                    strcmp(flag, "--b-send") ? "times >= 0" : "shares of B's time");
             exit(1);
         }
         it = end + 1;
@@ -26,7 +31,7 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
 }
 
 int main(int argc, char** argv) {
-    const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL, *mf = NULL, *mb = NULL;
+    const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL, *mf = NULL, *mb = NULL, *bs = NULL;
     int P = 0, M = 0, W = 0, n_steps = 0, cores = 0;
     double latency = 0.0;
     for (int i = 1; i < argc; i++) {
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--u")) u = v;
         else if (!strcmp(argv[i], "--msg-f")) mf = v;
         else if (!strcmp(argv[i], "--msg-b")) mb = v;
+        else if (!strcmp(argv[i], "--b-send")) bs = v;
         else {
             fprintf(stderr, "sim_replay: unknown option %s\n", argv[i]);
             return 1;
@@ -89,13 +95,23 @@ int main(int argc, char** argv) {
         parse_list(flags[k], lists[k], n, t[k]);
         for (int s = 0; s < n; s++) t[k][s] /= 1e3;
     }
+    double* b_send = NULL; // (P) shares of B
+    if (bs) {
+        b_send = (double*)malloc_check((size_t)P * sizeof(double));
+        parse_list("--b-send", bs, P, b_send);
+        for (int s = 0; s < P; s++)
+            if (b_send[s] > 1.0) {
+                fprintf(stderr, "sim_replay: --b-send %s: stage %d's share %g is above 1 (a share of B's time is in [0, 1])\n", bs, s, b_send[s]);
+                return 1;
+            }
+    }
     Schedule sch;
     char err[512];
     if (schedule_build(&sch, &(ScheduleShape){.kind = kind, .P = P, .M = M, .W = W, .n_steps = n_steps}, err, sizeof(err))) {
         fprintf(stderr, "sim_replay: %s\n", err);
         return 1;
     }
-    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency, .t_msg_f = t[5], .t_msg_b = t[6], .cores = cores};
+    SimCost cost = {.t_f = t[0], .t_b = t[1], .t_bi = t[2], .t_bw = t[3], .t_u = t[4], .latency = latency, .t_msg_f = t[5], .t_msg_b = t[6], .b_send = b_send, .cores = cores};
     SimResult r;
     if (simulator_run(&r, &sch, &cost, err, sizeof(err))) {
         fprintf(stderr, "sim_replay: %s\n", err);
@@ -115,5 +131,6 @@ int main(int argc, char** argv) {
     simulator_free(&r);
     schedule_free(&sch);
     for (int k = 0; k < 7; k++) free(t[k]);
+    free(b_send);
     return 0;
 }

@@ -6,7 +6,8 @@ usage: scripts/plot_trace.py trace.json -o timeline.png [--steps A:B]
        scripts/plot_trace.py trace.json --summary [--steps A:B]   (no plot, no matplotlib: per row,
        busy share, stale forwards, and idle time before forwards, backwards and updates)
        scripts/plot_trace.py trace.json --op-times [--steps A:B]  (no plot: each stage's mean compute
-       time per op kind and each link's message time, key=value lines for build/dev/sim_replay;
+       time per op kind, each link's message time and where in a backward its input gradient left,
+       key=value lines for build/dev/sim_replay;
        --cores C: the stages shared C cores, so print each op's work on a core of its own)
 Needs matplotlib for the plot (pip install -r scripts/requirements.txt).
 """
@@ -145,12 +146,31 @@ def op_times(ops, steps, cores=0):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
     marked = any(o[9] for o in mine)
+    shares = b_send_shares(mine, P, steps) if marked else None
+    if shares:
+        print("b_send=" + ",".join(f"{x:.4f}" for x in shares))
     links = message_times(mine if marked else [span_marks(o) for o in mine], P, steps)
     if links:
         for d in ("f", "b"):
             print(f"msg_{d}=" + ",".join(f"{links[d][s][0]:.4f}" for s in range(P - 1)))
         print("msg_samples=" + ",".join(f"{links[d][s][1]}" for d in ("f", "b") for s in range(P - 1)))
         print(f"msg_from={'marks' if marked else 'spans'}")
+
+
+def b_send_shares(mine, P, steps):
+    """Per stage, the median share of a full backward's compute after which its input gradient left
+    (sim_replay --b-send; the trainer sends it between the input- and the weight-gradient halves):
+    (sent - compute start) / compute time over the B ops that sent one. Stage 0 sends none: 1 there,
+    unused. None when a later stage has no such op (zero-bubble's split ops, or no marks)."""
+    if P < 2:
+        return None
+    got = {s: [] for s in range(1, P)}
+    for rep, s, kind, step, mb, stale, start, dur, compute, marks in mine:
+        if kind == "B" and s > 0 and compute and compute[1] > 0 and "sent" in marks and (not steps or steps[0] <= step < steps[1]):
+            got[s].append(min(1.0, max(0.0, (marks["sent"] - compute[0]) / compute[1])))
+    if any(not v for v in got.values()):
+        return None
+    return [1.0] + [sorted(got[s])[len(got[s]) // 2] for s in range(1, P)]
 
 
 SPAN_WAITED_MS = 0.2  # an op whose compute began this long after its span did was waiting for its input

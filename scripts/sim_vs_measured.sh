@@ -52,7 +52,7 @@ for P in $PS; do
             for cores in 0 $([ "$CORES" != 0 ] && echo "$CORES"); do # (CORES 0: the two columns are one simulation)
                 python3 scripts/plot_trace.py "$out.json" --op-times --steps "1:$((STEPS - 1))" --cores "$cores" > "$out.ops$cores" || continue 2
                 args=()
-                for k in f b bi bw u msg_f msg_b; do
+                for k in f b bi bw u msg_f msg_b b_send; do
                     v=$(awk -F= -v k=$k '$1 == k { print $2 }' "$out.ops$cores")
                     [ -n "$v" ] && args+=("--${k/_/-}" "$v")
                 done

@@ -89,6 +89,8 @@ typedef struct {
                             // and the stages' speeds; 0, partition_uniform's (Megatron-LM's even split)
     const double* speed;    // (P) relative speed of each stage's GPUs (1 = hw's); NULL: all 1
     int no_dp;              // 1: the data-parallel average takes no time (to see what it costs otherwise)
+    int early_dx;           // 1: a full backward sends its input gradient upstream once its input-gradient
+                            // half is done (tdpipe's executor); 0: after the whole backward (Megatron-LM)
 } ClusterLayout;
 
 // ---- what the model computes --------------------------------------------------------------------

@@ -36,10 +36,15 @@ int cluster_simulate(const ClusterHw* hw, const ClusterModel* m, const ClusterLa
         return -1;
     }
     int runs = beta > 0 ? seeds : 1, rc = 0;
+    double* b_send = NULL; // (Q) with early_dx: the input-gradient half's share of each backward
+    if (lay->early_dx) {
+        b_send = (double*)malloc_check((size_t)c.Q * sizeof(double));
+        for (int q = 0; q < c.Q; q++) b_send[q] = c.t_b[q] > 0 ? c.t_bi[q] / c.t_b[q] : 1.0;
+    }
     for (int seed = 1; seed <= runs && rc == 0; seed++) {
         SimCost sc = {.t_f = c.t_f, .t_b = c.t_b, .t_bi = c.t_bi, .t_bw = c.t_bw, .t_u = c.t_u, .jitter_cv = beta,
                       .seed = (uint64_t)seed, .t_msg_f = c.t_msg_f, .t_msg_b = c.t_msg_b, .t_dp = c.t_dp,
-                      .dp_overlap = lay->dp_overlap};
+                      .dp_overlap = lay->dp_overlap, .b_send = b_send};
         // the pipeline-wide sum before each update (global norm, loss) crosses the network once
         sc.latency = lay->P > 1 ? hw->net.nic_lat : 0.0;
         SimResult res;
@@ -52,6 +57,7 @@ int cluster_simulate(const ClusterHw* hw, const ClusterModel* m, const ClusterLa
         simulator_free(&res);
     }
     schedule_free(&sch);
+    free(b_send);
     if (rc == 0) {
         double B = (double)lay->D * lay->M * lay->b, peak = hw->gpu.peak_flops;
         r->samples_per_s = B / r->step_s;

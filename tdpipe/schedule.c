@@ -175,9 +175,19 @@ void schedule_tdpipe_advance(TdpipeCursor* c, const Op* op) {
     if (op->kind != OP_U) c->last = op->kind;
 }
 
+// the event-driven run's state: the dependencies, each stage's place in the policy and the op it computes
 typedef struct {
     ScheduleProgress prog;
-    TdpipeCursor* cur; // (P) where each stage stands
+    TdpipeCursor* cur;   // (P) where each stage stands
+    int* running;        // (P) 1 while the stage computes run_op
+    Op* run_op;          // (P)
+    double* busy_from;   // (P) start of run_op
+    double* busy_until;  // (P) its end
+    ScheduleOpTime dur;  // op times, and their context
+    void* ctx;
+    double latency;
+    double* const* start; // (P)[n_ops[s]] or NULL: when each op the stage ran started
+    double* const* end;   // the same, ended
 } Des;
 
 // the simulator's readiness at time T: the op's dependencies are done and have landed; one done but
@@ -197,6 +207,34 @@ static int des_ready(void* ctx, const Op* op) {
     return 0;
 }
 
+// stage s, idle at T, starts what the policy picks that is ready, until an op takes time (the stage
+// is then running it) or nothing is ready (*wake: when something in transit lands). Returns 1 when
+// the op it began sends before its end (schedule_progress_began).
+static int des_start(Des* d, Schedule* sch, int s, double T, double* wake) {
+    DesReady q = {&d->prog, s, T, d->latency, wake};
+    Op op;
+    TdpipeNext cand;
+    for (;;) {
+        schedule_tdpipe_next(sch, s, &d->cur[s], &cand);
+        if (!schedule_tdpipe_pick(&d->cur[s], &cand, des_ready, &q, &op)) return 0;
+        int i = sch->n_ops[s]++;
+        sch->ops[s][i] = op;
+        schedule_tdpipe_advance(&d->cur[s], &op);
+        double t = d->dur(d->ctx, s, &op);
+        if (d->start) d->start[s][i] = T;
+        if (d->end) d->end[s][i] = T + t;
+        if (t <= 0.0) {
+            schedule_progress_done(&d->prog, s, &op, T);
+            continue;
+        }
+        d->running[s] = 1;
+        d->run_op[s] = op;
+        d->busy_from[s] = T;
+        d->busy_until[s] = T + t;
+        return schedule_progress_began(&d->prog, s, &op, T, T + t);
+    }
+}
+
 int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, double* const* start,
                         double* const* end, char* err, size_t errlen) {
     return schedule_run_tdpipe_comm(sch, dur, ctx, latency, NULL, start, end, err, errlen);
@@ -205,50 +243,34 @@ int schedule_run_tdpipe(Schedule* sch, ScheduleOpTime dur, void* ctx, double lat
 int schedule_run_tdpipe_comm(Schedule* sch, ScheduleOpTime dur, void* ctx, double latency, const ScheduleComm* comm,
                              double* const* start, double* const* end, char* err, size_t errlen) {
     int P = sch->P, per_stage = sch->n_steps * (2 * sch->M + 1);
-    Des d;
+    Des d = {.cur = (TdpipeCursor*)calloc_check(P, sizeof(TdpipeCursor)),
+             .running = (int*)calloc_check(P, sizeof(int)),
+             .run_op = (Op*)calloc_check(P, sizeof(Op)),
+             .busy_from = (double*)calloc_check(P, sizeof(double)),
+             .busy_until = (double*)calloc_check(P, sizeof(double)),
+             .dur = dur, .ctx = ctx, .latency = latency, .start = start, .end = end};
     schedule_progress_init_comm(&d.prog, sch, comm);
-    d.cur = (TdpipeCursor*)calloc_check(P, sizeof(TdpipeCursor));
     for (int s = 0; s < P; s++) d.cur[s].last = OP_F;
-    int* running = (int*)calloc_check(P, sizeof(int));     // (P) 1 while the stage computes run_op
-    Op* run_op = (Op*)calloc_check(P, sizeof(Op));          // (P)
-    double* busy_from = (double*)calloc_check(P, sizeof(double));  // (P) start of run_op
-    double* busy_until = (double*)calloc_check(P, sizeof(double)); // (P)
     for (int s = 0; s < P; s++) sch->n_ops[s] = 0;
     int rc = 0;
     for (double T = 0.0;;) {
         for (int s = 0; s < P; s++)
-            if (running[s] && busy_until[s] <= T) {
-                schedule_progress_done_span(&d.prog, s, &run_op[s], busy_from[s], busy_until[s]);
-                running[s] = 0;
+            if (d.running[s] && d.busy_until[s] <= T) {
+                schedule_progress_done_span(&d.prog, s, &d.run_op[s], d.busy_from[s], d.busy_until[s]);
+                d.running[s] = 0;
             }
         double next = INFINITY;
-        for (int s = 0; s < P; s++) {
-            Op op;
-            TdpipeNext cand;
-            DesReady q = {&d.prog, s, T, latency, &next};
-            while (!running[s]) {
-                schedule_tdpipe_next(sch, s, &d.cur[s], &cand);
-                if (!schedule_tdpipe_pick(&d.cur[s], &cand, des_ready, &q, &op)) break;
-                int i = sch->n_ops[s]++;
-                sch->ops[s][i] = op;
-                schedule_tdpipe_advance(&d.cur[s], &op);
-                double t = dur(ctx, s, &op);
-                if (start) start[s][i] = T;
-                if (end) end[s][i] = T + t;
-                if (t <= 0.0) {
-                    schedule_progress_done(&d.prog, s, &op, T);
-                } else {
-                    running[s] = 1;
-                    run_op[s] = op;
-                    busy_from[s] = T;
-                    busy_until[s] = T + t;
-                }
-            }
+        // a stage looked at before another began a B that sends early looks again: that gradient
+        // may land before its B ends, and its arrival is the stage's wake-up
+        for (int again = 1; again;) {
+            again = 0;
+            for (int s = 0; s < P; s++)
+                if (!d.running[s]) again |= des_start(&d, sch, s, T, &next);
         }
         int complete = 1;
         for (int s = 0; s < P; s++) {
-            if (running[s] || sch->n_ops[s] < per_stage) complete = 0;
-            if (running[s] && busy_until[s] < next) next = busy_until[s];
+            if (d.running[s] || sch->n_ops[s] < per_stage) complete = 0;
+            if (d.running[s] && d.busy_until[s] < next) next = d.busy_until[s];
         }
         if (complete) break;
         if (next == INFINITY) { // cannot happen for a correct policy; reported rather than looped on
@@ -257,10 +279,10 @@ int schedule_run_tdpipe_comm(Schedule* sch, ScheduleOpTime dur, void* ctx, doubl
         }
         T = next;
     }
-    free(running);
-    free(run_op);
-    free(busy_from);
-    free(busy_until);
+    free(d.running);
+    free(d.run_op);
+    free(d.busy_from);
+    free(d.busy_until);
     free(d.cur);
     schedule_progress_free(&d.prog);
     return rc;
@@ -604,6 +626,23 @@ static double send(ScheduleProgress* p, int from, int to, double t_end, double d
     return arrive;
 }
 
+// B or BI's input gradient leaves for the virtual stage before: at the op's end, or B's at its
+// comm->b_send share
+static void input_grad_out(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
+    int P = p->P, q = op->chunk * P + s;
+    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)q * nM + (size_t)(op->step - p->first_step) * p->M + op->mb;
+    const ScheduleComm* c = p->comm;
+    double t_out = op->kind == OP_B && c && c->b_send ? t_start + c->b_send[q] * (t_end - t_start) : t_end;
+    p->b_end[here] = t_out;
+    if (c && c->msg_b && q > 0) p->b_arrive[here] = send(p, s, (q - 1) % P, t_out, c->msg_b[q - 1]);
+}
+
+int schedule_progress_began(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
+    if (op->kind != OP_B || !p->comm || !p->comm->b_send) return 0;
+    input_grad_out(p, s, op, t_start, t_end);
+    return 1;
+}
+
 void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
     int P = p->P, Q = P * p->chunks, q = op->chunk * P + s;
     size_t t = (size_t)(op->step - p->first_step);
@@ -614,10 +653,7 @@ void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, doubl
         p->f_end[here] = t_end;
         if (c && c->msg_f && q < Q - 1) p->f_arrive[here] = send(p, s, (q + 1) % P, t_end, c->msg_f[q]);
     }
-    if (op->kind == OP_B || op->kind == OP_BI) {
-        p->b_end[here] = t_end;
-        if (c && c->msg_b && q > 0) p->b_arrive[here] = send(p, s, (q - 1) % P, t_end, c->msg_b[q - 1]);
-    }
+    if ((op->kind == OP_B || op->kind == OP_BI) && p->b_end[here] < 0) input_grad_out(p, s, op, t_start, t_end);
     if (op->kind == OP_B || op->kind == OP_BW) {
         p->w_end[here] = t_end;
         p->grads_end[tq] = later(p->grads_end[tq], t_end);

@@ -173,12 +173,16 @@ typedef struct {
     const double* msg_b; // (P*chunks - 1) time the input gradient from q+1 to q holds its link; NULL: latency
     const double* dp;    // (P) each stage's data-parallel gradient average per step; NULL: none
     int dp_overlap;      // 1: the average streams beside the step's last backward; 0: it starts after it
+    const double* b_send; // (P*chunks) share of a full backward B's time after which its input gradient
+                          // leaves (the executor sends it between the input- and the weight-gradient
+                          // halves: BI's share of B); NULL: at B's end (Megatron-LM's backward_step)
 } ScheduleComm;
 
 typedef struct {
     int P, M, first_step, n_steps, chunks;
     double* f_end;     // (P*chunks, n_steps*M) end time of F, < 0 while not done
-    double* b_end;     // (P*chunks, n_steps*M) end of B or BI (input gradient sent upstream), < 0 while not
+    double* b_end;     // (P*chunks, n_steps*M) when B or BI sent its input gradient upstream (BI's end, B's
+                       // end or, with comm->b_send, its share of B), < 0 while not
     double* w_end;     // (P*chunks, n_steps*M) end of B or BW (weight gradient accumulated), < 0 while not
     int* grads_left;   // (n_steps, P) B/BW ops of the step not done yet on each stage
     double* grads_end; // (n_steps, P) latest B/BW end of the step on each stage (with comm->dp: its average's end)
@@ -202,6 +206,11 @@ int schedule_progress_ready(const ScheduleProgress* p, int s, const Op* op, doub
 void schedule_progress_done(ScheduleProgress* p, int s, const Op* op, double t_end);
 // the same, for an op that ran from t_start (the overlapped data-parallel average needs it)
 void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end);
+// op starts at t_start and will end at t_end: what it sends before its end (B's input gradient with
+// comm->b_send) is on its way from the start's point of view; done_span then sends nothing twice.
+// A run that learns of an op only at its end (schedule_replay_comm) need not call it. Returns 1 when
+// it sent something (a stage waiting for it may wake before op ends), else 0.
+int schedule_progress_began(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end);
 
 // tdpipe's event-driven policy as a discrete-event run with op times dur(ctx, s, op) and latency
 // on every dependency across stages (or comm's message times; comm may be NULL): fills the

@@ -139,8 +139,8 @@ static int simulate_once(SimResult* res, const Schedule* sch, const SimCost* cos
     int P = sch->P, rc;
     for (int s = 0; s < P; s++) memcpy(res->ops[s], sch->ops[s], (size_t)res->n_ops[s] * sizeof(Op));
     OpTimeCtx ctx = {cost, sch, stretch};
-    ScheduleComm comm = {cost->t_msg_f, cost->t_msg_b, cost->t_dp, cost->dp_overlap};
-    const ScheduleComm* cm = cost->t_msg_f || cost->t_msg_b || cost->t_dp ? &comm : NULL;
+    ScheduleComm comm = {cost->t_msg_f, cost->t_msg_b, cost->t_dp, cost->dp_overlap, cost->b_send};
+    const ScheduleComm* cm = cost->t_msg_f || cost->t_msg_b || cost->t_dp || cost->b_send ? &comm : NULL;
     if (schedule_event_driven(sch)) { // the policy decides the order under these op times
         Schedule run = *sch;
         run.ops = res->ops;

@@ -27,6 +27,8 @@ typedef struct {
     const double* t_msg_b; // (P*chunks - 1) input gradient from q+1 to q; NULL: latency instead
     const double* t_dp;    // (P) each stage's data-parallel gradient average per step, before its U; NULL: none
     int dp_overlap;        // 1: the average streams beside the step's last backward; 0: it starts after it
+    const double* b_send;  // (P*chunks) share of a B op's time after which its input gradient leaves (the
+                           // executor's: BI's share); NULL: at B's end, as Megatron-LM sends it
     // the stages share this many cores (ranks oversubscribing a host): k ops computing at once each
     // run at min(1, cores / k) of a core (processor sharing), so the op times above are each op's
     // work on a core of its own; 0 (or >= P): every stage has its own

@@ -64,6 +64,23 @@ refuse "sim_replay refuses --msg-f without --msg-b" "come together" $R --schedul
 refuse "sim_replay refuses a message time per stage instead of per link" "expected 1 times" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5,1 --msg-b 1
 refuse "sim_replay refuses message times at P = 1" "need --stages >= 2" $R --schedule gpipe --stages 1 --micro-batches 1 --steps 4 --f 1 --b 2 --msg-f 0.5 --msg-b 1
 refuse "sim_replay refuses a negative message time" "expected 1 times >= 0" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f -1 --msg-b 1
+# where in a backward its input gradient left (sim_replay --b-send): stage 1's three B ops computed
+# 800 us each and sent at 200, 400 and 600 us into it: shares 0.25, 0.5, 0.75, median 0.5; stage 0
+# sends none (1, unused). The replay by hand: the 7 ms GPipe step above with B1's gradient leaving
+# after 1 of its 2 ms: 6 ms
+cat > "$TMP/bsend.json" <<'JSON'
+{"traceEvents": [
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 1, "ts": 0, "dur": 800, "args": {"compute_ts": 0, "compute_dur": 800, "sent_ts": 200}},
+{"name": "B1.1", "ph": "X", "pid": 0, "tid": 1, "ts": 1000, "dur": 800, "args": {"compute_ts": 1000, "compute_dur": 800, "sent_ts": 1400}},
+{"name": "B1.2", "ph": "X", "pid": 0, "tid": 1, "ts": 2000, "dur": 800, "args": {"compute_ts": 2000, "compute_dur": 800, "sent_ts": 2600}},
+{"name": "B1.0", "ph": "X", "pid": 0, "tid": 0, "ts": 900, "dur": 500, "args": {"compute_ts": 900, "compute_dur": 500}}
+]}
+JSON
+check "plot_trace --op-times measures where B's input gradient left" $PY scripts/plot_trace.py "$TMP/bsend.json" --op-times
+check "  by hand: b_send=1.0000,0.5000" grep -qx "b_send=1.0000,0.5000" "$TMP/out"
+check "sim_replay --b-send 1,0.5: the 7 ms step in 6" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5 --msg-b 0.5 --b-send 1,0.5 | grep -qx step_ms=6.0000"
+refuse "sim_replay refuses a share of B above 1" "share 1.5 is above 1" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --b-send 1,1.5
+refuse "sim_replay refuses a share per link instead of per stage" "expected 2 shares of B's time" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --b-send 0.5
 check "  no message times where no receiver waited for one" bash -c "$PY scripts/plot_trace.py '$TMP/shared.json' --op-times | grep -c msg_ | grep -qx 0"
 # a trace from before the marks: estimated from the spans. Stage 1's F waited from 0 until its compute
 # at 2.5 ms for an activation stage 0's F sent at its end, 1.0: 1.5 ms; stage 0's B from 1.0 until 4.5
@@ -78,6 +95,7 @@ cat > "$TMP/old.json" <<'JSON'
 JSON
 check "plot_trace --op-times estimates message times from the spans of a trace without marks" $PY scripts/plot_trace.py "$TMP/old.json" --op-times
 check "  by hand: msg_f=1.5000, msg_b=0.5000, and says so" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.5000' '$TMP/out' && grep -qx 'msg_from=spans' '$TMP/out'"
+check "  and no b_send= (where B's gradient left is not in its spans)" bash -c "! grep -q '^b_send=' '$TMP/out'"
 refuse "plot_trace refuses --cores -1" "expected a number of cores >= 0" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores -1
 echo '{"traceEvents": [{"name": "allreduce", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}]}' > "$TMP/foreign.json"
 refuse "plot_trace refuses a trace that is not tdpipe's" "event 0 is not a tdpipe op" $PY scripts/plot_trace.py "$TMP/foreign.json" --summary

@@ -57,6 +57,14 @@ done
 check "sim_cluster --placement auto" $S --layers 24 --hidden 2048 --heads 16 --seq 1024 --gpus 32 --tp 2 --pp 4 --global-batch 64 --placement auto
 check "  names its choice and both layouts' bytes between nodes" grep -Eq "^placement=(stages|replicas) placement_auto_mb_between_nodes=stages:[0-9.e+]+,replicas:[0-9.e+]+$" "$TMP/out"
 check "  a node a TP group (tp 8): a tie, stages first" bash -c "$S --layers 24 --hidden 2048 --heads 16 --seq 1024 --gpus 32 --tp 8 --pp 4 --global-batch 64 --placement auto | grep -q '^placement=stages '"
+check "sim_cluster --early-dx auto: 1 with --schedule tdpipe (its executor sends after BI), 0 with 1f1b (Megatron-LM)" bash -c "
+    $S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --schedule tdpipe --aew 6 | grep -q ' early_dx=1\$' &&
+    $S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --schedule 1f1b | grep -q ' early_dx=0\$'"
+check "  1f1b with --early-dx 1: faster than with 0 (each input gradient leaves sooner)" bash -c "
+    a=\$($S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --schedule 1f1b --early-dx 0 | sed -n 's/^step_s=//p')
+    b=\$($S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --schedule 1f1b --early-dx 1 | sed -n 's/^step_s=//p')
+    awk -v a=\$a -v b=\$b 'BEGIN { exit !(b < a) }'"
+refuse "sim_cluster: a bad --early-dx" "--early-dx 2: expected auto, 0 or 1" $S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --early-dx 2
 refuse "sim_cluster: an unknown --placement" "--placement nodes: expected replicas, stages or auto" \
     $S --layers 24 --hidden 2048 --heads 16 --gpus 16 --tp 2 --pp 4 --global-batch 64 --placement nodes
 refuse "sim_cluster: gpus not tp x pp x a whole D" "--gpus 10 is not a multiple of --tp 2 x --pp 4" \
