@@ -32,7 +32,7 @@ trap '[ -z "${KEEP:-}" ] || tar czf "$KEEP" --exclude="*.tdck" --exclude=model.b
 echo "# sim_vs_measured: $(uname -m), $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(grep -c ^processor /proc/cpuinfo) cores, $(date -u +%Y-%m-%d)"
 echo "# command: $0 $STEPS $BIN"
 echo "# runs: $MPI -np P $BIN --device $DEVICE --stages P --schedule S [--aew W] -e dN -b $B -t $T --micro-batches $M -x $STEPS --trace t.json (OMP_NUM_THREADS=1)"
-echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times and each link's median message time (both ways) from the trace; steps 2..$((STEPS - 1))"
+echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times, each link's median message time (both ways) and where in B its input gradient left (--b-send), from the trace; steps 2..$((STEPS - 1))"
 echo "#   sim_: a core per stage; shr_: the stages share $CORES cores (processor sharing; times from plot_trace.py --op-times --cores $CORES)"
 echo "# measured: the step lines' ms (stage 0's update to update) and bubble (1 - busy / time), mean over the same steps"
 echo "#   msg_f_ms, msg_b_ms: the message times the replay was given, activations and gradients (mean over links; - where no receiver waited for one)"
