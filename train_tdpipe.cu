@@ -660,21 +660,22 @@ static void make_executor(Trainer* tr) {
 }
 
 // --aew auto, after the first step ran synchronously: every stage's measured mean forward and backward
-// time and their coefficient of variation beta go through the simulator (the same schedule code and
-// policy), which picks the smallest W whose simulated utilisation is within one point of the best
+// time, the share of its backward after which the input gradient left, and their coefficient of
+// variation beta go through the simulator (the same schedule code and policy), which picks the smallest W whose simulated utilisation is within one point of the best
 // window's, up to the staleness the compensation handles (aew_auto_max). Printed beside the article's
 // ceil(P (1 - beta)) and both predicted utilisations; every rank computes the same and checks it.
 static int aew_measured(Trainer* tr) {
     int P = tr->comm.P, M = tr->a.grad_accum, s = tr->comm.stage;
     const ExecutorStats* st = &tr->ex.stats;
-    double mine[3] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, executor_stage_cv(&tr->ex)};
-    comm_dp_average_double(&tr->comm, mine, 3); // the replicas' mean, in replica order
-    double* per = (double*)calloc_check(3 * P, sizeof(double)); // (3, P) forward s, backward s, beta s
-    double* all = (double*)calloc_check(3 * P, sizeof(double));
-    for (int k = 0; k < 3; k++) per[k * P + s] = mine[k];
+    double mine[4] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, executor_stage_cv(&tr->ex),
+                      st->b_send.n ? st->b_send.sum / st->b_send.n : 1.0}; // (stage 0 sends none: 1, unused)
+    comm_dp_average_double(&tr->comm, mine, 4); // the replicas' mean, in replica order
+    double* per = (double*)calloc_check(4 * P, sizeof(double)); // (4, P) forward s, backward s, beta, share of B
+    double* all = (double*)calloc_check(4 * P, sizeof(double));
+    for (int k = 0; k < 4; k++) per[k * P + s] = mine[k];
     CommRequest r;
     memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, per, all, 3 * P, &r); // each entry from its own stage
+    comm_pipe_sum_start(&tr->comm, per, all, 4 * P, &r); // each entry from its own stage
     comm_wait(&tr->comm, &r);
     double beta = 0.0;
     for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
@@ -682,8 +683,9 @@ static int aew_measured(Trainer* tr) {
     if (article < 0) article = 0;
     double* util = (double*)calloc_check(W_max + 1, sizeof(double));
     char err[512];
-    int W = simulator_choose_window(P, M, all, all + P, beta, W_max, 0.01, util, err, sizeof(err));
-    double u_article = simulator_window_utilisation(P, M, all, all + P, beta, article, err, sizeof(err));
+    const double* b_send = all + 3 * P;
+    int W = simulator_choose_window(P, M, all, all + P, b_send, beta, W_max, 0.01, util, err, sizeof(err));
+    double u_article = simulator_window_utilisation(P, M, all, all + P, b_send, beta, article, err, sizeof(err));
     if (W < 0 || u_article < 0) fatal_all("--aew auto: %s", err);
     int* chosen = g_rank == 0 ? (int*)malloc_check(tr->comm.world_size * sizeof(int)) : NULL;
     comm_gather_to_root(&tr->comm, &W, sizeof(W), chosen);
@@ -693,6 +695,9 @@ static int aew_measured(Trainer* tr) {
         if (!same) td_fatal("--aew auto: the ranks chose different windows (rank 0: %d)", W);
         printf("aew auto: measured beta %.3f; per stage F/B ms:", beta);
         for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * all[i], 1e3 * all[P + i]);
+        printf("; input gradient out after");
+        for (int i = 1; i < P; i++) printf(" %.2f", b_send[i]);
+        printf(" of B");
         printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
         for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
         printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles%s); "

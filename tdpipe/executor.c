@@ -353,6 +353,7 @@ static OpMarks op_backward(Run* r, const Op* op) {
     OpMarks span = computed(r, op, t0);
     if (op->kind != OP_BW && !r->last) marks_of(&span, &r->grad);
     span.sent = sent;
+    if (op->kind == OP_B && sent > 0 && span.end > t0) times_add(&r->ex->stats.b_send, (sent - t0) / (span.end - t0));
     if (op->kind != OP_BI) grad_done(r, op, slot);
     return span;
 }

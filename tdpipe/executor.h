@@ -32,6 +32,8 @@ typedef struct {
 
 typedef struct {
     OpTimes f, b;             // forward ops; backward ops (B, BI and BW each count)
+    OpTimes b_send;           // full backwards (B) that sent an input gradient: the share of the op's
+                              // time before it left (the input-gradient half's, and the send's)
     long forwards, backwards; // micro-batches forwarded / whose weight gradient is done (checked at the end)
 } ExecutorStats;
 

@@ -266,14 +266,15 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
     return 0;
 }
 
-double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, double beta, int W, char* err, size_t errlen) {
+double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, const double* b_send, double beta, int W,
+                                    char* err, size_t errlen) {
     Schedule sch;
     ScheduleShape shape = {.kind = SCHED_TDPIPE, .P = P, .M = M, .W = W, .n_steps = SIM_WINDOW_STEPS};
     if (schedule_build(&sch, &shape, err, errlen)) return -1.0;
     double sum = 0.0;
     int seeds = beta > 0 ? SIM_WINDOW_SEEDS : 1;
     for (int seed = 1; seed <= seeds; seed++) {
-        SimCost cost = {.t_f = t_f, .t_b = t_b, .jitter_cv = beta, .seed = (uint64_t)seed};
+        SimCost cost = {.t_f = t_f, .t_b = t_b, .jitter_cv = beta, .seed = (uint64_t)seed, .b_send = b_send};
         SimResult res;
         if (simulator_run(&res, &sch, &cost, err, errlen)) {
             schedule_free(&sch);
@@ -286,11 +287,11 @@ double simulator_window_utilisation(int P, int M, const double* t_f, const doubl
     return sum / seeds;
 }
 
-int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, double beta, int W_max, double within, double* util,
-                            char* err, size_t errlen) {
+int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, const double* b_send, double beta, int W_max,
+                            double within, double* util, char* err, size_t errlen) {
     double best = -1.0;
     for (int W = 0; W <= W_max; W++) {
-        util[W] = simulator_window_utilisation(P, M, t_f, t_b, beta, W, err, errlen);
+        util[W] = simulator_window_utilisation(P, M, t_f, t_b, b_send, beta, W, err, errlen);
         if (util[W] < 0) return -1;
         if (util[W] > best) best = util[W];
     }

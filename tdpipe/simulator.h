@@ -61,15 +61,17 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
 void simulator_free(SimResult* res);
 
 // --aew auto's choice: tdpipe's steady utilisation for W = 0 .. W_max (util, W_max + 1 entries)
-// simulated with per-stage forward and backward times t_f, t_b (P) and jitter beta (mean of
+// simulated with per-stage forward and backward times t_f, t_b (P), the share of each backward
+// after which its input gradient leaves b_send (P; NULL: at its end) and jitter beta (mean of
 // SIM_WINDOW_SEEDS seeds, SIM_WINDOW_STEPS steps), and the smallest W within `within` (0.01: one
 // point) of the best of them. Returns that W, or -1 with a message.
 #define SIM_WINDOW_SEEDS 8
 #define SIM_WINDOW_STEPS 8
-int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, double beta, int W_max, double within, double* util,
-                            char* err, size_t errlen);
+int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, const double* b_send, double beta, int W_max,
+                            double within, double* util, char* err, size_t errlen);
 // the steady utilisation of tdpipe with window W for the same inputs (as simulator_choose_window sees it)
-double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, double beta, int W, char* err, size_t errlen);
+double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, const double* b_send, double beta, int W,
+                                    char* err, size_t errlen);
 
 // the jitter factor of op on stage s: a function of (seed, s, op kind, step, micro-batch) only,
 // so the same op gets the same factor under every schedule (common random numbers)

@@ -170,8 +170,13 @@ check "--spike-z 3: a run without spikes goes through" $BIN -e d2 -x 40 -v 0 -s 
 
 # --- --aew auto: the simulator's choice, the same on every rank
 check "--aew auto with --stale-comp predict and --aew-start 0 (windows up to M)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict --aew-start 0 -x 4 -o "$TMP/auto"
+cp "$TMP/out" "$TMP/auto.out"
 check "  the simulated utilisations, the choice and the article's ceil(P (1 - beta)), the same on all 4 ranks" \
-    grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/out"
+    grep -Eq "aew auto: chose W = [0-9]+ .*up to W = 4, the staleness predict handles.*the same on all 4 ranks" "$TMP/auto.out"
+# the executor sends a backward's input gradient before its weight-gradient half: stages 1..3 each
+# measured a share of B strictly inside (0, 1), which the simulation is given
+check "  where in B each stage's input gradient left: three shares inside (0, 1)" bash -c "
+    grep -Eo 'input gradient out after( [0-9.]+)+ of B' '$TMP/auto.out' | awk '{ n = 0; for (i = 5; i < NF - 1; i++) { n++; if (!(\$i > 0 && \$i < 1)) exit 1 } exit n != 3 }'"
 check "--aew auto with predict, --aew-start left to its default (auto)" $MPI -np 4 $BIN $P4 --aew auto --stale-comp predict -x 4 -o "$TMP/auto_d"
 cp "$TMP/out" "$TMP/auto_d.out"
 check "  the window opens after --warmup's 20 steps" grep -q "AEW W = auto from step 21 (steps 1..20 synchronous)" "$TMP/auto_d.out"
