@@ -193,11 +193,12 @@ def span_marks(o):
 def message_times(mine, P, steps):
     """Each link's message time (ms) both ways, for the simulator's links (a message holds its link
     for its time, in the order sent): {"f": [(median ms, samples)] (P - 1), "b": the same}, or None
-    when the trace lacks the marks or a link has no sample. Activations go from F on stage s to F on
+    when the trace lacks the marks or no link has a sample. Activations go from F on stage s to F on
     s + 1, input gradients from B or BI on s + 1 to B or BI on s (the same step and micro-batch). A
     message is timed where the receiver was waiting when it came in (its wait saw it arrive): from
     the latest of its sending, the start of that wait and the previous message's arrival on the link
-    (it queued behind that one) to its arrival."""
+    (it queued behind that one) to its arrival. A link and direction with no such message gets 0 ms
+    from 0 samples (TD-Pipe's window often hides one direction entirely)."""
     if P < 2:
         return None
     got = {}  # ("f" | "b", stage, step, mb) -> the marks of the op that sends and receives that way
@@ -220,11 +221,11 @@ def message_times(mine, P, steps):
                 if arrived > 0 and (not steps or steps[0] <= step < steps[1]):
                     samples.append(max(0.0, arrived - max(sent, awaited, prev)))
                 prev = arrived if arrived > 0 else max(prev, sent)
-            if not samples:
-                return None
             samples.sort()
-            out[d].append((samples[len(samples) // 2], len(samples)))
-    return out
+            out[d].append((samples[len(samples) // 2], len(samples)) if samples else (0.0, 0))
+    # a link and direction where no receiver ever waited hid all of its messages' time: 0 there (its
+    # count says so), unless nothing was measured anywhere (then there is nothing to give the replay)
+    return out if any(n for d in out for _, n in out[d]) else None
 
 
 def plot(ops, out):

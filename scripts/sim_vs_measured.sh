@@ -35,7 +35,7 @@ echo "# runs: $MPI -np P $BIN --device $DEVICE --stages P --schedule S [--aew W]
 echo "# simulated: $REPLAY over each stage's mean F, B (zbh1: BI, BW) and U compute times, each link's median message time (both ways) and where in B its input gradient left (--b-send), from the trace; steps 2..$((STEPS - 1))"
 echo "#   sim_: a core per stage; shr_: the stages share $CORES cores (processor sharing; times from plot_trace.py --op-times --cores $CORES)"
 echo "# measured: the step lines' ms (stage 0's update to update) and bubble (1 - busy / time), mean over the same steps"
-echo "#   msg_f_ms, msg_b_ms: the message times the replay was given, activations and gradients (mean over links; - where no receiver waited for one)"
+echo "#   msg_f_ms, msg_b_ms: the message times the replay was given, activations and gradients (mean over links; 0 where no receiver waited for one: its time was hidden)"
 printf "%-6s %2s %-7s %3s %10s %10s %7s %10s %7s %8s %8s %7s %8s %7s %8s %8s\n" "#model" "P" "sched" "W" "meas_ms" "sim_ms" "err_%" "shr_ms" "err_%" \
     "meas_bub" "sim_bub" "err_pt" "shr_bub" "err_pt" "msg_f_ms" "msg_b_ms"
 for P in $PS; do

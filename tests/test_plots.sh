@@ -55,6 +55,10 @@ cat > "$TMP/msgs.json" <<'JSON'
 JSON
 check "plot_trace --op-times measures each link's message time" $PY scripts/plot_trace.py "$TMP/msgs.json" --op-times
 check "  by hand: msg_f=1.5000, msg_b=0.2500 from 3 and 1 samples, from the marks" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.2500' '$TMP/out' && grep -qx 'msg_samples=3,1' '$TMP/out' && grep -qx 'msg_from=marks' '$TMP/out'"
+# a direction where no receiver waited (here no gradient at all): 0 ms from 0 samples, the other kept
+$PY -c "import json; t = json.load(open('$TMP/msgs.json')); t['traceEvents'] = [e for e in t['traceEvents'] if e['name'][0] != 'B']; json.dump(t, open('$TMP/msgs_f.json', 'w'))"
+check "plot_trace --op-times: a direction no receiver waited for" $PY scripts/plot_trace.py "$TMP/msgs_f.json" --op-times
+check "  msg_f=1.5000 from 3 samples, msg_b=0.0000 from 0" bash -c "grep -qx 'msg_f=1.5000' '$TMP/out' && grep -qx 'msg_b=0.0000' '$TMP/out' && grep -qx 'msg_samples=3,0' '$TMP/out'"
 # the replay over them, by hand: GPipe, P = 2, M = 1: F 1 ms, B 2 ms a stage; a step is F, F, B, B
 # = 6 ms, and with 0.5 ms each way on the link 7 ms
 R=build/dev/sim_replay
