@@ -36,8 +36,8 @@ static float syn_forward(Stage* st, const Op* op, int slot, int stash, int targe
     wait_for(st, op, syn_of(st)->f);
     return 0.0f;
 }
-// a backward as one op whose input gradient leaves at its end (the simulator's model of B); a
-// zero-bubble backward as two halves
+// a backward as one op whose input gradient leaves at its end (the simulator's B without b_send, as
+// sim_schedules and reproduce_tables' utilisation table run it); a zero-bubble backward as two halves
 static void syn_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
     wait_for(st, op, op->kind == OP_B ? syn_of(st)->b : 0.5 * syn_of(st)->b);
 }
