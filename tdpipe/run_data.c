@@ -88,16 +88,54 @@ void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a) {
     else fprintf(stderr, "note: samples print token ids: %s (see --tokenizer-dir)\n", err);
 }
 
+// the length of the valid UTF-8 sequence at s (n bytes left), or 0 where there is none: no overlong
+// forms, no surrogates, nothing above U+10FFFF (RFC 3629)
+static size_t utf8_len(const uint8_t* s, size_t n) {
+    uint8_t c = s[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    uint8_t lo = 0x80, hi = 0xBF; // the second byte's range
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    for (size_t i = 1; i < len; i++) {
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) return 0;
+    }
+    return len;
+}
+
+void run_text_print(FILE* f, const uint8_t* s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_len(s + i, n - i);
+        if (len == 1 && s[i] == '\n') fputc(' ', f); // one sample, one line
+        else if (len == 0 || (len == 1 && s[i] < 0x20 && s[i] != '\t') || (len == 1 && s[i] == 0x7F)) fprintf(f, "\\x%02x", s[i]);
+        else fwrite(s + i, 1, len, f);
+        i += len ? len : 1;
+    }
+}
+
 void run_decoder_print(const RunDecoder* dec, const char* kind, const int* ids, int n) {
     printf("sample (%s): ", kind);
-    for (int i = 0; i < n; i++) {
-        if (!dec->ready) {
-            printf("%d ", ids[i]);
-            continue;
-        }
-        size_t len;
-        const uint8_t* bytes = tokenizer_decode(&dec->tok, ids[i], &len);
-        for (size_t j = 0; j < len; j++) putchar(bytes[j] == '\n' ? ' ' : bytes[j]); // one sample, one line
+    if (!dec->ready) {
+        for (int i = 0; i < n; i++) printf("%d ", ids[i]);
+        printf("\n");
+        return;
     }
+    // the tokens' bytes joined first: a character of a byte-level BPE may span tokens
+    size_t total = 0, len;
+    for (int i = 0; i < n; i++) {
+        tokenizer_decode(&dec->tok, ids[i], &len);
+        total += len;
+    }
+    uint8_t* text = (uint8_t*)malloc_check(total + 1);
+    total = 0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t* bytes = tokenizer_decode(&dec->tok, ids[i], &len);
+        memcpy(text + total, bytes, len);
+        total += len;
+    }
+    run_text_print(stdout, text, total);
     printf("\n");
+    free(text);
 }

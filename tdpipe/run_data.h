@@ -2,6 +2,8 @@
 // the first and last stage; the vocabulary a fresh model gets from them; and the decoding of samples.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include "llmc/builtin_data.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
@@ -38,6 +40,10 @@ typedef struct {
 void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a);
 // one sample on one line: "sample (kind): text"
 void run_decoder_print(const RunDecoder* dec, const char* kind, const int* ids, int n);
+// decoded text to f as one line a terminal shows safely: valid UTF-8 as it is, newlines as spaces,
+// other control bytes and bytes of no valid UTF-8 sequence as \xNN (an untrained model's byte-level
+// samples hold NULs, bells and escapes)
+void run_text_print(FILE* f, const uint8_t* s, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,12 @@
 // Tokenizer tests: GPT-2 ids equal tiktoken's (fixture from dev/data/tiktoken_reference.py), round
-// trips of Tiny Shakespeare, the byte tokenizer, and refusals of missing or malformed vocab files.
+// trips of Tiny Shakespeare, the byte tokenizer, refusals of missing or malformed vocab files, and
+// decoded samples printed safely (run_text_print).
 // Run from the repository root: GPT-2's files from data/gpt2 (tests/run_all.sh fills it through
 // dev/data/get_gpt2_tokenizer.sh), the text from $TINYSHAKESPEARE, ../shared/data or
 // data/tinyshakespeare/input.txt.
 #include "llmc/tokenizer.h"
 #include "llmc/shard.h"
+#include "tdpipe/run_data.h"
 #include "tests/test.h"
 #include "tests/tiny_vocab.h"
 #include <stdlib.h>
@@ -221,6 +223,31 @@ static void test_refusals(const char* dir) {
           err);
 }
 
+// what run_text_print makes of n bytes, as a C string (static)
+static const char* printed(const char* bytes, size_t n) {
+    static char out[512];
+    FILE* f = fmemopen(out, sizeof(out), "w");
+    run_text_print(f, (const uint8_t*)bytes, n);
+    fclose(f);
+    return out;
+}
+
+// samples reach a terminal: valid UTF-8 (a character split across byte-level tokens is joined
+// before this) passes as it is, control bytes and bytes of no valid sequence become \xNN
+static void test_text_print(void) {
+    const char* s = printed("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\ta", 16);
+    CHECK(!strcmp(s, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\ta"), "valid UTF-8 (2, 3, 4 bytes) and a tab pass as they are: %s", s);
+    s = printed("a\nb", 3);
+    CHECK(!strcmp(s, "a b"), "a newline prints as a space (one sample, one line): %s", s);
+    s = printed("\x00\x07\x1b[2J\r\x7f", 8);
+    CHECK(!strcmp(s, "\\x00\\x07\\x1b[2J\\x0d\\x7f"), "NUL, bell, escape, carriage return, DEL escaped: %s", s);
+    s = printed("\x80\xc0\x80\xed\xa0\x80\xf5\x80\xc3", 9);
+    CHECK(!strcmp(s, "\\x80\\xc0\\x80\\xed\\xa0\\x80\\xf5\\x80\\xc3"),
+          "a lone continuation, an overlong form, a surrogate, a byte above U+10FFFF's, a cut sequence: each byte escaped: %s", s);
+    s = printed("\xe0\x9f\x80\xf0\x8f\x80\x80\xf4\x90\x80\x80", 11);
+    CHECK(!strcmp(s, "\\xe0\\x9f\\x80\\xf0\\x8f\\x80\\x80\\xf4\\x90\\x80\\x80"), "overlong 3- and 4-byte forms and one above U+10FFFF escaped: %s", s);
+}
+
 int main(void) {
     char dir[] = "/tmp/test_tokenizer.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -239,6 +266,7 @@ int main(void) {
         tokenizer_free(&gpt2);
     }
     test_bytes();
+    test_text_print();
     test_tiny_vocab(dir);
     test_refusals(dir);
     char cmd[600];

@@ -39,6 +39,12 @@ check "gradient accumulation runs (M = 2)" test "$(losses "$TMP/ga" | wc -l)" -e
 # --- samples: temperature and greedy, decoded as text
 check "samples print" $BIN -x 4 -s 4 -v 0 -g 16 -o "$TMP/s"
 check "a temperature sample and a greedy sample" test "$(grep -c '^sample (' "$TMP/out")" -eq 2
+# an untrained byte-level model samples any byte: this seed's 64 tokens hold control bytes (0x04, a bell,
+# ...), which reach the terminal escaped (\xNN), never raw
+check "samples of 64 tokens from a model 4 steps old" $BIN -x 4 -s 4 -v 0 -g 64 -o "$TMP/s64"
+check "  carry no raw control byte, and say the ones they had as \\xNN" bash -c "
+    grep -a '^sample (' '$TMP/out' > '$TMP/s64.txt' && ! LC_ALL=C grep -qaP '[\\x00-\\x08\\x0b-\\x1f\\x7f]' '$TMP/s64.txt' &&
+    grep -q '\\\\x[01][0-9a-f]' '$TMP/s64.txt'"
 
 # --- llm.c model files: export at the end, import with -e, refusals
 check "model.bin exported in llm.c format" test "$(od -A n -t d4 -N 8 "$TMP/t1/model.bin" | xargs)" = "20240326 3"
