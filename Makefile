@@ -192,6 +192,18 @@ sanitize:
 	@bash tests/run_all.sh --c-only $(SAN_BUILD)
 sanitize-build: $(TEST_BIN)
 
+# ---- the trainer under the same sanitizers, with MPI: `make sanitize-pipeline` builds it CPU-only into
+# build-asan-mpi/ and runs pipelines, replicas, TD-Pipe's window, int8 sync and a resume through it
+# (tests/sanitize_pipeline.sh; Open MPI is needed). Leak checks are off there: Open MPI's own
+# allocations live until exit.
+SAN_MPI_BUILD := build-asan-mpi
+.PHONY: sanitize-pipeline
+sanitize-pipeline:
+	@$(MAKE) --no-print-directory BUILD=$(SAN_MPI_BUILD) OPT="$(SAN_OPT)" NO_CUDA=1 $(SAN_MPI_BUILD)/train_tdpipe
+	@BIN="$(SAN_MPI_BUILD)/train_tdpipe --device cpu" bash tests/sanitize_pipeline.sh
+$(BUILD)/train_tdpipe: train_tdpipe.cu $(LIB) $(FLAGS_FILE) $(wildcard llmc/*.h tdpipe/*.h)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -x c $< -x none $(LIB) -o $@ $(LDLIBS) $(MPI_LIBS)
+
 # ---- fuzzing: a libFuzzer target per file reader (dev/fuzz/fuzz_*.c), built by clang with
 # AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/ (clang, libclang-rt-14-dev).
 # `make fuzz FUZZ_SECONDS=N` runs each target for N seconds, one after the other (dev/fuzz/run.sh).
