@@ -163,9 +163,10 @@ int schedule_validate(const Schedule* sch, char* err, size_t errlen);
 // Steps are absolute, as in the schedule's ops; the arrays below count from first_step.
 //
 // A dependency across stages costs `latency`, or, with a ScheduleComm, its message's time on the
-// link it travels: a message leaves when its op ends and its link is free (each directed pair of
-// stages is one link, carrying its messages in the order they were sent), so communication overlaps
-// compute, and the op that needs it waits for its arrival. The data-parallel average of a step's
+// link it travels: a message leaves when its op ends (a B's input gradient, with b_send, part-way
+// through it) and its link is free (each directed pair of stages is one link, carrying its messages
+// in the order they were sent), so communication overlaps compute, and the op that needs it waits
+// for its arrival. The data-parallel average of a step's
 // gradient (comm->dp) runs beside the stage's last backward of the step (dp_overlap = 1: it ends
 // no earlier than that backward's start + dp) or after it (0), and U waits for it.
 typedef struct {
