@@ -3,7 +3,7 @@
 // as the trainer reports them (between stage 0's updates; 1 - busy / time, steps 2..n-1).
 // Usage: sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..
 //        [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--msg-f ms,.. --msg-b ms,..] [--b-send x,..]
-//        [--cores C]
+//        [--cores C] [--detail 1]
 // --msg-f, --msg-b: each link's message time (P - 1 each: activation from stage s to s + 1, gradient
 // from s + 1 to s), holding the link in the order sent (plot_trace.py --op-times measures them)
 // --b-send: per stage, the share of a B op's time after which its input gradient left (the trainer
@@ -11,6 +11,8 @@
 // stage 0 sends none, its figure unused); without it the gradient leaves at B's end
 // --cores C: the stages shared C cores (ranks oversubscribing a host), the times given being each
 // op's work on a core of its own (plot_trace.py --op-times --cores C)
+// --detail 1: also each stage's bubble (bubble_per_stage=, as log.jsonl's) and the share of the time
+// k = 0..P stages computed at once (at_once=, as plot_trace.py --op-times prints it for the trace)
 #include "llmc/common.h"
 #include "tdpipe/simulator.h"
 #include <string.h>
@@ -30,9 +32,59 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
     }
 }
 
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+// steps 2..n-1 (1-based; the ops' steps 1..n-2): each stage's bubble as the trainer reports it (per
+// step, 1 - busy / time since the stage's previous update, then the mean over the steps), and the
+// share of the time from the first of those F and B ops' start to the last one's end during which
+// k = 0..P of them compute at once
+static void print_detail(const SimResult* r, int n_steps) {
+    printf("bubble_per_stage=");
+    for (int s = 0; s < r->P; s++) {
+        double sum = 0.0, busy = 0.0, prev = 0.0;
+        int u = 0;
+        for (int i = 0; i < r->n_ops[s]; i++) {
+            if (r->ops[s][i].kind != OP_U) {
+                busy += r->end[s][i] - r->start[s][i];
+                continue;
+            }
+            if (u >= 1 && u <= n_steps - 2) sum += 1.0 - busy / (r->end[s][i] - prev);
+            prev = r->end[s][i], busy = 0.0, u++;
+        }
+        printf("%s%.4f", s ? "," : "", sum / (n_steps - 2));
+    }
+    int n = 0;
+    for (int s = 0; s < r->P; s++) n += r->n_ops[s];
+    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // every picked span's ends
+    int m = 0;
+    for (int s = 0; s < r->P; s++)
+        for (int i = 0; i < r->n_ops[s]; i++)
+            if (r->ops[s][i].kind != OP_U && r->ops[s][i].step >= 1 && r->ops[s][i].step <= n_steps - 2)
+                edges[m++] = r->start[s][i], edges[m++] = r->end[s][i];
+    qsort(edges, m, sizeof(double), cmp_double);
+    double* share = (double*)calloc_check(r->P + 1, sizeof(double));
+    for (int e = 0; e + 1 < m; e++) {
+        int k = 0;
+        for (int s = 0; s < r->P; s++)
+            for (int i = 0; i < r->n_ops[s]; i++) {
+                const Op* op = &r->ops[s][i];
+                if (op->kind != OP_U && op->step >= 1 && op->step <= n_steps - 2 && r->start[s][i] <= edges[e] && r->end[s][i] >= edges[e + 1]) k++;
+            }
+        share[k < r->P ? k : r->P] += edges[e + 1] - edges[e];
+    }
+    printf("\nat_once=");
+    for (int k = 0; k <= r->P; k++) printf("%s%.4f", k ? "," : "", m > 1 ? share[k] / (edges[m - 1] - edges[0]) : 0.0);
+    printf("\n");
+    free(edges);
+    free(share);
+}
+
 int main(int argc, char** argv) {
     const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL, *mf = NULL, *mb = NULL, *bs = NULL;
-    int P = 0, M = 0, W = 0, n_steps = 0, cores = 0;
+    int P = 0, M = 0, W = 0, n_steps = 0, cores = 0, detail = 0;
     double latency = 0.0;
     for (int i = 1; i < argc; i++) {
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,6 +114,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--msg-f")) mf = v;
         else if (!strcmp(argv[i], "--msg-b")) mb = v;
         else if (!strcmp(argv[i], "--b-send")) bs = v;
+        else if (!strcmp(argv[i], "--detail")) detail = atoi(v);
         else {
             fprintf(stderr, "sim_replay: unknown option %s\n", argv[i]);
             return 1;
@@ -128,6 +181,7 @@ int main(int argc, char** argv) {
         }
     printf("step_ms=%.4f\nbubble=%.4f\nmakespan_ms=%.4f\n", 1e3 * (last - first) / (n_steps - 2), 1.0 - r.steady_utilisation,
            1e3 * r.makespan);
+    if (detail) print_detail(&r, n_steps);
     simulator_free(&r);
     schedule_free(&sch);
     for (int k = 0; k < 7; k++) free(t[k]);

@@ -96,9 +96,27 @@ def shared_work(spans, cores):
     return work
 
 
+def at_once(spans, P):
+    """The share of the time from the first span's start to the last one's end during which k = 0..P
+    of the spans are computing at once (sim_replay --detail prints the same for its replay: with
+    stages sharing cores, how much compute overlaps decides how much of a step counts as busy)."""
+    edges = sorted({t for span in spans for t in span})
+    index = {t: i for i, t in enumerate(edges)}
+    active = [0] * len(edges)
+    for a, b in spans:
+        for i in range(index[a], index[b]):
+            active[i] += 1
+    share = [0.0] * (P + 1)
+    for i in range(len(edges) - 1):
+        share[min(active[i], P)] += edges[i + 1] - edges[i]
+    total = edges[-1] - edges[0]
+    return [x / total if total > 0 else 0.0 for x in share]
+
+
 def op_times(ops, steps, cores=0):
     """Replica 0's mean compute time (ms) of each op kind on each stage, as key=value lines
-    (f=, b=, bi=, bw=, u=: one figure per stage, comma-separated). A traced op spans its wait for its
+    (f=, b=, bi=, bw=, u=: one figure per stage, comma-separated; at_once=: the share of the time k =
+    0..P stages computed at once, over the F and B ops of those steps). A traced op spans its wait for its
     input too (a synchronous list receives inside the op); the trainer records the compute inside it.
     Traces without that record are estimated: compute = end - max(start, arrival), arrival being the
     end of what it waits for: F, the same micro-batch's F on the stage before; B or BI, its own F and
@@ -145,6 +163,9 @@ def op_times(ops, steps, cores=0):
     for kind in ("F", "B", "BI", "BW", "U"):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
+    picked = [sp for o, sp in zip(mine, spans) if o[2] != "U" and (not steps or steps[0] <= o[3] < steps[1])]
+    if picked:
+        print("at_once=" + ",".join(f"{x:.4f}" for x in at_once(picked, P)))
     marked = any(o[9] for o in mine)
     shares = b_send_shares(mine, P, steps) if marked else None
     if shares:

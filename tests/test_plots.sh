@@ -34,7 +34,9 @@ JSON
 check "plot_trace --op-times --cores 1: the work of ops that shared a core" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times --cores 1
 check "  by hand: f=1.0000,1.0000" grep -qx "f=1.0000,1.0000" "$TMP/out"
 check "plot_trace --op-times without --cores: their time" $PY scripts/plot_trace.py "$TMP/shared.json" --op-times
-check "  by hand: f=2.0000,1.5000" grep -qx "f=2.0000,1.5000" "$TMP/out"
+cp "$TMP/out" "$TMP/shared.ops"
+check "  by hand: f=2.0000,1.5000" grep -qx "f=2.0000,1.5000" "$TMP/shared.ops"
+check "  and how much compute overlapped: two stages [0, 2], one [2, 3]: at_once=0.0000,0.3333,0.6667" grep -qx "at_once=0.0000,0.3333,0.6667" "$TMP/shared.ops"
 # each link's message time (sim_replay --msg-f, --msg-b), by hand: on 0 -> 1 four activations; the
 # first waited for from 0.5 came in at 3.0 (sent at 1.0: 2.0 ms), the second at 4.0 (sent at 1.5,
 # awaited from 3.2, queued behind the first until 3.0: 0.8), the third was in before any wait (no
@@ -63,6 +65,7 @@ check "  msg_f=1.5000 from 3 samples, msg_b=0.0000 from 0" bash -c "grep -qx 'ms
 # = 6 ms, and with 0.5 ms each way on the link 7 ms
 R=build/dev/sim_replay
 check "sim_replay: GPipe P = 2 M = 1 without messages: 6 ms a step" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 | grep -qx step_ms=6.0000"
+check "  --detail 1: each stage idle half of each step, never both computing" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --detail 1 > '$TMP/d.txt' && grep -qx bubble_per_stage=0.5000,0.5000 '$TMP/d.txt' && grep -qx at_once=0.0000,1.0000,0.0000 '$TMP/d.txt'"
 check "  with --msg-f 0.5 --msg-b 0.5: 7 ms" bash -c "$R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5 --msg-b 0.5 | grep -qx step_ms=7.0000"
 refuse "sim_replay refuses --msg-f without --msg-b" "come together" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5
 refuse "sim_replay refuses a message time per stage instead of per link" "expected 1 times" $R --schedule gpipe --stages 2 --micro-batches 1 --steps 4 --f 1,1 --b 2,2 --msg-f 0.5,1 --msg-b 1
