@@ -32,53 +32,16 @@ static void parse_list(const char* flag, const char* s, int n, double* out) {
     }
 }
 
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-// steps 2..n-1 (1-based; the ops' steps 1..n-2): each stage's bubble as the trainer reports it (per
-// step, 1 - busy / time since the stage's previous update, then the mean over the steps), and the
-// share of the time from the first of those F and B ops' start to the last one's end during which
-// k = 0..P of them compute at once
+// steps 2..n-1 (1-based; the ops' steps 1..n-2): each stage's bubble as the trainer reports it, and
+// how much of the time k = 0..P stages compute at once
 static void print_detail(const SimResult* r, int n_steps) {
     printf("bubble_per_stage=");
-    for (int s = 0; s < r->P; s++) {
-        double sum = 0.0, busy = 0.0, prev = 0.0;
-        int u = 0;
-        for (int i = 0; i < r->n_ops[s]; i++) {
-            if (r->ops[s][i].kind != OP_U) {
-                busy += r->end[s][i] - r->start[s][i];
-                continue;
-            }
-            if (u >= 1 && u <= n_steps - 2) sum += 1.0 - busy / (r->end[s][i] - prev);
-            prev = r->end[s][i], busy = 0.0, u++;
-        }
-        printf("%s%.4f", s ? "," : "", sum / (n_steps - 2));
-    }
-    int n = 0;
-    for (int s = 0; s < r->P; s++) n += r->n_ops[s];
-    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // every picked span's ends
-    int m = 0;
-    for (int s = 0; s < r->P; s++)
-        for (int i = 0; i < r->n_ops[s]; i++)
-            if (r->ops[s][i].kind != OP_U && r->ops[s][i].step >= 1 && r->ops[s][i].step <= n_steps - 2)
-                edges[m++] = r->start[s][i], edges[m++] = r->end[s][i];
-    qsort(edges, m, sizeof(double), cmp_double);
+    for (int s = 0; s < r->P; s++) printf("%s%.4f", s ? "," : "", r->steady_bubble[s]);
     double* share = (double*)calloc_check(r->P + 1, sizeof(double));
-    for (int e = 0; e + 1 < m; e++) {
-        int k = 0;
-        for (int s = 0; s < r->P; s++)
-            for (int i = 0; i < r->n_ops[s]; i++) {
-                const Op* op = &r->ops[s][i];
-                if (op->kind != OP_U && op->step >= 1 && op->step <= n_steps - 2 && r->start[s][i] <= edges[e] && r->end[s][i] >= edges[e + 1]) k++;
-            }
-        share[k < r->P ? k : r->P] += edges[e + 1] - edges[e];
-    }
+    simulator_at_once(r, 1, n_steps - 2, share);
     printf("\nat_once=");
-    for (int k = 0; k <= r->P; k++) printf("%s%.4f", k ? "," : "", m > 1 ? share[k] / (edges[m - 1] - edges[0]) : 0.0);
+    for (int k = 0; k <= r->P; k++) printf("%s%.4f", k ? "," : "", share[k]);
     printf("\n");
-    free(edges);
     free(share);
 }
 

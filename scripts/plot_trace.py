@@ -77,6 +77,18 @@ def summary(ops, steps):
               f"{wait['F']:>9.1f} {wait['B']:>9.1f} {wait['U']:>9.1f}")
 
 
+def overlap(spans):
+    """The spans' ends, sorted (edges), each end's place among them (index), and active[i]: the spans
+    computing in [edges[i], edges[i + 1])."""
+    edges = sorted({t for span in spans for t in span})
+    index = {t: i for i, t in enumerate(edges)}
+    active = [0] * len(edges)
+    for a, b in spans:
+        for i in range(index[a], index[b]):
+            active[i] += 1
+    return edges, index, active
+
+
 def shared_work(spans, cores):
     """Each span's work on a dedicated core, when the spans' stages share `cores` cores: k spans
     computing at once each run at min(1, cores / k) of a core (processor sharing), so a span's work
@@ -84,12 +96,7 @@ def shared_work(spans, cores):
     stretches op times by the inverse of the same rate."""
     if not cores:
         return [b - a for a, b in spans]
-    edges = sorted({t for span in spans for t in span})
-    index = {t: i for i, t in enumerate(edges)}
-    active = [0] * len(edges)  # spans covering [edges[i], edges[i + 1])
-    for a, b in spans:
-        for i in range(index[a], index[b]):
-            active[i] += 1
+    edges, index, active = overlap(spans)
     work = []
     for a, b in spans:
         work.append(sum((edges[i + 1] - edges[i]) * min(1.0, cores / active[i]) for i in range(index[a], index[b])))
@@ -100,12 +107,7 @@ def at_once(spans, P):
     """The share of the time from the first span's start to the last one's end during which k = 0..P
     of the spans are computing at once (sim_replay --detail prints the same for its replay: with
     stages sharing cores, how much compute overlaps decides how much of a step counts as busy)."""
-    edges = sorted({t for span in spans for t in span})
-    index = {t: i for i, t in enumerate(edges)}
-    active = [0] * len(edges)
-    for a, b in spans:
-        for i in range(index[a], index[b]):
-            active[i] += 1
+    edges, _, active = overlap(spans)
     share = [0.0] * (P + 1)
     for i in range(len(edges) - 1):
         share[min(active[i], P)] += edges[i + 1] - edges[i]

@@ -626,11 +626,17 @@ static double send(ScheduleProgress* p, int from, int to, double t_end, double d
     return arrive;
 }
 
+// op's place in the (P*chunks, n_steps*M) tables of p (op on stage s, not U)
+static size_t op_here(const ScheduleProgress* p, int s, const Op* op) {
+    size_t q = (size_t)op->chunk * p->P + s;
+    return q * p->n_steps * p->M + (size_t)(op->step - p->first_step) * p->M + op->mb;
+}
+
 // B or BI's input gradient leaves for the virtual stage before: at the op's end, or B's at its
 // comm->b_send share
 static void input_grad_out(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
     int P = p->P, q = op->chunk * P + s;
-    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)q * nM + (size_t)(op->step - p->first_step) * p->M + op->mb;
+    size_t here = op_here(p, s, op);
     const ScheduleComm* c = p->comm;
     double t_out = op->kind == OP_B && c && c->b_send ? t_start + c->b_send[q] * (t_end - t_start) : t_end;
     p->b_end[here] = t_out;
@@ -645,9 +651,7 @@ int schedule_progress_began(ScheduleProgress* p, int s, const Op* op, double t_s
 
 void schedule_progress_done_span(ScheduleProgress* p, int s, const Op* op, double t_start, double t_end) {
     int P = p->P, Q = P * p->chunks, q = op->chunk * P + s;
-    size_t t = (size_t)(op->step - p->first_step);
-    size_t nM = (size_t)p->n_steps * p->M, here = (size_t)q * nM + t * p->M + op->mb;
-    size_t tq = t * P + s;
+    size_t t = (size_t)(op->step - p->first_step), here = op_here(p, s, op), tq = t * P + s;
     const ScheduleComm* c = p->comm;
     if (op->kind == OP_F) {
         p->f_end[here] = t_end;

@@ -63,6 +63,7 @@ void simulator_free(SimResult* res) {
     free(res->end);
     free(res->busy);
     free(res->bubble);
+    free(res->steady_bubble);
     free(res->n_ops);
     memset(res, 0, sizeof(*res));
 }
@@ -105,23 +106,46 @@ static int edge_index(const double* edges, int n, double t) {
     return lo;
 }
 
+// which ops an overlap count takes: all (NULL), or the F and B ops of steps [lo, hi]
+typedef struct {
+    int lo, hi;
+} StepRange;
+static int counted(const Op* op, const StepRange* steps) {
+    return !steps || (op->kind != OP_U && op->step >= steps->lo && op->step <= steps->hi);
+}
+
+// the spans of the ops `steps` takes (NULL: every op), their ends sorted into edges (2n) and
+// active[i] the number computing in [edges[i], edges[i + 1]); returns the number of edges
+static int overlap(const SimResult* res, const StepRange* steps, double* edges, int* active) {
+    int m = 0;
+    for (int s = 0; s < res->P; s++)
+        for (int i = 0; i < res->n_ops[s]; i++)
+            if (counted(&res->ops[s][i], steps)) edges[m++] = res->start[s][i], edges[m++] = res->end[s][i];
+    qsort(edges, m, sizeof(double), cmp_double);
+    memset(active, 0, ((size_t)m + 1) * sizeof(int));
+    for (int s = 0; s < res->P; s++)
+        for (int i = 0; i < res->n_ops[s]; i++)
+            if (counted(&res->ops[s][i], steps)) {
+                active[edge_index(edges, m, res->start[s][i])]++;
+                active[edge_index(edges, m, res->end[s][i])]--;
+            }
+    for (int i = 1; i < m; i++) active[i] += active[i - 1];
+    return m;
+}
+
+static int total_ops(const SimResult* res) {
+    int n = 0;
+    for (int s = 0; s < res->P; s++) n += res->n_ops[s];
+    return n;
+}
+
 // rate (P)[n_ops[s]]: each op's mean speed over its span in res's timeline when the stages share
 // `cores` cores: k ops computing at once each run at min(1, cores / k) of a core (processor sharing)
 static void share_rates(const SimResult* res, int cores, double** rate) {
-    int n = 0;
-    for (int s = 0; s < res->P; s++) n += res->n_ops[s];
+    int n = total_ops(res);
     double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // (2n) every span's ends, sorted
-    int* active = (int*)calloc_check(2 * (size_t)n + 1, sizeof(int));    // ops computing in [edges[i], edges[i+1])
-    int m = 0;
-    for (int s = 0; s < res->P; s++)
-        for (int i = 0; i < res->n_ops[s]; i++) edges[m++] = res->start[s][i], edges[m++] = res->end[s][i];
-    qsort(edges, m, sizeof(double), cmp_double);
-    for (int s = 0; s < res->P; s++)
-        for (int i = 0; i < res->n_ops[s]; i++) {
-            active[edge_index(edges, m, res->start[s][i])]++;
-            active[edge_index(edges, m, res->end[s][i])]--;
-        }
-    for (int i = 1; i < m; i++) active[i] += active[i - 1];
+    int* active = (int*)malloc_check((2 * (size_t)n + 1) * sizeof(int));  // ops computing in [edges[i], edges[i+1])
+    int m = overlap(res, NULL, edges, active);
     for (int s = 0; s < res->P; s++)
         for (int i = 0; i < res->n_ops[s]; i++) {
             double a = res->start[s][i], b = res->end[s][i], work = 0.0;
@@ -130,6 +154,20 @@ static void share_rates(const SimResult* res, int cores, double** rate) {
                 else work += edges[j + 1] - edges[j];
             rate[s][i] = b > a ? work / (b - a) : 1.0;
         }
+    free(edges);
+    free(active);
+}
+
+void simulator_at_once(const SimResult* res, int step_lo, int step_hi, double* share) {
+    int n = total_ops(res);
+    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double));
+    int* active = (int*)malloc_check((2 * (size_t)n + 1) * sizeof(int));
+    StepRange steps = {step_lo, step_hi};
+    int m = overlap(res, &steps, edges, active);
+    for (int k = 0; k <= res->P; k++) share[k] = 0.0;
+    for (int i = 0; i + 1 < m; i++) share[active[i] < res->P ? active[i] : res->P] += edges[i + 1] - edges[i];
+    double total = m > 1 ? edges[m - 1] - edges[0] : 0.0;
+    for (int k = 0; k <= res->P; k++) share[k] = total > 0 ? share[k] / total : 0.0;
     free(edges);
     free(active);
 }
@@ -190,9 +228,13 @@ static int simulate_shared(SimResult* res, const Schedule* sch, const SimCost* c
 }
 
 // what the trainer reports per step, averaged over steps 2..n-1 (1-based): per step, the stages'
-// busy time since their previous update over the time since it, summed over the stages
-static double steady_utilisation(const SimResult* res, int n_steps) {
-    if (n_steps < 3) return res->utilisation;
+// busy time since their previous update over the time since it, summed over the stages; and each
+// stage's bubble alone the same way into res->steady_bubble (with fewer steps: the whole run's)
+static double steady_utilisation(SimResult* res, int n_steps) {
+    if (n_steps < 3) {
+        memcpy(res->steady_bubble, res->bubble, res->P * sizeof(double));
+        return res->utilisation;
+    }
     double sum = 0.0;
     for (int k = 1; k <= n_steps - 2; k++) {
         double busy = 0.0, span = 0.0;
@@ -210,6 +252,7 @@ static double steady_utilisation(const SimResult* res, int n_steps) {
             }
             busy += b;
             span += at - prev;
+            res->steady_bubble[s] += (at > prev ? 1.0 - b / (at - prev) : 0.0) / (n_steps - 2);
         }
         sum += span > 0 ? busy / span : 0.0;
     }
@@ -233,6 +276,7 @@ int simulator_run(SimResult* res, const Schedule* sch, const SimCost* cost, char
     res->P = P;
     res->busy = (double*)calloc_check(P, sizeof(double));
     res->bubble = (double*)calloc_check(P, sizeof(double));
+    res->steady_bubble = (double*)calloc_check(P, sizeof(double));
     res->n_ops = (int*)calloc_check(P, sizeof(int));
     res->start = (double**)calloc_check(P, sizeof(double*));
     res->end = (double**)calloc_check(P, sizeof(double*));

@@ -43,6 +43,7 @@ typedef struct {
                                // previous update, averaged over steps 2..n-1 (all of them if n < 3)
     double* busy;       // (P) time each stage spends computing
     double* bubble;     // (P) 1 - busy / makespan
+    double* steady_bubble; // (P) each stage's alone as steady_utilisation counts it (log.jsonl's bubble_per_stage)
     int* n_ops;         // (P) copy of the schedule's list lengths
     Op** ops;           // (P)[n_ops[s]] the ops in the order they ran: the schedule's lists, except
                         // that tdpipe's event-driven policy reorders them under jittered op times
@@ -72,6 +73,10 @@ int simulator_choose_window(int P, int M, const double* t_f, const double* t_b, 
 // the steady utilisation of tdpipe with window W for the same inputs (as simulator_choose_window sees it)
 double simulator_window_utilisation(int P, int M, const double* t_f, const double* t_b, const double* b_send, double beta, int W,
                                     char* err, size_t errlen);
+
+// share (P + 1): of the time from the first to the last end of the F and B ops of steps [step_lo,
+// step_hi] (0-based), the part during which k = 0..P of them compute at once
+void simulator_at_once(const SimResult* res, int step_lo, int step_hi, double* share);
 
 // the jitter factor of op on stage s: a function of (seed, s, op kind, step, micro-batch) only,
 // so the same op gets the same factor under every schedule (common random numbers)
