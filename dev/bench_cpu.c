@@ -206,7 +206,7 @@ static void print_split_row(const char* name, MatmulSplit m, int steps, double t
 // over their whole time, and the FMAs' own sustained rate beside them
 static void print_matmul_split(int steps, FmaPeak fp) {
     int nt = omp_get_max_threads();
-    double thread_peak = fp.best / nt, alone = matmul_kernel_gflops(1.0);
+    double thread_peak = fp.best / nt, alone = matmul_kernel_gflops(1.0, 256, 288, 256), in_l1 = matmul_kernel_gflops(1.0, 8, 48, 128);
     const char* names[3] = {"fwd", "bwd_in", "bwd_w"};
     printf("# inside the matmuls of those steps: thread-seconds per step summed over the %d threads, packing against the micro-kernel; "
            "GF/s per thread, %% of the peak's per-thread share (%.1f GF/s)\n", nt, thread_peak);
@@ -220,6 +220,10 @@ static void print_matmul_split(int steps, FmaPeak fp) {
     print_split_row("all", all, steps, thread_peak, alone);
     printf("  kernel  alone, on every thread at once, each over one 256 x 288 tile of depth 256 in its L2, for 1 s: %.1f GF/s per thread, %.1f%% of the "
            "per-thread peak, %.1f%% of the FMAs' sustained rate\n", alone, 100.0 * alone / thread_peak, 100.0 * alone / (fp.sustained / nt));
+    // its ceiling: one micro-tile whose operands (4 KiB of A, 24 KiB of B) stay in L1, so nothing
+    // waits on memory; below 100% here is the loop of loads and FMAs itself on this core
+    printf("  kernel  in L1, on every thread at once, each over one 8 x 48 micro-tile of depth 128, for 1 s: %.1f GF/s per thread, %.1f%% of the "
+           "per-thread peak, %.1f%% of the FMAs' sustained rate\n", in_l1, 100.0 * in_l1 / thread_peak, 100.0 * in_l1 / (fp.sustained / nt));
 }
 
 // the whole model as one CPU stage, one micro-batch of random tokens, for train_step

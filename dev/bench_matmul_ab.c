@@ -14,7 +14,7 @@
     void X##_matmul_backward_weight(float*, float*, const float*, const float*, int, int, int, int);       \
     MatmulSplit X##_matmul_profile_split(int);                                                             \
     void X##_matmul_profile_reset(void);                                                                   \
-    double X##_matmul_kernel_gflops(double);
+    double X##_matmul_kernel_gflops(double, int, int, int);
 VARIANT_API(va)
 VARIANT_API(vb)
 VARIANT_API(vc)
@@ -30,7 +30,7 @@ void matmul_backward_weight(float* dw, float* db, const float* dout, const float
 }
 MatmulSplit matmul_profile_split(int pass) { return ROUTE(matmul_profile_split(pass)); }
 void matmul_profile_reset(void) { va_matmul_profile_reset(); vb_matmul_profile_reset(); vc_matmul_profile_reset(); }
-double matmul_kernel_gflops(double seconds) { return ROUTE(matmul_kernel_gflops(seconds)); }
+double matmul_kernel_gflops(double seconds, int mi, int nj, int kc) { return ROUTE(matmul_kernel_gflops(seconds, mi, nj, kc)); }
 
 static int cmp_double(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
 static double quantile(const double* sorted, int n, double q) { return sorted[(int)(q * (n - 1) + 0.5)]; }

@@ -259,27 +259,29 @@ static MatmulSplit* split_of(int pass) { return profile_on ? &split_by_pass[pass
 MatmulSplit matmul_profile_split(int pass) { return split_by_pass[pass]; }
 void matmul_profile_reset(void) { memset(split_by_pass, 0, sizeof(split_by_pass)); }
 
-double matmul_kernel_gflops(double seconds) {
-    // on every thread at once (the clock a loaded chip runs at), each its own tile as sgemm runs it on
-    // 124M's shapes: 256 rows of C against 288 columns, depth one k-block, operands packed once
-    // (1 MiB in all) and reused, so they stay in its L2. The rate over all of `seconds`, not the best
-    // few ms: a step's matmuls are timed the same way, through a VM's slow moments as well as its fast
-    const int mi = 256, nj = 288, ldc = 2304;
+double matmul_kernel_gflops(double seconds, int mi, int nj, int kc) {
+    // on every thread at once (the clock a loaded chip runs at), each its own tile as sgemm runs it.
+    // The rate over all of `seconds`, not the best few ms: a step's matmuls are timed the same way,
+    // through a VM's slow moments as well as its fast; the clock is read every 64 tiles, so that
+    // reading it costs nothing next to a one-micro-tile tile
+    if (mi < 1 || nj < 1 || kc < 1 || kc > KC) td_fatal("matmul_kernel_gflops: tile %d x %d x %d out of range (depth 1..%d)", mi, nj, kc, KC);
+    const int ldc = nj > 2304 ? nj : 2304; // C's rows as far apart as the 124M QKV output's
     double sum = 0.0;
 #pragma omp parallel reduction(+ : sum)
     {
-        float* a = (float*)aligned_alloc(64, sizeof(float) * mi * KC);
-        float* b = (float*)aligned_alloc(64, sizeof(float) * nj * KC);
-        float* c = (float*)aligned_alloc(64, sizeof(float) * mi * ldc);
+        float* a = (float*)aligned_alloc(64, sizeof(float) * (size_t)CEIL_DIV(mi, MR) * MR * kc);
+        float* b = (float*)aligned_alloc(64, sizeof(float) * (size_t)CEIL_DIV(nj, NR) * NR * kc);
+        float* c = (float*)aligned_alloc(64, sizeof(float) * (size_t)mi * ldc);
         if (!a || !b || !c) td_fatal("matmul_kernel_gflops: out of memory");
-        for (int i = 0; i < mi * KC; i++) a[i] = 1e-3f * (float)(i % 7);
-        for (int i = 0; i < nj * KC; i++) b[i] = 1e-3f * (float)(i % 5);
-        memset(c, 0, sizeof(float) * mi * ldc);
+        for (size_t i = 0; i < (size_t)CEIL_DIV(mi, MR) * MR * kc; i++) a[i] = 1e-3f * (float)(i % 7);
+        for (size_t i = 0; i < (size_t)CEIL_DIV(nj, NR) * NR * kc; i++) b[i] = 1e-3f * (float)(i % 5);
+        memset(c, 0, sizeof(float) * (size_t)mi * ldc);
         long reps = 0;
         double t0 = now_seconds(), t = t0;
-        for (; t - t0 < seconds; t = now_seconds(), reps++) block_kernels(KC, a, b, c, ldc, mi, nj, reps ? C_ADD : C_SET, NULL);
+        for (; t - t0 < seconds; t = now_seconds())
+            for (int r = 0; r < 64; r++, reps++) block_kernels(kc, a, b, c, ldc, mi, nj, reps ? C_ADD : C_SET, NULL);
         free(a); free(b); free(c);
-        sum += reps * 2.0 * mi * nj * KC / (t - t0) / 1e9;
+        sum += reps * 2.0 * mi * nj * kc / (t - t0) / 1e9;
     }
     return sum / omp_get_max_threads();
 }

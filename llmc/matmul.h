@@ -22,10 +22,11 @@ typedef struct {
 } MatmulSplit;
 MatmulSplit matmul_profile_split(int pass);
 void matmul_profile_reset(void);
-// the micro-kernel alone, on every thread at once, each over one tile whose packed operands stay in
-// its L2 (what it does with no memory traffic to wait for): GFLOP/s per thread, each thread's rate
-// over `seconds`, averaged
-double matmul_kernel_gflops(double seconds);
+// the micro-kernel alone, on every thread at once, each over its own tile of C (mi, nj) at depth kc
+// (<= the packed block's), its packed operands reused so that they stay in cache: 256 x 288 x 256
+// keeps them in L2, 8 x 48 x 128 in L1 (what it does with no memory traffic to wait for). GFLOP/s
+// per thread, each thread's rate over `seconds`, averaged
+double matmul_kernel_gflops(double seconds, int mi, int nj, int kc);
 
 #ifdef __cplusplus
 }
