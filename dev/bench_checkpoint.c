@@ -3,6 +3,7 @@
 // synthetic 124M-shaped one (--synthetic). Prints an nccl-tests-like table.
 #define _GNU_SOURCE
 #include "llmc/checkpoint.h"
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include <math.h>
 #include <stdint.h>
@@ -118,30 +119,31 @@ static void cpu_model(char* out, size_t cap) {
     fclose(f);
 }
 
-static void usage(const char* argv0) {
-    fprintf(stderr,
-            "usage: %s (CHECKPOINT.tdck | --synthetic [--scale S]) [--dir DIR]\n"
-            "  CHECKPOINT.tdck  a tdpipe checkpoint whose sections are re-saved in each configuration\n"
-            "  --synthetic      build 124M-shaped params/adam_m/adam_v instead (GPT-2 init, std 0.02)\n"
-            "  --scale S        synthetic only: every tensor S times its 124M size (default 1)\n"
-            "  --dir DIR        where the checkpoints are written (default: a fresh dir under /tmp)\n",
-            argv0);
-    exit(1);
-}
-
 int main(int argc, char** argv) {
+    const DevCli cli = {"bench_checkpoint",
+                        "usage: build/dev/bench_checkpoint (CHECKPOINT.tdck | --synthetic [--scale S]) [--dir DIR]\n"
+                        "  CHECKPOINT.tdck  a tdpipe checkpoint whose sections are re-saved in each configuration\n"
+                        "  --synthetic      build 124M-shaped params/adam_m/adam_v instead (GPT-2 init, std 0.02)\n"
+                        "  --scale S        synthetic only: every tensor S times its 124M size (0 < S <= 1, default 1)\n"
+                        "  --dir DIR        where the checkpoints are written (default: a fresh dir under /tmp)\n"};
+    dev_cli_help(&cli, argc, argv);
     const char* src = NULL;
     const char* dir_arg = NULL;
     int synthetic = 0;
     double scale = 1.0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--synthetic") == 0) synthetic = 1;
-        else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = atof(argv[++i]);
-        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir_arg = argv[++i];
-        else if (argv[i][0] != '-' && !src) src = argv[i];
-        else usage(argv[0]);
+        else if (strcmp(argv[i], "--scale") == 0) {
+            const char* v = dev_cli_value(&cli, argc, argv, i++);
+            scale = dev_cli_nonneg(&cli, "--scale", v);
+            if (!(scale > 0 && scale <= 1)) dev_cli_refuse(&cli, "--scale %s: expected a share of 124M's size, 0 < S <= 1", v);
+        } else if (strcmp(argv[i], "--dir") == 0) dir_arg = dev_cli_value(&cli, argc, argv, i++);
+        else if (argv[i][0] == '-') dev_cli_refuse(&cli, "unknown option %s", argv[i]);
+        else if (src) dev_cli_refuse(&cli, "one checkpoint at a time ('%s' and '%s')", src, argv[i]);
+        else src = argv[i];
     }
-    if (synthetic == (src != NULL) || !(scale > 0 && scale <= 1)) usage(argv[0]);
+    if (synthetic == (src != NULL)) dev_cli_refuse(&cli, "give a checkpoint or --synthetic (one of them)");
+    if (src && scale != 1.0) dev_cli_refuse(&cli, "--scale is for --synthetic only");
 
     Section sec[CKPT_MAX_SECTIONS];
     int n;

@@ -1,13 +1,13 @@
 // CPU benchmark: this machine's fp32 FMA peak and stream bandwidth, the matmul on GPT-2 124M's shapes
 // (beside a library's cblas_sgemm when built with one: OpenBLAS, or Intel's MKL with MKL=dir), training steps of a small model and of 124M, and
 // where a 124M step's time goes per op family against its roofline; everything measured in one run.
-// usage: build/dev/bench_cpu [steps (default 6)] [--small-only (the small model's steps and breakdown) |
-//        --no-matmul (the steps and breakdown only)]
+// usage: build/dev/bench_cpu [steps (default 6)] [--small-only | --no-matmul]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "llmc/matmul.h"
 #include "llmc/profile.h"
@@ -285,8 +285,19 @@ static void bench_step(const char* label, int L, int C, int NH, int V, int B, in
 }
 
 int main(int argc, char** argv) {
-    int steps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 6;
-    int small_only = argc > 2 && !strcmp(argv[2], "--small-only"), no_matmul = argc > 2 && !strcmp(argv[2], "--no-matmul");
+    const DevCli cli = {"bench_cpu", "usage: build/dev/bench_cpu [steps (default 6)] [--small-only | --no-matmul]\n"
+                                     "  steps         124M steps timed (the small model's: 4x as many)\n"
+                                     "  --small-only  the small model's steps and its breakdown only\n"
+                                     "  --no-matmul   leave out the matmul table: the steps and the breakdown only\n"};
+    dev_cli_help(&cli, argc, argv);
+    int steps = 6, small_only = 0, no_matmul = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--small-only")) small_only = 1;
+        else if (!strcmp(argv[i], "--no-matmul")) no_matmul = 1;
+        else if (i == 1) steps = (int)dev_cli_long(&cli, "steps", argv[i], 1, 100000);
+        else dev_cli_refuse(&cli, "unexpected argument '%s'", argv[i]);
+    }
+    if (small_only && no_matmul) dev_cli_refuse(&cli, "--small-only and --no-matmul: give one of them");
     struct utsname u;
     uname(&u);
     char cpu[256] = "unknown";

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "llmc/rng.h"
 #include "tdpipe/comm.h"
@@ -42,12 +43,18 @@ static double time_mode(Comm* c, Stage* st, int mode, size_t bucket, int reps, f
 }
 
 int main(int argc, char** argv) {
+    const DevCli cli = {"bench_dp_sync", "usage: mpirun -np D build/dev/bench_dp_sync [reps (default 5)] [--small-only]\n"};
+    dev_cli_help(&cli, argc, argv); // before MPI starts: every rank would print it
+    int reps = 5, small_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--small-only")) small_only = 1;
+        else if (i == 1) reps = (int)dev_cli_long(&cli, "reps", argv[i], 1, 100000);
+        else dev_cli_refuse(&cli, "unexpected argument '%s'", argv[i]);
+    }
     Comm c;
     comm_init(&c, &argc, &argv);
     char err[256];
     if (comm_grid(&c, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
-    int reps = argc > 1 && argv[1][0] != '-' ? atoi(argv[1]) : 5, small_only = argc > 1 && !strcmp(argv[argc - 1], "--small-only");
-    if (reps < 1) reps = 1;
     struct utsname u;
     uname(&u);
     const GPT2Config shapes[2] = {{1024, 256, 256, 4, 4, 256}, {1024, 50257, 50304, 12, 12, 768}}; // maxT, V, Vp, L, NH, C

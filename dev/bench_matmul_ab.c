@@ -36,11 +36,12 @@ static int cmp_double(const void* a, const void* b) { double x = *(const double*
 static double quantile(const double* sorted, int n, double q) { return sorted[(int)(q * (n - 1) + 0.5)]; }
 
 int main(int argc, char** argv) {
-    int rounds = argc > 1 ? atoi(argv[1]) : 0, nv = argc > 2 ? atoi(argv[2]) : 0, small = argc > 3 && !strcmp(argv[3], "small");
-    if (rounds < 4 || nv < 2 || nv > 3) {
-        fprintf(stderr, "usage: %s ROUNDS(>= 4) VARIANTS(2 or 3) [small]\n", argv[0]);
-        return 2;
-    }
+    const DevCli cli = {"bench_matmul_ab", "usage: build/dev/bench_matmul_ab ROUNDS(>= 4) VARIANTS(2 or 3) [small]   (dev/bench_matmul_ab.sh builds and runs it)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc < 3 || argc > 4) dev_cli_refuse(&cli, "expected 2 or 3 arguments, got %d", argc - 1);
+    int rounds = (int)dev_cli_long(&cli, "ROUNDS", argv[1], 4, 1000000), nv = (int)dev_cli_long(&cli, "VARIANTS", argv[2], 2, 3);
+    if (argc == 4 && strcmp(argv[3], "small")) dev_cli_refuse(&cli, "unexpected argument '%s' (only 'small')", argv[3]);
+    int small = argc == 4;
     int L = small ? 2 : 12, C = small ? 128 : 768, NH = small ? 2 : 12, V = small ? 256 : 50257, B = small ? 8 : 4, T = 64;
     Stage s;
     step_stage_create(&s, L, C, NH, V, B, T);

@@ -5,11 +5,15 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "llmc/global_norm.h"
 
 int main(int argc, char** argv) {
-    int reps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 5;
+    const DevCli cli = {"bench_sumsq", "usage: build/dev/bench_sumsq [reps (default 5)]   (best of reps; OMP_NUM_THREADS sets the threads)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 2) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[2]);
+    int reps = argc > 1 ? (int)dev_cli_long(&cli, "reps", argv[1], 1, 100000) : 5;
     size_t n = 124475904, piece = 2359296; // (n) the gradient; (piece) fcw's, (4*C, C) at C = 768
     float* g = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) g[i] = (float)(i % 1000) * 1e-3f;

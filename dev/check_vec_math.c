@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "llmc/vec_math.h"
 
@@ -66,8 +67,10 @@ static int report(const char* name, void (*vec)(float*, const float*, long), flo
 }
 
 int main(int argc, char** argv) {
-    long stride = argc > 1 ? atol(argv[1]) : 1;
-    if (stride < 1) stride = 1;
+    const DevCli cli = {"check_vec_math", "usage: build/dev/check_vec_math [stride (default 1: all 2^32 float patterns; n: every n-th)]\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 2) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[2]);
+    long stride = argc > 1 ? dev_cli_long(&cli, "stride", argv[1], 1, 1L << 32) : 1;
     int ok = report("expf_vec", expf_vec, expf, exp, EXPF_VEC_MAX_ULP, stride);
     ok &= report("tanhf_vec", tanhf_vec, tanhf, tanh, TANHF_VEC_MAX_ULP, stride);
     return !ok;

@@ -13,6 +13,7 @@
 // op's work on a core of its own (plot_trace.py --op-times --cores C)
 // --detail 1: also each stage's bubble (bubble_per_stage=, as log.jsonl's) and the share of the time
 // k = 0..P stages computed at once (at_once=, as plot_trace.py --op-times prints it for the trace)
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "tdpipe/simulator.h"
 #include <string.h>
@@ -49,40 +50,33 @@ int main(int argc, char** argv) {
     const char *sched = "1f1b", *f = NULL, *b = NULL, *bi = NULL, *bw = NULL, *u = NULL, *mf = NULL, *mb = NULL, *bs = NULL;
     int P = 0, M = 0, W = 0, n_steps = 0, cores = 0, detail = 0;
     double latency = 0.0;
-    for (int i = 1; i < argc; i++) {
-        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) {
-            fprintf(stderr, "sim_replay: %s needs a value (usage: see dev/sim_replay.c)\n", argv[i]);
-            return 1;
-        }
-        if (!strcmp(argv[i], "--schedule")) sched = v;
-        else if (!strcmp(argv[i], "--stages")) P = atoi(v);
-        else if (!strcmp(argv[i], "--micro-batches")) M = atoi(v);
-        else if (!strcmp(argv[i], "--aew")) W = atoi(v);
-        else if (!strcmp(argv[i], "--steps")) n_steps = atoi(v);
-        else if (!strcmp(argv[i], "--latency")) latency = atof(v) / 1e3;
-        else if (!strcmp(argv[i], "--cores")) {
-            char* end;
-            cores = (int)strtol(v, &end, 10);
-            if (end == v || *end || cores < 0) {
-                fprintf(stderr, "sim_replay: --cores %s: expected a number of cores >= 0 (0: a core per stage)\n", v);
-                return 1;
-            }
-        }
-        else if (!strcmp(argv[i], "--f")) f = v;
-        else if (!strcmp(argv[i], "--b")) b = v;
-        else if (!strcmp(argv[i], "--bi")) bi = v;
-        else if (!strcmp(argv[i], "--bw")) bw = v;
-        else if (!strcmp(argv[i], "--u")) u = v;
-        else if (!strcmp(argv[i], "--msg-f")) mf = v;
-        else if (!strcmp(argv[i], "--msg-b")) mb = v;
-        else if (!strcmp(argv[i], "--b-send")) bs = v;
-        else if (!strcmp(argv[i], "--detail")) detail = atoi(v);
-        else {
-            fprintf(stderr, "sim_replay: unknown option %s\n", argv[i]);
-            return 1;
-        }
-        i++;
+    const DevCli cli = {"sim_replay",
+                        "usage: build/dev/sim_replay --schedule S --stages P --micro-batches M [--aew W] --steps n --f ms,.. --b ms,..\n"
+                        "         [--bi ms,.. --bw ms,..] [--u ms,..] [--latency ms] [--msg-f ms,.. --msg-b ms,..] [--b-send x,..]\n"
+                        "         [--cores C] [--detail 1]   (what each means: the comment at the top of dev/sim_replay.c)\n"};
+    dev_cli_help(&cli, argc, argv);
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+#define VALUE dev_cli_value(&cli, argc, argv, i)
+        if (!strcmp(flag, "--schedule")) sched = VALUE;
+        else if (!strcmp(flag, "--stages")) P = (int)dev_cli_long(&cli, flag, VALUE, 1, 4096);
+        else if (!strcmp(flag, "--micro-batches")) M = (int)dev_cli_long(&cli, flag, VALUE, 1, 1 << 20);
+        else if (!strcmp(flag, "--aew")) W = (int)dev_cli_long(&cli, flag, VALUE, 0, 1 << 20);
+        else if (!strcmp(flag, "--steps")) n_steps = (int)dev_cli_long(&cli, flag, VALUE, 3, 1 << 20);
+        else if (!strcmp(flag, "--latency")) latency = dev_cli_nonneg(&cli, flag, VALUE) / 1e3;
+        else if (!strcmp(flag, "--cores")) cores = (int)dev_cli_long(&cli, "--cores (0: a core per stage)", VALUE, 0, 1 << 16);
+        else if (!strcmp(flag, "--detail")) detail = (int)dev_cli_long(&cli, flag, VALUE, 0, 1);
+        // the lists are parsed below, once P is known
+        else if (!strcmp(flag, "--f")) f = VALUE;
+        else if (!strcmp(flag, "--b")) b = VALUE;
+        else if (!strcmp(flag, "--bi")) bi = VALUE;
+        else if (!strcmp(flag, "--bw")) bw = VALUE;
+        else if (!strcmp(flag, "--u")) u = VALUE;
+        else if (!strcmp(flag, "--msg-f")) mf = VALUE;
+        else if (!strcmp(flag, "--msg-b")) mb = VALUE;
+        else if (!strcmp(flag, "--b-send")) bs = VALUE;
+        else dev_cli_refuse(&cli, "unknown option %s", flag);
+#undef VALUE
     }
     SchedKind kind;
     if (schedule_parse_kind(sched, &kind)) {

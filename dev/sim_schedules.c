@@ -3,6 +3,7 @@
 // ZB's BI = BW = 1, U = 0) at jitter β = 0, 0.1, 0.3.
 // Usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds averaged when β > 0]
 //                      [-W tdpipe windows, comma-separated (default 0,1,2,4,8,16,24,32)]
+#include "dev/dev_cli.h"
 #include "llmc/common.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
@@ -19,24 +20,29 @@ int main(int argc, char** argv) {
     Row rows[FIXED + 32] = {{SCHED_1F1B, 0, 1}, {SCHED_GPIPE, 0, 1}, {SCHED_ZBH1, 0, 1}, {SCHED_INTERLEAVED, 0, 2}};
     int windows[] = {0, 1, 2, 4, 8, 16, 24, 32}, n_rows = FIXED;
     for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) rows[n_rows++] = (Row){SCHED_TDPIPE, windows[k], 1};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        int v = atoi(argv[i + 1]);
-        if (strcmp(argv[i], "-P") == 0) P = v;
-        else if (strcmp(argv[i], "-M") == 0) M = v;
-        else if (strcmp(argv[i], "-n") == 0) n_steps = v;
-        else if (strcmp(argv[i], "-s") == 0) seeds = v;
-        else if (strcmp(argv[i], "-W") == 0) { // the tdpipe rows: a comma-separated list
+    const DevCli cli = {"sim_schedules", "usage: build/dev/sim_schedules [-P stages (8)] [-M micro-batches (16)] [-n steps (4)] "
+                                         "[-s seeds averaged when beta > 0 (20)] [-W tdpipe windows, comma-separated (0,1,2,4,8,16,24,32)]\n"};
+    dev_cli_help(&cli, argc, argv);
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "-P") && strcmp(argv[i], "-M") && strcmp(argv[i], "-n") && strcmp(argv[i], "-s") && strcmp(argv[i], "-W"))
+            dev_cli_refuse(&cli, "unknown flag %s", argv[i]);
+        const char* v = dev_cli_value(&cli, argc, argv, i);
+        if (!strcmp(argv[i], "-P")) P = (int)dev_cli_long(&cli, "-P", v, 1, 1024);
+        else if (!strcmp(argv[i], "-M")) M = (int)dev_cli_long(&cli, "-M", v, 1, 1 << 16);
+        else if (!strcmp(argv[i], "-n")) n_steps = (int)dev_cli_long(&cli, "-n", v, 1, 1 << 16);
+        else if (!strcmp(argv[i], "-s")) seeds = (int)dev_cli_long(&cli, "-s", v, 1, 1 << 16);
+        else { // the tdpipe rows: a comma-separated list
             n_rows = FIXED;
-            for (char* it = argv[i + 1]; *it && n_rows < FIXED + 32; it += *it == ',') {
-                char* end;
-                long w = strtol(it, &end, 10);
-                if (end == it || w < 0) td_fatal("-W %s: expected windows >= 0 separated by commas", argv[i + 1]);
+            for (const char* it = v;; it++) { // it: the start of the next number
+                char* e;
+                long w = strtol(it, &e, 10);
+                if (e == it || w < 0 || w > 1 << 16 || (*e && *e != ',') || n_rows == FIXED + 32)
+                    dev_cli_refuse(&cli, "-W %s: expected up to 32 windows >= 0 separated by commas", v);
                 rows[n_rows++] = (Row){SCHED_TDPIPE, (int)w, 1};
-                it = end;
+                if (!*(it = e)) break;
             }
-        } else td_fatal("unknown flag %s (usage: sim_schedules [-P stages] [-M micro-batches] [-n steps] [-s seeds] [-W windows])", argv[i]);
+        }
     }
-    if (P < 1 || seeds < 1) td_fatal("need -P >= 1 and -s >= 1");
     double* t_f = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_b = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_h = (double*)malloc_check(P * sizeof(double)); // (P) BI and BW: half of B each

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The benchmark entry points' refusals: what make bench-mkl / bench-llmc, dev/get_mkl.sh,
 # dev/bench_llmc.sh and dev/bench_matmul_ab.sh say, and that they stop, when given nothing or the
-# wrong thing (the benchmarks themselves print timings and are not run here).
+# wrong thing; and the dev programs' command lines (dev/dev_cli.h): --help prints the usage and
+# exits 0, a bad argument is named before anything runs (the benchmarks themselves print timings
+# and are not run here).
 # Run from the repository root after `make`.
 source tests/lib.sh
 
@@ -22,4 +24,34 @@ refuse "bench_llmc.sh on a folder that is not llm.c" "has no train_gpt2.c and Ma
 refuse "bench_matmul_ab.sh without a variant" "usage: dev/bench_matmul_ab.sh" bash dev/bench_matmul_ab.sh
 refuse "bench_matmul_ab.sh with an unknown option" "unknown option --fast" bash dev/bench_matmul_ab.sh --fast x.c
 refuse "bench_matmul_ab.sh with a missing variant" "$TMP/none.c: no such file" bash dev/bench_matmul_ab.sh "$TMP/none.c"
+# every dev program answers --help with its usage, on stdout, exit 0, having run nothing (the usage
+# is the first line it prints)
+helps() { "$1" --help > "$TMP/help" 2>&1 && head -1 "$TMP/help" | grep -q "^usage: .*$(basename "$1")"; }
+for prog in bench_cpu bench_sumsq check_vec_math bench_checkpoint bench_matmul_ab sim_replay sim_schedules sim_cluster; do
+    check "$prog --help prints its usage" helps build/dev/$prog
+done
+[ -x build/dev/bench_dp_sync ] && check "bench_dp_sync --help prints its usage" helps build/dev/bench_dp_sync
+
+refuse "bench_cpu with 0 steps" "bench_cpu: steps 0: expected a whole number from 1" build/dev/bench_cpu 0
+refuse "bench_cpu with steps that are not a number" "bench_cpu: steps five: expected a whole number" build/dev/bench_cpu five
+refuse "bench_cpu with an unknown option" "bench_cpu: unexpected argument '--fast'" build/dev/bench_cpu 3 --fast
+refuse "bench_cpu with both modes" "give one of them" build/dev/bench_cpu 3 --small-only --no-matmul
+refuse "bench_sumsq with 0 reps" "bench_sumsq: reps 0: expected a whole number from 1" build/dev/bench_sumsq 0
+refuse "check_vec_math with stride 0" "check_vec_math: stride 0: expected a whole number from 1" build/dev/check_vec_math 0
+refuse "check_vec_math with two arguments" "unexpected argument '7'" build/dev/check_vec_math 3 7
+refuse "bench_checkpoint with nothing to save" "give a checkpoint or --synthetic" build/dev/bench_checkpoint
+refuse "bench_checkpoint with a scale above 1" "--scale 2: expected a share of 124M's size" build/dev/bench_checkpoint --synthetic --scale 2
+refuse "bench_checkpoint with --dir and no folder" "--dir needs a value" build/dev/bench_checkpoint --synthetic --dir
+refuse "bench_checkpoint with an unknown option" "unknown option --fast" build/dev/bench_checkpoint --synthetic --fast
+refuse "bench_matmul_ab with 3 rounds" "ROUNDS 3: expected a whole number from 4" build/dev/bench_matmul_ab 3 2
+refuse "bench_matmul_ab with a fourth argument it does not know" "unexpected argument 'big'" build/dev/bench_matmul_ab 8 2 big
+[ -x build/dev/bench_dp_sync ] && refuse "bench_dp_sync with 0 reps" "bench_dp_sync: reps 0: expected a whole number" build/dev/bench_dp_sync 0
+refuse "sim_schedules with -P 0" "sim_schedules: -P 0: expected a whole number from 1" build/dev/sim_schedules -P 0
+refuse "sim_schedules with an empty window" "-W 1,,2: expected up to 32 windows" build/dev/sim_schedules -W 1,,2
+refuse "sim_schedules with a flag and no value" "-n needs a value" build/dev/sim_schedules -n
+refuse "sim_schedules with an unknown flag" "unknown flag -Q" build/dev/sim_schedules -Q 1
+refuse "sim_replay with stages that are not a number" "--stages two: expected a whole number from 1" build/dev/sim_replay --stages two
+refuse "sim_replay with a negative latency" "--latency -1: expected a number >= 0" build/dev/sim_replay --latency -1
+refuse "sim_replay with a flag and no value" "--steps needs a value" build/dev/sim_replay --stages 2 --steps
+refuse "sim_replay with an unknown option" "unknown option --fast" build/dev/sim_replay --fast 1
 finish
