@@ -11,6 +11,7 @@
 # run 40 steps: it is stopped once it has printed steps + 1 step lines. The first step of each is
 # left out of the median (llm.c allocates its AdamW state there).
 set -euo pipefail
+source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional bench_llmc "$@"
 cd "$(dirname "$0")/.."
 LLMC=${1:?usage: dev/bench_llmc.sh LLMC_DIR [steps] [threads]}
 STEPS=${2:-6}

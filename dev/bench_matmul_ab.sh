@@ -5,6 +5,7 @@
 #
 # usage: dev/bench_matmul_ab.sh [--rounds N (default 30)] [--small] B.c [C.c]
 set -euo pipefail
+source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
 cd "$(dirname "$0")/.."
 ROUNDS=30 SMALL=""
 while [ $# -gt 0 ]; do

@@ -5,6 +5,7 @@
 # numerics prints the same lines. Not a test (it records, it does not judge).
 # usage: dev/golden_runs.sh [binary (default ./train_tdpipe)] > golden.txt
 set -u
+source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional golden_runs "$@"
 BIN=${1:-./train_tdpipe}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"

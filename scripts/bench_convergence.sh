@@ -14,8 +14,12 @@
 #   DC_LAMBDA=1e5, T_SHAKESPEARE=128, SEEDS=1337: a subset of the table (the whole is 76 runs a seed; Tiny Shakespeare's take minutes each),
 #   AEW_START=N: every run's window opens after step N (--aew-start; W = 0's rows are the same either way)
 set -u
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"; cli_positional bench_convergence "$@"
 WHICH=${1:-both}
 STEPS=${2:-300}
+case $WHICH in builtin | shakespeare | both) ;; *) echo "bench_convergence: '$WHICH': expected builtin, shakespeare or both" >&2; exit 1 ;; esac
+cli_count bench_convergence steps "$STEPS" 1
+[ $# -le 2 ] || { echo "bench_convergence: unexpected argument $3" >&2; exit 1; }
 BIN=${BIN:-./train_tdpipe}
 SIM=build/dev/sim_schedules
 [ -x "$BIN" ] && [ -x "$SIM" ] || { echo "bench_convergence: build first (make)" >&2; exit 1; }

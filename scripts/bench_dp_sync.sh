@@ -10,7 +10,9 @@
 # usage: scripts/bench_dp_sync.sh [--quick]   (--quick: the small shape only, fewer steps)
 #   PARTS="1 2 3" (env): which parts to run; D_124M="2 4", STEPS_124M=41: part 2's 124M runs (default: D 2, 5 steps)
 set -u
-QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"
+QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1 && shift
+[ $# -eq 0 ] || { echo "bench_dp_sync: unexpected argument $1 (only --quick; --help for the usage)" >&2; exit 1; }
 BIN=${BIN:-./train_tdpipe}
 BENCH=build/dev/bench_dp_sync
 [ -x "$BIN" ] && [ -x "$BENCH" ] || { echo "bench_dp_sync: build first (make)" >&2; exit 1; }

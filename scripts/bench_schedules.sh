@@ -7,8 +7,10 @@
 # table that people and awk both read. Not a test.
 # usage: scripts/bench_schedules.sh [steps (default 12)] [binary (default ./train_tdpipe)]
 set -u
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"; cli_positional bench_schedules "$@"
 STEPS=${1:-12}
 BIN=${2:-./train_tdpipe}
+cli_count bench_schedules steps "$STEPS" 3
 P=8; M=16
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np $P"

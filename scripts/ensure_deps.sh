@@ -4,6 +4,7 @@
 # names clang). As root it runs apt-get; otherwise it prints the exact command and exits 1.
 # Usage: scripts/ensure_deps.sh [package...]        (make test runs it first)
 set -u
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"; cli_positional ensure_deps "$@"
 need=()
 want() { for p in "$@"; do [[ " ${need[*]-} " == *" $p "* ]] || need+=("$p"); done; }
 has_header() { printf '#include <%s>\n' "$1" | cc -E -x c - >/dev/null 2>&1; }

@@ -14,16 +14,19 @@
 # just the steps whose names match REGEX (bash's =~; a step that needs one left out does not run either).
 # Exit code: the number of steps that failed or were skipped.
 set -u
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"
 cd "$(dirname "$0")/.."
 PART=AB QUICK=0 ONLY=
 while [ $# -gt 0 ]; do
     case $1 in
-    --part) PART=$2; shift 2 ;;
+    --part) PART=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --quick) QUICK=1; shift ;;
-    --only) ONLY=$2; shift 2 ;;
+    --only) ONLY=${2:?--only needs a regular expression}; shift 2 ;;
+    -?*) echo "gpu_check: unknown option $1 (--help for the usage)" >&2; exit 2 ;;
     *) break ;;
     esac
 done
+[ $# -le 1 ] || { echo "gpu_check: one log file at most (got: $*)" >&2; exit 2; }
 case $PART in A | B | AB) ;; *) echo "gpu_check: --part $PART: expected A or B" >&2; exit 2 ;; esac
 LOG=${1:-gpu_check.log}
 : >"$LOG"

@@ -8,6 +8,8 @@
 # there. Prints the paths to carry and their size. A later `make` here rebuilds for this machine.
 # Usage: scripts/gpu_prepare.sh (env JOBS: make's -j, default nproc)
 set -eu
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"
+[ $# -eq 0 ] || { echo "gpu_prepare: takes no arguments (got $1; --help for the usage)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 echo "# gpu_prepare: building for x86-64-v3 (make ARCH=x86-64-v3)"

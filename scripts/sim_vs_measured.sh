@@ -16,6 +16,7 @@
 #   MPI_ARGS: more mpirun options (e.g. "--mca btl_vader_single_copy_mechanism none": messages that
 #   move only inside MPI calls, the one-GPU hosts' case, for a replay whose links matter)
 set -u
+source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"; cli_positional sim_vs_measured "$@"
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${1:-8}
 BIN=${2:-./train_tdpipe}

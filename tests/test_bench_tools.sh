@@ -54,4 +54,19 @@ refuse "sim_replay with stages that are not a number" "--stages two: expected a 
 refuse "sim_replay with a negative latency" "--latency -1: expected a number >= 0" build/dev/sim_replay --latency -1
 refuse "sim_replay with a flag and no value" "--steps needs a value" build/dev/sim_replay --stages 2 --steps
 refuse "sim_replay with an unknown option" "unknown option --fast" build/dev/sim_replay --fast 1
+
+# the scripts likewise (scripts/cli.sh): --help prints the header with its usage and runs nothing, an
+# option a script does not take is refused by name before anything runs
+script_helps() { (cd "$TMP/empty" && bash "$OLDPWD/$1" --help) > "$TMP/help" 2>&1 && grep -qi "usage" "$TMP/help" && [ -z "$(ls -A "$TMP/empty")" ]; }
+for s in scripts/bench_convergence.sh scripts/bench_dp_sync.sh scripts/bench_schedules.sh scripts/ensure_deps.sh scripts/gpu_check.sh \
+    scripts/gpu_prepare.sh scripts/sim_vs_measured.sh scripts/reproduce_tables.sh dev/bench_llmc.sh dev/bench_matmul_ab.sh dev/get_mkl.sh \
+    dev/golden_runs.sh dev/data/get_gpt2_tokenizer.sh dev/data/prepare_tinyshakespeare.sh dev/fuzz/run.sh; do
+    check "$s --help prints its usage and runs nothing" script_helps "$s"
+    refuse "$s refuses an option it does not take" "(unknown option|unexpected argument|takes no arguments).*--bogus" bash "$s" --bogus
+done
+refuse "bench_convergence.sh with data it does not know" "'tiny': expected builtin, shakespeare or both" bash scripts/bench_convergence.sh tiny
+refuse "bench_convergence.sh with steps that are not a number" "steps x: expected a whole number" bash scripts/bench_convergence.sh both x
+refuse "bench_schedules.sh with too few steps" "steps 2: expected a whole number >= 3" bash scripts/bench_schedules.sh 2
+refuse "bench_dp_sync.sh with a second argument" "unexpected argument 5" bash scripts/bench_dp_sync.sh --quick 5
+refuse "gpu_check.sh with two log files" "one log file at most" bash scripts/gpu_check.sh a.log b.log
 finish

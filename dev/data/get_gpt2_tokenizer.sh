@@ -4,6 +4,7 @@
 # public copy. Used by prepare_tinyshakespeare.sh and the tests.
 # usage: dev/data/get_gpt2_tokenizer.sh [GPT2_DIR]
 set -euo pipefail
+source "$(dirname "$0")/../../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional get_gpt2_tokenizer "$@"
 GPT2_URL=https://openaipublic.blob.core.windows.net/gpt-2/models/124M
 die() { echo "get_gpt2_tokenizer: $*" >&2; exit 1; }
 SRC=${1:-}

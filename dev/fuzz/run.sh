@@ -4,6 +4,7 @@
 # (crash, hang > 10 s, leak, failed property; inputs kept in crashes/<target>/); exit 1 if any.
 # Usage: dev/fuzz/run.sh SECONDS TARGET...
 set -u
+source "$(dirname "$0")/../../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional fuzz/run.sh "$@"
 cd "$(dirname "$0")/../.." || exit 1
 secs=$1; shift
 B=${FUZZ_BUILD:-build-fuzz}
