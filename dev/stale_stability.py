@@ -52,7 +52,16 @@ def limit(delta, mode, b, factor=1.0):
 
 
 def main():
-    b = float(sys.argv[1]) if len(sys.argv) > 1 else 0.9
+    usage = "usage: python3 dev/stale_stability.py [beta1 (default 0.9), 0 <= beta1 < 1]"
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(usage)
+        return
+    try:
+        b = float(sys.argv[1]) if len(sys.argv) > 1 else 0.9
+    except ValueError:
+        b = -1.0
+    if len(sys.argv) > 2 or not 0.0 <= b < 1.0:
+        sys.exit(f"stale_stability: expected one beta1 in [0, 1), got {' '.join(sys.argv[1:])}\n{usage}")
     print(f"# stale_stability: limit of eta*h (AdamW's rate x preconditioned curvature) for delayed updates, beta1 {b}")
     print(f"# command: python3 dev/stale_stability.py {b}")
     names = ["none", "predict/o1", "predict", "lr", "predict/o1+lr", "predict+lr"]

@@ -2,6 +2,11 @@
 # One row of bench_dp_sync.sh's part 2: a data-parallel run's exposed gradient communication, from
 # its log.jsonl and its --trace. usage: dp_exposure.py LOG TRACE NAME D MODE ALONE_MS
 import json, statistics, sys
+USAGE = "usage: scripts/dp_exposure.py LOG TRACE NAME D MODE ALONE_MS   (one row of scripts/bench_dp_sync.sh's part 2)"
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    sys.exit(print(USAGE))
+if len(sys.argv) != 7:  # called by scripts/bench_dp_sync.sh, which gives all six
+    sys.exit(USAGE)
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"dp_bytes"' in l][1:]  # the first step warms up
 name, D, mode, alone = sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6])
 mean = lambda k, i=0: sum(r[k][i] if isinstance(r[k], list) else r[k] for r in rows) / len(rows)

@@ -69,4 +69,10 @@ refuse "bench_convergence.sh with steps that are not a number" "steps x: expecte
 refuse "bench_schedules.sh with too few steps" "steps 2: expected a whole number >= 3" bash scripts/bench_schedules.sh 2
 refuse "bench_dp_sync.sh with a second argument" "unexpected argument 5" bash scripts/bench_dp_sync.sh --quick 5
 refuse "gpu_check.sh with two log files" "one log file at most" bash scripts/gpu_check.sh a.log b.log
+# the Python tools that run without their optional packages
+for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py; do
+    check "$s --help prints its usage" bash -c "python3 $s --help | grep -qi usage"
+done
+refuse "dp_exposure.py with too few arguments" "usage: scripts/dp_exposure.py LOG TRACE" python3 scripts/dp_exposure.py log.jsonl
+refuse "stale_stability.py with a beta1 of 1" "expected one beta1 in \\[0, 1\\), got 1" python3 dev/stale_stability.py 1
 finish
