@@ -503,6 +503,12 @@ static void print_startup(const Trainer* tr) {
     }
     partition_print(stdout, &tr->part);
     fflush(stdout);
+    // -l's default (3e-3) suits the small models; at GPT-2 124M it made the loss jump from 7.2 to
+    // 17.5 within 16 steps (B 4, T 64, Tiny Shakespeare). GPT-3's 125M model trained at 6e-4 (Brown
+    // et al. 2020, Table 2.1), llm.c's train_gpt2.c trains GPT-2 124M at 3e-4
+    if (cfg->channels >= 768 && a->lr > 1e-3)
+        fprintf(stderr, "note: lr %g (-l; 3e-3 by default, for the small models) is high for a model of width C %d: GPT-3's 125M model (C 768) "
+                        "trained at 6e-4 and llm.c trains GPT-2 124M at 3e-4; the loss may diverge\n", a->lr, cfg->channels);
 }
 
 // what the run will reserve on this host (every rank of it: the host's memory is shared), against what
