@@ -34,7 +34,7 @@ static const ArgSpec SPECS[] = {
     {"model", 't', "seq-len", "model.seq_len", A_INT, F(T), 1, 1048576, "64", "sequence length T"},
     {"model", 0, "device", "model.device", A_STR, F(device), 0, 0, "auto", "auto | cpu | cuda (cpu-staged: the CPU behind the GPU's code path, for tests)"},
     {"model", 0, "matmul", "model.matmul", A_STR, F(matmul), 0, 0, "tdpipe", "CUDA matmul: tdpipe (hand-written) | tdpipe-mma (mma.sync only) | cublaslt"},
-    {"optimisation", 'l', "lr", "optimizer.lr", A_FLOAT, F(lr), 0, 10, "3e-3", "peak learning rate"},
+    {"optimisation", 'l', "lr", "optimizer.lr", A_FLOAT, F(lr), 0, 10, "3e-3", "peak learning rate (the default suits the small models; GPT-2 124M: 6e-4 to 3e-4)"},
     {"optimisation", 'u', "warmup", "optimizer.warmup", A_INT, F(warmup), 0, 1e9, "20", "linear warmup steps"},
     {"optimisation", 'q', "final-lr-frac", "optimizer.final_lr_frac", A_FLOAT, F(final_lr_frac), 0, 1, "0.1", "final learning rate as a fraction of -l (cosine decay)"},
     {"optimisation", 'c', "weight-decay", "optimizer.weight_decay", A_FLOAT, F(weight_decay), 0, 10, "0.0", "AdamW weight decay (2-D matrices only)"},
