@@ -134,4 +134,7 @@ refuse "a directory as --config" "adir: is a directory, not a YAML config" $BIN 
 lr_note() { $BIN -e d12 -b 1 -t 8 -x 1 -v 0 -s 0 "$@" -o "$TMP/lr_note$#" 2>&1 >/dev/null | grep -c "is high for a model of width C 768"; }
 check "the default lr at C 768: a note names it and the rates 124M trains at" test "$(lr_note)" = 1
 check "-l 3e-4 at C 768: no note" test "$(lr_note -l 3e-4)" = 0
+# README's Flags section is --help's text, whole: a flag added or reworded without it shows here
+readme_help() { awk '/^`.\/train_tdpipe --help`:/ { f = 1; next } f && /^```$/ { if (++c == 2) exit; next } f && c == 1' README.md; }
+check "README's flag list is ./train_tdpipe --help" diff <(readme_help) <($BIN --help)
 finish
