@@ -69,6 +69,13 @@ refuse "bench_convergence.sh with steps that are not a number" "steps x: expecte
 refuse "bench_schedules.sh with too few steps" "steps 2: expected a whole number >= 3" bash scripts/bench_schedules.sh 2
 refuse "bench_dp_sync.sh with a second argument" "unexpected argument 5" bash scripts/bench_dp_sync.sh --quick 5
 refuse "gpu_check.sh with two log files" "one log file at most" bash scripts/gpu_check.sh a.log b.log
+# the CUDA benchmarks read their arguments before they touch a GPU, so this is checked where nvcc built them
+if [ -x build/dev/cuda/matmul ]; then
+    for prog in matmul attention layernorm; do check "cuda/$prog --help prints its usage" helps build/dev/cuda/$prog; done
+    refuse "cuda/matmul with N 0" "matmul: N 0: expected a whole number from 1" build/dev/cuda/matmul 0
+    refuse "cuda/attention with heads that do not divide C" "C 768 is not a multiple of NH 5" build/dev/cuda/attention 8 1024 5 768
+    refuse "cuda/layernorm with N and no C" "expected no arguments or both of N C, got 1" build/dev/cuda/layernorm 5
+fi
 # the Python tools that run without their optional packages
 for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py; do
     check "$s --help prints its usage" bash -c "python3 $s --help | grep -qi usage"

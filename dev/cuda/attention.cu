@@ -2,6 +2,7 @@
 // shape: forward and backward, checked against the CPU reference (llmc/attention.h) on batch row 0, timed,
 // in TFLOP/s (causal: half of the T x T work counted).
 // Usage: build/dev/cuda/attention [B T NH C], default 8 1024 12 768 (head size 64)
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +17,16 @@ static void compare(const char* name, const float* gpu, const float* cpu, size_t
 }
 
 int main(int argc, char** argv) {
+    const DevCli cli = {"attention", "usage: build/dev/cuda/attention [B T NH C]   (default 8 1024 12 768: causal attention, head size C / NH)\n"};
+    dev_cli_help(&cli, argc, argv);
     int B = 8, T = 1024, NH = 12, C = 768;
+    if (argc != 1 && argc != 5) dev_cli_refuse(&cli, "expected no arguments or all four of B T NH C, got %d", argc - 1);
     if (argc == 5) {
-        B = atoi(argv[1]);
-        T = atoi(argv[2]);
-        NH = atoi(argv[3]);
-        C = atoi(argv[4]);
+        B = (int)dev_cli_long(&cli, "B", argv[1], 1, 1 << 16);
+        T = (int)dev_cli_long(&cli, "T", argv[2], 1, 1 << 20);
+        NH = (int)dev_cli_long(&cli, "NH", argv[3], 1, 1 << 10);
+        C = (int)dev_cli_long(&cli, "C", argv[4], 1, 1 << 16);
+        if (C % NH) dev_cli_refuse(&cli, "C %d is not a multiple of NH %d", C, NH);
     }
     cuda_device_init(0);
     int hs = C / NH;

@@ -2,6 +2,7 @@
 // and backward (input and weight halves), checked against the CPU reference (llmc/ops.h), timed, in
 // GB/s of the bytes they must move and as a fraction of the device-to-device copy bandwidth measured here.
 // Usage: build/dev/cuda/layernorm [N C], default 65536 768 (data several times the L2)
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,10 @@ static float* get_f(const float* d, size_t n) {
 }
 
 int main(int argc, char** argv) {
-    int N = argc == 3 ? atoi(argv[1]) : 65536, C = argc == 3 ? atoi(argv[2]) : 768;
+    const DevCli cli = {"layernorm", "usage: build/dev/cuda/layernorm [N C]   (default 65536 768: N rows of C)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc != 1 && argc != 3) dev_cli_refuse(&cli, "expected no arguments or both of N C, got %d", argc - 1);
+    int N = argc == 3 ? (int)dev_cli_long(&cli, "N", argv[1], 1, 1 << 24) : 65536, C = argc == 3 ? (int)dev_cli_long(&cli, "C", argv[2], 1, 1 << 16) : 768;
     cuda_device_init(0);
     size_t n = (size_t)N * C, X = sizeof(floatX);
     printf("layernorm benchmark: %s, N=%d C=%d (%.0f MB per tensor), device %s\n", PRECISION_NAME, N, C, n * X / 1e6, g_device_prop.name);

@@ -2,6 +2,7 @@
 // shapes: every product (forward, dinp, dweight) of every backend, checked against the CPU reference
 // (llmc/matmul.h) on a slice of the output, timed, in TFLOP/s and as a ratio to cuBLASLt.
 // Usage: build/dev/cuda/matmul [B*T rows, default 8192]
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,10 @@ typedef struct {
 } Shape;
 
 int main(int argc, char** argv) {
-    int N = argc > 1 ? atoi(argv[1]) : 8192;
+    const DevCli cli = {"matmul", "usage: build/dev/cuda/matmul [N (default 8192)]   (N = B*T rows through GPT-2 124M's shapes)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 2) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[2]);
+    int N = argc > 1 ? (int)dev_cli_long(&cli, "N", argv[1], 1, 1 << 20) : 8192;
     cuda_device_init(0);
     const int C = 768, Vp = 50304, L = 12;
     Shape shapes[] = {{"qkv", C, 3 * C, L}, {"attproj", C, C, L}, {"fc", C, 4 * C, L}, {"fcproj", 4 * C, C, L}, {"lm_head", C, Vp, 1}};
