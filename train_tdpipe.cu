@@ -254,6 +254,12 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.curvature = a->predict_order == 2;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
+    // -l's default (3e-3) suits the small models; at GPT-2 124M it made the loss jump from 7.2 to
+    // 17.5 within 16 steps (B 4, T 64, Tiny Shakespeare). GPT-3's 125M model trained at 6e-4 (Brown
+    // et al. 2020, Table 2.1), llm.c's train_gpt2.c trains GPT-2 124M at 3e-4
+    if (g_rank == 0 && tr->cfg.channels >= 768 && a->lr > 1e-3)
+        fprintf(stderr, "note: lr %g (-l; 3e-3 by default, for the small models) is high for a model of width C %d: GPT-3's 125M model (C 768) "
+                        "trained at 6e-4 and llm.c trains GPT-2 124M at 3e-4; the loss may diverge\n", a->lr, tr->cfg.channels);
     if (run_model_partition(&tr->part, a, &tr->cfg, P, NULL, err, sizeof(err))) fatal_all("%s", err);
     int W_max = 0;
     for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
@@ -503,12 +509,6 @@ static void print_startup(const Trainer* tr) {
     }
     partition_print(stdout, &tr->part);
     fflush(stdout);
-    // -l's default (3e-3) suits the small models; at GPT-2 124M it made the loss jump from 7.2 to
-    // 17.5 within 16 steps (B 4, T 64, Tiny Shakespeare). GPT-3's 125M model trained at 6e-4 (Brown
-    // et al. 2020, Table 2.1), llm.c's train_gpt2.c trains GPT-2 124M at 3e-4
-    if (cfg->channels >= 768 && a->lr > 1e-3)
-        fprintf(stderr, "note: lr %g (-l; 3e-3 by default, for the small models) is high for a model of width C %d: GPT-3's 125M model (C 768) "
-                        "trained at 6e-4 and llm.c trains GPT-2 124M at 3e-4; the loss may diverge\n", a->lr, cfg->channels);
 }
 
 // what the run will reserve on this host (every rank of it: the host's memory is shared), against what

@@ -130,8 +130,9 @@ yaml_refused twodocs 'model: {batch: 2}\n---\nmodel: {batch: 4}\n' "2: a second 
 refuse "missing config file" "missing.yaml: cannot open" $BIN --config "$TMP/missing.yaml"
 refuse "a directory as --config" "adir: is a directory, not a YAML config" $BIN --config "$TMP/adir"
 
-# -l's default suits the small models: at GPT-2 124M's width the start-up says so, and not once -l is given
-lr_note() { $BIN -e d12 -b 1 -t 8 -x 1 -v 0 -s 0 "$@" -o "$TMP/lr_note$#" 2>&1 >/dev/null | grep -c "is high for a model of width C 768"; }
+# -l's default suits the small models: at GPT-2 124M's width the start-up says so, and not once -l is
+# given (said while the flags are read, so --print-schedule shows it without building the model)
+lr_note() { $BIN -e d12 --print-schedule "$@" 2>&1 >/dev/null | grep -c "is high for a model of width C 768"; }
 check "the default lr at C 768: a note names it and the rates 124M trains at" test "$(lr_note)" = 1
 check "-l 3e-4 at C 768: no note" test "$(lr_note -l 3e-4)" = 0
 # README's Flags section is --help's text, whole: a flag added or reworded without it shows here
