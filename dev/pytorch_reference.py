@@ -32,8 +32,7 @@ import math
 import os
 import struct
 
-import torch
-import torch.nn.functional as F
+torch = F = None  # imported in main, after the arguments: --help needs no PyTorch
 
 L, C, NH, V, VP, MAXT = 2, 32, 4, 60, 128, 16
 B, T = 2, 8
@@ -157,6 +156,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="tests/fixtures", help="directory for the three fixture files")
     args = ap.parse_args()
+    global torch, F
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        raise SystemExit("pytorch_reference: needs PyTorch (pip install torch)")
     torch.set_num_threads(1)  # a fixed reduction order: the same float64 results on every run
     gen = torch.Generator().manual_seed(SEED)
     p = make_params(gen)

@@ -76,8 +76,9 @@ if [ -x build/dev/cuda/matmul ]; then
     refuse "cuda/attention with heads that do not divide C" "C 768 is not a multiple of NH 5" build/dev/cuda/attention 8 1024 5 768
     refuse "cuda/layernorm with N and no C" "expected no arguments or both of N C, got 1" build/dev/cuda/layernorm 5
 fi
-# the Python tools that run without their optional packages
-for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py; do
+# the Python tools: --help without their optional packages (PyTorch, tiktoken, matplotlib)
+for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py \
+    dev/pytorch_reference.py dev/data/tiktoken_reference.py; do
     check "$s --help prints its usage" bash -c "python3 $s --help | grep -qi usage"
 done
 refuse "dp_exposure.py with too few arguments" "usage: scripts/dp_exposure.py LOG TRACE" python3 scripts/dp_exposure.py log.jsonl

@@ -15,8 +15,7 @@ import argparse
 import os
 import sys
 
-import tiktoken
-from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+tiktoken = data_gym_to_mergeable_bpe_ranks = None  # imported in main, after the arguments: --help needs no tiktoken
 
 # GPT-2's pre-tokenisation regex, as in openai/gpt-2 src/encoder.py
 GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -129,6 +128,12 @@ def main():
     ap.add_argument("--out", default="tests/fixtures", help="folder for the fixture files")
     ap.add_argument("--unicode-tables", action="store_true", help="print the C classification tables instead")
     args = ap.parse_args()
+    global tiktoken, data_gym_to_mergeable_bpe_ranks
+    try:
+        import tiktoken
+        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    except ImportError:
+        raise SystemExit("tiktoken_reference: needs tiktoken (pip install -r dev/data/requirements.txt)")
     if args.unicode_tables:
         print_unicode_tables()
         return 0
