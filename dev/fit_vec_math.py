@@ -4,6 +4,11 @@ iteration (weighted least squares whose weights grow where the error is largest)
 nodes, against mpmath at 40 digits. Prints each fit's worst relative error and its coefficients
 rounded to float, lowest degree first, as the C file lists them highest first.
 usage: pip install numpy mpmath; python3 dev/fit_vec_math.py"""
+import sys
+
+if sys.argv[1:]:  # it takes no arguments: --help is this text, anything else a refusal
+    print(__doc__, file=sys.stdout if sys.argv[1] in ("-h", "--help") else sys.stderr)
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 1)
 import mpmath as mp
 import numpy as np
 

@@ -78,7 +78,7 @@ if [ -x build/dev/cuda/matmul ]; then
 fi
 # the Python tools: --help without their optional packages (PyTorch, tiktoken, matplotlib)
 for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py \
-    dev/pytorch_reference.py dev/data/tiktoken_reference.py; do
+    dev/pytorch_reference.py dev/data/tiktoken_reference.py dev/fit_vec_math.py; do
     check "$s --help prints its usage" bash -c "python3 $s --help | grep -qi usage"
 done
 refuse "dp_exposure.py with too few arguments" "usage: scripts/dp_exposure.py LOG TRACE" python3 scripts/dp_exposure.py log.jsonl
