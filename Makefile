@@ -213,7 +213,9 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_TARGETS := model_file shard checkpoint config tokenizer
 FUZZ_CFLAGS  := -g -O1 -std=gnu11 -I. -fsanitize=address,undefined -fno-sanitize-recover=all
 # the readers, instrumented; the model's compute, which gpt2.c links in but no reader runs, is
-# built plain by $(CC) (it uses GCC's vector builtins and OpenMP)
+# built plain by $(CC) with OpenMP, whose runtime the link then names: GCC's libgomp, or clang's
+# libomp where CC is clang
+FUZZ_OMP     := $(if $(findstring clang,$(shell $(CC) --version 2>/dev/null | head -1)),-fopenmp,-lgomp)
 FUZZ_LIB_SRC := $(addprefix llmc/,common.c checkpoint.c model_file.c gpt2.c shard.c dataloader.c tokenizer.c) tdpipe/args.c tdpipe/config.c
 FUZZ_PLAIN_SRC := llmc/matmul.c llmc/ops.c llmc/attention.c llmc/vec_math.c llmc/profile.c
 FUZZ_LIB     := $(FUZZ_BUILD)/libreaders.a
@@ -236,7 +238,7 @@ $(FUZZ_LIB): $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o) $(FUZZ_PLAIN_SRC:%.c=$(FU
 	ar rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz_file.h $(FUZZ_LIB)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lm -lz -lyaml -lgomp
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lm -lz -lyaml $(FUZZ_OMP)
 
 -include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/plain/*/*.d)
 

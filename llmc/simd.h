@@ -21,25 +21,30 @@ typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
 typedef int v8i __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
 
+// a shuffle of two v8f by constant lanes (0-7 from a, 8-15 from b): GCC's __builtin_shuffle takes them
+// as a vector, clang's __builtin_shufflevector as arguments
+#if defined(__clang__)
+#define SIMD_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SIMD_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+#endif
+
 // r[j][i] = old r[i][j]: three rounds of shuffles (unpack pairs, then quads, then 128-bit halves)
 static inline void simd_transpose8(v8f r[8]) {
     v8f t[8], u[8];
-    const v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
     for (int i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);     // rows i, i+1 interleaved: columns 0,1 | 4,5
-        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1); // columns 2,3 | 6,7
+        t[i] = SIMD_SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);      // rows i, i+1 interleaved: columns 0,1 | 4,5
+        t[i + 1] = SIMD_SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15); // columns 2,3 | 6,7
     }
     for (int i = 0; i < 8; i += 4) {
-        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);         // column 0 | 4, rows i..i+3
-        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);     // column 1 | 5
-        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2); // column 2 | 6
-        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2); // column 3 | 7
+        u[i] = SIMD_SHUFFLE8(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);          // column 0 | 4, rows i..i+3
+        u[i + 1] = SIMD_SHUFFLE8(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);    // column 1 | 5
+        u[i + 2] = SIMD_SHUFFLE8(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);  // column 2 | 6
+        u[i + 3] = SIMD_SHUFFLE8(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15); // column 3 | 7
     }
     for (int j = 0; j < 4; j++) {
-        r[j] = __builtin_shuffle(u[j], u[j + 4], lo4);
-        r[j + 4] = __builtin_shuffle(u[j], u[j + 4], hi4);
+        r[j] = SIMD_SHUFFLE8(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        r[j + 4] = SIMD_SHUFFLE8(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
 }
 

@@ -19,7 +19,7 @@ names_missing() { # the backticked snake_case names of $1 that the code never me
 }
 paths_missing() { # the backticked file paths of $1 that name no file of the tree
     grep -oE '`[A-Za-z0-9_./-]+\.(c|h|cu|cuh|sh|py|md|csv|yaml)`' "$1" | tr -d '`' | sort -u | while read -r f; do
-        [[ " $not_ours " == *" $f "* ]] && continue
+        [[ " $not_ours " == *" $f "* || $f == ../* ]] && continue # ../: outside the repository (../shared)
         if [[ $f == */* ]]; then [ -e "$f" ] || echo "$f"
         else echo "$tracked" | grep -q "\(^\|/\)$f$" || echo "$f"; fi
     done
