@@ -34,7 +34,9 @@ enum { C_SET, C_ADD, C_ZERO_ADD };
 // NR wide whatever nv: nv < NV serves a last panel that needs fewer vectors (n <= nv VL), without
 // computing the padding. Full tiles go straight from the registers to C; a partial tile passes through
 // a small buffer, so that no accumulator is ever indexed at run time (that would move them all out of
-// registers). Always inlined, so each nv is its own code with every loop unrolled.
+// registers). Always inlined, so each nv is its own code with every loop unrolled: the loops run to
+// the constant NV and test v < nv inside, which the inlined constant removes (clang unrolls the
+// loops before inlining, and with nv as their bound it kept the accumulators in memory)
 static inline __attribute__((always_inline)) void micro_kernel(int kc, const float* restrict a, const float* restrict b, float* restrict c, int ldc,
                                                                 int m, int n, int nv, int mode, const float* restrict bias) {
     vfloat acc[MR][NV];
@@ -43,25 +45,25 @@ static inline __attribute__((always_inline)) void micro_kernel(int kc, const flo
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) __builtin_prefetch(c + (size_t)i * ldc + v * VL, 1, 3);
+        for (int v = 0; v < NV; v++) if (v < nv) __builtin_prefetch(c + (size_t)i * ldc + v * VL, 1, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) acc[i][v] = (vfloat){0};
+        for (int v = 0; v < NV; v++) if (v < nv) acc[i][v] = (vfloat){0};
     for (int k = 0; k < kc; k++) {
         vfloat bv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) bv[v] = *(const vfloat*)(b + (size_t)k * NR + v * VL);
+        for (int v = 0; v < NV; v++) if (v < nv) bv[v] = *(const vfloat*)(b + (size_t)k * NR + v * VL);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++) acc[i][v] += bv[v] * a[k * MR + i]; // vector * scalar: the broadcast folds into a load
+            for (int v = 0; v < NV; v++) if (v < nv) acc[i][v] += bv[v] * a[k * MR + i]; // vector * scalar: the broadcast folds into a load
     }
     if (m == MR && n == nv * VL) {
 #pragma GCC unroll 16
         for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++) {
+            for (int v = 0; v < NV; v++) if (v < nv) {
                 vfloat_u* ci = (vfloat_u*)(c + (size_t)i * ldc + v * VL);
                 vfloat x = mode == C_ADD ? *ci + acc[i][v] : mode == C_ZERO_ADD ? (vfloat){0} + acc[i][v] : acc[i][v];
                 *ci = bias ? x + *(const vfloat_u*)(bias + v * VL) : x;
@@ -72,7 +74,7 @@ static inline __attribute__((always_inline)) void micro_kernel(int kc, const flo
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) *(vfloat*)(tile + i * NR + v * VL) = acc[i][v];
+        for (int v = 0; v < NV; v++) if (v < nv) *(vfloat*)(tile + i * NR + v * VL) = acc[i][v];
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float* cij = c + (size_t)i * ldc + j;
