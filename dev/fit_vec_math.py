@@ -7,8 +7,9 @@ usage: pip install numpy mpmath; python3 dev/fit_vec_math.py"""
 import sys
 
 if sys.argv[1:]:  # it takes no arguments: --help is this text, anything else a refusal
-    print(__doc__, file=sys.stdout if sys.argv[1] in ("-h", "--help") else sys.stderr)
-    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 1)
+    asked = sys.argv[1:] in (["-h"], ["--help"])
+    print(__doc__, file=sys.stdout if asked else sys.stderr)
+    sys.exit(0 if asked else 1)
 import mpmath as mp
 import numpy as np
 

@@ -24,14 +24,14 @@ int main(int argc, char** argv) {
                                          "[-s seeds averaged when beta > 0 (20)] [-W tdpipe windows, comma-separated (0,1,2,4,8,16,24,32)]\n"};
     dev_cli_help(&cli, argc, argv);
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "-P") && strcmp(argv[i], "-M") && strcmp(argv[i], "-n") && strcmp(argv[i], "-s") && strcmp(argv[i], "-W"))
-            dev_cli_refuse(&cli, "unknown flag %s", argv[i]);
-        const char* v = dev_cli_value(&cli, argc, argv, i);
-        if (!strcmp(argv[i], "-P")) P = (int)dev_cli_long(&cli, "-P", v, 1, 1024);
-        else if (!strcmp(argv[i], "-M")) M = (int)dev_cli_long(&cli, "-M", v, 1, 1 << 16);
-        else if (!strcmp(argv[i], "-n")) n_steps = (int)dev_cli_long(&cli, "-n", v, 1, 1 << 16);
-        else if (!strcmp(argv[i], "-s")) seeds = (int)dev_cli_long(&cli, "-s", v, 1, 1 << 16);
-        else { // the tdpipe rows: a comma-separated list
+        const char* flag = argv[i];
+#define VALUE dev_cli_value(&cli, argc, argv, i)
+        if (!strcmp(flag, "-P")) P = (int)dev_cli_long(&cli, flag, VALUE, 1, 1024);
+        else if (!strcmp(flag, "-M")) M = (int)dev_cli_long(&cli, flag, VALUE, 1, 1 << 16);
+        else if (!strcmp(flag, "-n")) n_steps = (int)dev_cli_long(&cli, flag, VALUE, 1, 1 << 16);
+        else if (!strcmp(flag, "-s")) seeds = (int)dev_cli_long(&cli, flag, VALUE, 1, 1 << 16);
+        else if (!strcmp(flag, "-W")) { // the tdpipe rows: a comma-separated list
+            const char* v = VALUE;
             n_rows = FIXED;
             for (const char* it = v;; it++) { // it: the start of the next number
                 char* e;
@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
                 rows[n_rows++] = (Row){SCHED_TDPIPE, (int)w, 1};
                 if (!*(it = e)) break;
             }
-        }
+        } else dev_cli_refuse(&cli, "unknown flag %s", flag);
+#undef VALUE
     }
     double* t_f = (double*)malloc_check(P * sizeof(double)); // (P)
     double* t_b = (double*)malloc_check(P * sizeof(double)); // (P)

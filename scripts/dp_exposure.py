@@ -4,7 +4,8 @@
 import json, statistics, sys
 USAGE = "usage: scripts/dp_exposure.py LOG TRACE NAME D MODE ALONE_MS   (one row of scripts/bench_dp_sync.sh's part 2)"
 if sys.argv[1:2] in (["-h"], ["--help"]):
-    sys.exit(print(USAGE))
+    print(USAGE)
+    sys.exit(0)
 if len(sys.argv) != 7:  # called by scripts/bench_dp_sync.sh, which gives all six
     sys.exit(USAGE)
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"dp_bytes"' in l][1:]  # the first step warms up

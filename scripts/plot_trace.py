@@ -66,7 +66,7 @@ def summary(ops, steps):
     for r in rows:
         mine = sorted((o for o in ops if (o[0], o[1]) == r), key=lambda o: o[6])
         gap = [0.0] + [max(0.0, o[6] - (p[6] + p[7])) for p, o in zip(mine, mine[1:])]
-        picked = [(o, g) for o, g in zip(mine, gap) if not steps or steps[0] <= o[3] < steps[1]]
+        picked = [(o, g) for o, g in zip(mine, gap) if in_steps(o[3], steps)]
         busy = sum(o[7] for o, _ in picked if o[2] != "U")
         stale = sum(1 for o, _ in picked if o[2] == "F" and o[5])
         wait = {"F": 0.0, "B": 0.0, "U": 0.0}
@@ -75,6 +75,11 @@ def summary(ops, steps):
         total = busy + sum(wait.values())
         print(f"{r[0]:>8} {r[1]:>5} {len(picked):>6} {busy:>9.3f} {100 * busy / total if total else 0:>7.1f} {stale:>7} "
               f"{wait['F']:>9.1f} {wait['B']:>9.1f} {wait['U']:>9.1f}")
+
+
+def in_steps(step, steps):
+    """Whether a step is in --steps A:B (A <= step < B; every step without --steps)."""
+    return not steps or steps[0] <= step < steps[1]
 
 
 def overlap(spans):
@@ -165,7 +170,7 @@ def op_times(ops, steps, cores=0):
     for kind in ("F", "B", "BI", "BW", "U"):
         if all((s, kind) in sums for s in range(P)):
             print(f"{kind.lower()}=" + ",".join(f"{sums[(s, kind)][0] / sums[(s, kind)][1]:.4f}" for s in range(P)))
-    picked = [sp for o, sp in zip(mine, spans) if o[2] != "U" and (not steps or steps[0] <= o[3] < steps[1])]
+    picked = [sp for o, sp in zip(mine, spans) if o[2] != "U" and in_steps(o[3], steps)]
     if picked:
         print("at_once=" + ",".join(f"{x:.4f}" for x in at_once(picked, P)))
     marked = any(o[9] for o in mine)
@@ -189,7 +194,7 @@ def b_send_shares(mine, P, steps):
         return None
     got = {s: [] for s in range(1, P)}
     for rep, s, kind, step, mb, stale, start, dur, compute, marks in mine:
-        if kind == "B" and s > 0 and compute and compute[1] > 0 and "sent" in marks and (not steps or steps[0] <= step < steps[1]):
+        if kind == "B" and s > 0 and compute and compute[1] > 0 and "sent" in marks and in_steps(step, steps):
             got[s].append(min(1.0, max(0.0, (marks["sent"] - compute[0]) / compute[1])))
     if any(not v for v in got.values()):
         return None
@@ -241,7 +246,7 @@ def message_times(mine, P, steps):
             msgs.sort()
             samples, prev = [], 0.0
             for sent, awaited, arrived, step in msgs:
-                if arrived > 0 and (not steps or steps[0] <= step < steps[1]):
+                if arrived > 0 and in_steps(step, steps):
                     samples.append(max(0.0, arrived - max(sent, awaited, prev)))
                 prev = arrived if arrived > 0 else max(prev, sent)
             samples.sort()
@@ -309,7 +314,7 @@ def main():
     elif args.summary:
         summary(ops, steps)
     elif args.out:
-        plot([o for o in ops if not steps or steps[0] <= o[3] < steps[1]], args.out)
+        plot([o for o in ops if in_steps(o[3], steps)], args.out)
     else:
         sys.exit("plot_trace: say where the image goes (-o FILE) or ask for --summary")
 

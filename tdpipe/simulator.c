@@ -114,15 +114,19 @@ static int counted(const Op* op, const StepRange* steps) {
     return !steps || (op->kind != OP_U && op->step >= steps->lo && op->step <= steps->hi);
 }
 
-// the spans of the ops `steps` takes (NULL: every op), their ends sorted into edges (2n) and
-// active[i] the number computing in [edges[i], edges[i + 1]); returns the number of edges
-static int overlap(const SimResult* res, const StepRange* steps, double* edges, int* active) {
+// the spans of the ops `steps` takes (NULL: every op): their ends sorted into *edges (allocated, at
+// most 2 per op) and (*active)[i] the number computing in [edges[i], edges[i + 1]); returns the
+// number of edges
+static int overlap(const SimResult* res, const StepRange* steps, double** edges_out, int** active_out) {
+    int n = 0;
+    for (int s = 0; s < res->P; s++) n += res->n_ops[s];
+    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // (2n)
+    int* active = (int*)calloc_check(2 * (size_t)n + 1, sizeof(int));     // (2n + 1)
     int m = 0;
     for (int s = 0; s < res->P; s++)
         for (int i = 0; i < res->n_ops[s]; i++)
             if (counted(&res->ops[s][i], steps)) edges[m++] = res->start[s][i], edges[m++] = res->end[s][i];
     qsort(edges, m, sizeof(double), cmp_double);
-    memset(active, 0, ((size_t)m + 1) * sizeof(int));
     for (int s = 0; s < res->P; s++)
         for (int i = 0; i < res->n_ops[s]; i++)
             if (counted(&res->ops[s][i], steps)) {
@@ -130,22 +134,17 @@ static int overlap(const SimResult* res, const StepRange* steps, double* edges, 
                 active[edge_index(edges, m, res->end[s][i])]--;
             }
     for (int i = 1; i < m; i++) active[i] += active[i - 1];
+    *edges_out = edges;
+    *active_out = active;
     return m;
-}
-
-static int total_ops(const SimResult* res) {
-    int n = 0;
-    for (int s = 0; s < res->P; s++) n += res->n_ops[s];
-    return n;
 }
 
 // rate (P)[n_ops[s]]: each op's mean speed over its span in res's timeline when the stages share
 // `cores` cores: k ops computing at once each run at min(1, cores / k) of a core (processor sharing)
 static void share_rates(const SimResult* res, int cores, double** rate) {
-    int n = total_ops(res);
-    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double)); // (2n) every span's ends, sorted
-    int* active = (int*)malloc_check((2 * (size_t)n + 1) * sizeof(int));  // ops computing in [edges[i], edges[i+1])
-    int m = overlap(res, NULL, edges, active);
+    double* edges; // every span's ends, sorted
+    int* active;   // ops computing in [edges[i], edges[i+1])
+    int m = overlap(res, NULL, &edges, &active);
     for (int s = 0; s < res->P; s++)
         for (int i = 0; i < res->n_ops[s]; i++) {
             double a = res->start[s][i], b = res->end[s][i], work = 0.0;
@@ -159,11 +158,10 @@ static void share_rates(const SimResult* res, int cores, double** rate) {
 }
 
 void simulator_at_once(const SimResult* res, int step_lo, int step_hi, double* share) {
-    int n = total_ops(res);
-    double* edges = (double*)malloc_check(2 * (size_t)n * sizeof(double));
-    int* active = (int*)malloc_check((2 * (size_t)n + 1) * sizeof(int));
     StepRange steps = {step_lo, step_hi};
-    int m = overlap(res, &steps, edges, active);
+    double* edges;
+    int* active;
+    int m = overlap(res, &steps, &edges, &active);
     for (int k = 0; k <= res->P; k++) share[k] = 0.0;
     for (int i = 0; i + 1 < m; i++) share[active[i] < res->P ? active[i] : res->P] += edges[i + 1] - edges[i];
     double total = m > 1 ? edges[m - 1] - edges[0] : 0.0;
