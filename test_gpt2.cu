@@ -4,6 +4,7 @@
 // 10 AdamW steps. Prints max abs and relative diff per tensor with OK / NOT OK, ends with
 // "overall okay: 1|0" (and the exit code agrees).
 // Usage: test_gpt2cu [--matmul tdpipe|tdpipe-mma|cublaslt (the model's matmul)] [--model-only]
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -704,15 +705,18 @@ static void test_ops(Rng* rng_) {
 }
 
 int main(int argc, char** argv) {
+    const DevCli cli = {"test_gpt2cu", "usage: test_gpt2cu (bf16) or build/test_gpt2cu_fp32 (fp32) [--matmul tdpipe|tdpipe-mma|cublaslt (the model's matmul, default tdpipe)] [--model-only]\n"};
+    dev_cli_help(&cli, argc, argv); // the arguments are read before the GPU is touched
     MatmulBackend model_backend = MATMUL_TDPIPE;
     int model_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--matmul") && i + 1 < argc) {
-            if (!matmul_backend_parse(argv[++i], &model_backend)) td_fatal("unknown --matmul %s (tdpipe|tdpipe-mma|cublaslt)", argv[i]);
+        if (!strcmp(argv[i], "--matmul")) {
+            const char* v = dev_cli_value(&cli, argc, argv, i++);
+            if (!matmul_backend_parse(v, &model_backend)) dev_cli_refuse(&cli, "--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", v);
         } else if (!strcmp(argv[i], "--model-only")) {
             model_only = 1;
         } else {
-            td_fatal("usage: %s [--matmul tdpipe|tdpipe-mma|cublaslt] [--model-only]", argv[0]);
+            dev_cli_refuse(&cli, "unexpected argument '%s'", argv[i]);
         }
     }
     cuda_device_init(0);

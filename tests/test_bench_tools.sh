@@ -76,11 +76,23 @@ if [ -x build/dev/cuda/matmul ]; then
     refuse "cuda/attention with heads that do not divide C" "C 768 is not a multiple of NH 5" build/dev/cuda/attention 8 1024 5 768
     refuse "cuda/layernorm with N and no C" "expected no arguments or both of N C, got 1" build/dev/cuda/layernorm 5
 fi
+# the GPU checks, likewise: gpu_check.sh calls them with fixed arguments, a person by hand
+if [ -x build/dev/cuda/nccl_check ] && [ -x test_gpt2cu ]; then
+    for prog in test_gpt2cu build/test_gpt2cu_fp32 build/dev/cuda/nccl_check build/dev/cuda/quant_check build/dev/cuda/compensation_check build/dev/cuda/dp_sync_check; do
+        check "$prog --help prints its usage" helps ./$prog
+        refuse "$prog with an argument it does not take" "unexpected argument '--bogus'" ./$prog --bogus
+    done
+    refuse "test_gpt2cu --matmul with no value" "test_gpt2cu: --matmul needs a value" ./test_gpt2cu --matmul
+    refuse "test_gpt2cu --matmul foo" "--matmul foo: expected tdpipe, tdpipe-mma or cublaslt" ./test_gpt2cu --matmul foo
+    refuse "nccl_check --stages 3" "nccl_check: --stages 3: expected a whole number from 1 to 2" build/dev/cuda/nccl_check --stages 3
+fi
 # the Python tools: --help without their optional packages (PyTorch, tiktoken, matplotlib)
 for s in scripts/plot_reproduce.py scripts/dp_exposure.py dev/stale_stability.py scripts/plot_trace.py scripts/plot_log.py scripts/plot_utilisation.py \
-    dev/pytorch_reference.py dev/data/tiktoken_reference.py dev/fit_vec_math.py; do
+    dev/pytorch_reference.py dev/data/tiktoken_reference.py dev/fit_vec_math.py dev/cuda/torch_gpt2_step.py; do
     check "$s --help prints its usage" bash -c "python3 $s --help | grep -qi usage"
 done
 refuse "dp_exposure.py with too few arguments" "usage: scripts/dp_exposure.py LOG TRACE" python3 scripts/dp_exposure.py log.jsonl
+refuse "torch_gpt2_step.py with --steps 3" "the first 3 steps are left out of the mean, so at least 4" python3 dev/cuda/torch_gpt2_step.py --steps 3
+refuse "torch_gpt2_step.py with -t 2048" "GPT-2's position table has 1024 rows" python3 dev/cuda/torch_gpt2_step.py -t 2048
 refuse "stale_stability.py with a beta1 of 1" "expected one beta1 in \\[0, 1\\), got 1" python3 dev/stale_stability.py 1
 finish

@@ -2,6 +2,7 @@
 // and second order) into the compute type, the trajectory it reads, DC-ASGD's sums and correction.
 // Prints "ok"/"FAIL" lines and "compensation_check: N passed, N failed"; exit code 1 on any failure.
 // Usage: build/dev/cuda/compensation_check
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,10 @@ static double worst_rel(const float* gpu, const float* cpu, size_t n, double flo
     return worst;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    const DevCli cli = {"compensation_check", "usage: build/dev/cuda/compensation_check   (no arguments)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 1) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[1]);
     cuda_device_init(0);
     printf("compensation_check: device %s, compute type %s\n", g_device_prop.name, sizeof(floatX) == 4 ? "fp32" : "bf16");
     // host (N): weights and moments as training has them, the trajectory, the CPU's and the GPU's results

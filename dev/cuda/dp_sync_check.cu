@@ -9,6 +9,7 @@
 // "dp_sync_check: rank R: N passed, M failed"; exit code 1 on any failure.
 // Usage: mpirun -np D [env NCCL_HOSTID=...] build/dev/cuda/dp_sync_check (D >= 2; on one GPU each rank
 // takes its own NCCL_HOSTID: scripts/gpu_check.sh's nccl2)
+#include "dev/dev_cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,9 @@ static void check_case(Comm* c, CommNccl* cn, const GPT2Config* cfg, const Stage
 }
 
 int main(int argc, char** argv) {
+    const DevCli cli = {"dp_sync_check", "usage: mpirun -np D build/dev/cuda/dp_sync_check   (D >= 2; no arguments)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 1) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[1]);
     setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     Comm c;
     comm_init(&c, &argc, &argv);

@@ -8,6 +8,7 @@
 // may share one GPU when each has its own NCCL_HOSTID (NCCL then connects them over its socket transport).
 // Prints one line per check, then "nccl_check: rank R: N passed, M failed"; exit code 1 on any failure.
 // Usage: build/dev/cuda/nccl_check, or mpirun -np 2 [env NCCL_HOSTID=...] build/dev/cuda/nccl_check --stages 1|2
+#include "dev/dev_cli.h"
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -290,13 +291,19 @@ static void check_dp_average(Comm* c, CommNccl* cn, size_t n) {
 }
 
 int main(int argc, char** argv) {
+    const DevCli cli = {"nccl_check", "usage: build/dev/cuda/nccl_check                         (one rank: the kernels against the CPU)\n"
+                                      "       mpirun -np 2 build/dev/cuda/nccl_check --stages 1|2 (1: the data-parallel average, 2: the pipeline link)\n"};
+    dev_cli_help(&cli, argc, argv); // the arguments are read before MPI, NCCL or the GPU are touched
+    int P = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--stages")) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[i]);
+        P = (int)dev_cli_long(&cli, "--stages", dev_cli_value(&cli, argc, argv, i++), 1, 2);
+    }
     setenv("CUDA_MODULE_LOADING", "EAGER", 0); // as train_tdpipe: no context synchronisation at a first launch
     Comm c;
     comm_init(&c, &argc, &argv);
-    int P = argc > 2 && !strcmp(argv[1], "--stages") ? atoi(argv[2]) : 1;
     char err[256];
     if (comm_grid(&c, P, PLACE_STAGES_FIRST, err, sizeof err) != 0) td_fatal("%s", err);
-    if (c.P > 2) td_fatal("nccl_check: --stages %d: the link check takes P = 1 or 2", c.P);
     int ver = 0;
     ncclCheck(ncclGetVersion(&ver));
     int n_dev = 1;

@@ -3,6 +3,7 @@
 // non-finite) and block size; then each kernel's GB/s on 4M elements (figures, not checks).
 // Prints "ok"/"FAIL" lines and "quant_check: N passed, N failed"; exit code 1 on any failure.
 // Usage: build/dev/cuda/quant_check
+#include "dev/dev_cli.h"
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -160,7 +161,10 @@ static void timings(void) {
                ms[i] * 1e3, k[i].bytes / (ms[i] * 1e-3) / 1e9);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    const DevCli cli = {"quant_check", "usage: build/dev/cuda/quant_check   (no arguments)\n"};
+    dev_cli_help(&cli, argc, argv);
+    if (argc > 1) dev_cli_refuse(&cli, "unexpected argument '%s'", argv[1]);
     cuda_device_init(0);
     printf("quant_check: device %s\n", g_device_prop.name);
     float** hf[] = {&x, &r0, &r_cpu, &r_gpu, &s_cpu, &s_gpu, &s_ef, &y_cpu, &y_gpu};

@@ -7,56 +7,84 @@ import argparse
 import math
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def positive(s):
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s} is not a positive integer")
+    return v
 
 
-class Block(nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.NH = NH
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-    def forward(self, x):  # x (B, T, C)
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)  # each (B, T, C)
-        q, k, v = (y.view(B, T, self.NH, C // self.NH).transpose(1, 2) for y in (q, k, v))  # (B, NH, T, hs)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-        x = x + self.proj(a)
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="PyTorch's GPT-2 124M training step on a GPU, the anchor beside train_tdpipe's tokens/s")
+    ap.add_argument("-b", type=positive, default=16, help="batch size (default 16)")
+    ap.add_argument("-t", type=positive, default=1024, help="sequence length, at most 1024 (default 1024)")
+    ap.add_argument("--steps", type=positive, default=20, help="steps timed; the first 3 are left out of the mean, so at least 4 (default 20)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    a = ap.parse_args(argv)
+    if a.t > 1024:
+        ap.error(f"-t {a.t}: GPT-2's position table has 1024 rows")
+    if a.steps < 4:
+        ap.error(f"--steps {a.steps}: the first 3 steps are left out of the mean, so at least 4")
+    return a
 
 
-class GPT2(nn.Module):
-    def __init__(self, L=12, C=768, NH=12, Vp=50304, maxT=1024):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(maxT, C)
-        self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
-        self.lnf = nn.LayerNorm(C)
-        for name, p in self.named_parameters():  # GPT-2's init, as train_tdpipe's: N(0, 0.02), the residual
-            if p.dim() == 2:  # projections' scaled by 1/sqrt(2 L); biases 0 (LayerNorms keep 1 and 0)
-                std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fcproj.weight")) else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif "ln" not in name:
-                nn.init.zeros_(p)
+# The model's classes subclass nn.Module, so they are made once torch is imported (after the
+# arguments are read: --help and a refused argument need no PyTorch)
+def gpt2_class():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
 
-    def forward(self, idx, targets):  # idx, targets (B, T)
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = self.lnf(x) @ self.wte.weight.t()  # (B, T, Vp), the tied embedding
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+    class Block(nn.Module):
+        def __init__(self, C, NH):
+            super().__init__()
+            self.NH = NH
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):  # x (B, T, C)
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)  # each (B, T, C)
+            q, k, v = (y.view(B, T, self.NH, C // self.NH).transpose(1, 2) for y in (q, k, v))  # (B, NH, T, hs)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+            x = x + self.proj(a)
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT2(nn.Module):
+        def __init__(self, L=12, C=768, NH=12, Vp=50304, maxT=1024):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(maxT, C)
+            self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+            self.lnf = nn.LayerNorm(C)
+            for name, p in self.named_parameters():  # GPT-2's init, as train_tdpipe's: N(0, 0.02), the residual
+                if p.dim() == 2:  # projections' scaled by 1/sqrt(2 L); biases 0 (LayerNorms keep 1 and 0)
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fcproj.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+                elif "ln" not in name:
+                    nn.init.zeros_(p)
+
+        def forward(self, idx, targets):  # idx, targets (B, T)
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            for b in self.blocks:
+                x = b(x)
+            logits = self.lnf(x) @ self.wte.weight.t()  # (B, T, Vp), the tied embedding
+            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+    return GPT2
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-b", type=int, default=16)
-    ap.add_argument("-t", type=int, default=1024)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--compile", action="store_true")
-    a = ap.parse_args()
+    a = parse_args()
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("torch_gpt2_step.py: PyTorch is not installed (pip install torch); it is the anchor being measured")
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_gpt2_step.py: PyTorch sees no CUDA GPU; this measures a GPU step")
+    GPT2 = gpt2_class()
+
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     model = GPT2().cuda()
