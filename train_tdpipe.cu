@@ -89,7 +89,8 @@ typedef struct {
     DpSync sync;
     DpSyncCuda* dsync;
     const char* msg_where;
-    FILE* log;
+    FILE* log;              // world rank 0: log.jsonl (the reporter writes and closes it)
+    char log_path[OUTDIR_PATH_CAP + 16];
     Reporter rep;
     Trace trace;
     RunDecoder dec;
@@ -101,6 +102,24 @@ typedef struct {
     long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
 } Trainer;
+
+// An error that not every rank may meet (each reads its own slice of the data, the model file and the
+// checkpoint; a NaN in layer 5 is seen by the stage that holds it): the lowest rank that met it says
+// it, naming itself where there are several, and every rank exits 1 (the others after giving it two
+// seconds, as fatal_all's do). Collective: every rank calls it, bad or not.
+static void fatal_any(Trainer* tr, int bad, const char* err) {
+    int n = tr->comm.world_size, first = comm_max(&tr->comm, bad ? n - g_rank : 0); // n - (the lowest bad rank)
+    if (!first) return;
+    if (g_rank == n - first) {
+        if (n > 1) fprintf(stderr, "train_tdpipe: rank %d (stage %d, replica %d): %s\n", g_rank, tr->comm.stage, tr->comm.replica, err);
+        else fprintf(stderr, "train_tdpipe: %s\n", err);
+        fflush(stderr);
+    } else {
+        struct timespec wait_ = {2, 0};
+        nanosleep(&wait_, NULL);
+    }
+    exit(1);
+}
 
 // The first SIGINT or SIGTERM asks the run to stop at the next consistency point (it finishes the
 // chunk, or the validation batch, writes a checkpoint and exits 0); a second one ends the process at
@@ -251,6 +270,8 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comp.tau = a->stale_tau;
     if (parse_aew_start(a->aew_start_arg, tr->W, tr->comp.methods, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
     if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
+    if (a->resume && a->synthetic) // (it would cut a real run's log in -o back to step 0 and append to it)
+        fatal_all("-y 1 with --synthetic-compute: a synthetic run has no model and writes no checkpoint, so there is nothing to resume");
     tr->comp.curvature = a->predict_order == 2;
     tr->comp.dc_lambda = a->dc_lambda;
     read_model_config(tr);
@@ -385,10 +406,10 @@ static void make_stage(Trainer* tr) {
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
     char err[1024];
-    if (run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err))) fatal_all("%s", err);
+    fatal_any(tr, run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err)) != 0, err);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* slice = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, &range, err, sizeof(err));
-    if (!tr->synthetic && !slice) fatal_all("%s", err);
+    fatal_any(tr, !tr->synthetic && !slice, err);
     init.slice = slice;
     if (tr->synthetic) { // the cost model: 2 ms per forward of a stage-width of layers, backward twice that
         init.syn_f = 2e-3 * P / tr->cfg.num_layers * (range.l1 - range.l0);
@@ -582,13 +603,14 @@ static void open_outputs(Trainer* tr) {
     if (tr->device_sync) tr->dsync = dp_sync_cuda_init(&tr->sync_cfg, &tr->comm, &tr->stage, tr->dp.ctx); // (a resume fills its residuals)
     else if (tr->use_sync) dp_sync_init(&tr->sync, &tr->sync_cfg, &tr->comm, &tr->stage);
     TrainArgs* a = &tr->a;
-    char log_path[OUTDIR_PATH_CAP + 16], err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
-    snprintf(log_path, sizeof(log_path), "%s/log.jsonl", a->out_dir);
+    char* log_path = tr->log_path, err[OUTDIR_PATH_CAP + 512], note[OUTDIR_PATH_CAP + 512];
+    snprintf(log_path, sizeof(tr->log_path), "%s/log.jsonl", a->out_dir);
     int bad = 0, moved = 0;
     tr->outdir.lock_fd = -1;
     if (g_rank == 0) {
         if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
-        else if (a->trace_path[0] && outdir_check_file_writable(a->trace_path, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
+        else if (a->trace_path[0] && outdir_check_file_replaceable(&tr->outdir, a->trace_path, TRACE_JSON_HEAD, err, sizeof(err)))
+            bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
         else {
             if (outdir_remove_temps(&tr->outdir, NULL, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
             // a fresh run: the model file was read already (an -e in this folder has been loaded)
@@ -608,7 +630,7 @@ static void open_outputs(Trainer* tr) {
         char path[1200];
         tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, plan, path,
                                                sizeof(path), err, sizeof(err));
-        if (tr->start_step < 0) fatal_all("%s", err);
+        fatal_any(tr, tr->start_step < 0, err);
         if (tr->dsync) dp_sync_cuda_residuals_from_host(tr->dsync, plan->ef_replica, plan->ef_owner);
         if (tr->start_step >= a->steps)
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
@@ -642,7 +664,8 @@ static void make_executor(Trainer* tr) {
     int tokens = a->B * a->T * a->grad_accum * tr->comm.D;
     // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
     double flops = (6.0 * n_full + 6.0 * tr->cfg.num_layers * a->T * tr->cfg.channels) * tokens;
-    tr->rep = (Reporter){tr->log, a->steps, tokens, tr->comm.P, flops, tr->use_cuda ? cuda_peak() * tr->comm.world_size : 0.0, 0.0, 0};
+    tr->rep = (Reporter){.log = tr->log, .log_path = tr->log_path, .total_steps = a->steps, .tokens_per_step = tokens, .P = tr->comm.P,
+                         .flops_per_step = flops, .peak_flops = tr->use_cuda ? cuda_peak() * tr->comm.world_size : 0.0};
     trace_init(&tr->trace, a->trace_path[0] != 0);
     Executor* ex = &tr->ex;
     ex->comm = &tr->comm;
@@ -956,7 +979,6 @@ static void teardown(Trainer* tr) {
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
     if (tr->use_sync && !tr->dsync) dp_sync_free(&tr->sync);
     stage_destroy(&tr->stage);
-    if (tr->log) fclose(tr->log);
     executor_free(&tr->ex);
     trace_free(&tr->trace);
     partition_free(&tr->part);
@@ -989,12 +1011,14 @@ int main(int argc, char** argv) {
     make_links(&tr);
     open_outputs(&tr);
     make_executor(&tr);
-    if (train(&tr)) { // stopped by a signal: the checkpoint is written, the end report is not
+    int stopped = train(&tr); // by a signal: the checkpoint is written, the end report is not
+    if (!stopped) report_end(&tr);
+    int log_lost = g_rank == 0 && report_close_log(&tr.rep); // a record lost (a full disk): the run did not do all it says
+    if (stopped) {
         comm_finalize(&tr.comm);
-        return 0;
+        return log_lost;
     }
-    report_end(&tr);
     write_trace(&tr);
     teardown(&tr);
-    return 0;
+    return log_lost;
 }

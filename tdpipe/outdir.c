@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,6 +371,32 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
 
 // ----------------------------------------------------------------------------------------------
 // output files named by flags
+
+int outdir_check_file_replaceable(const OutDir* od, const char* path, const char* head, char* err, size_t errlen) {
+    if (outdir_check_file_writable(path, err, errlen)) return -1;
+    char dir[OUTDIR_PATH_CAP], real_dir[PATH_MAX], real_od[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char* slash = strrchr(dir, '/');
+    const char* base = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (realpath(dir, real_dir) && realpath(od->dir, real_od) && !strcmp(real_dir, real_od) &&
+        (is_run_file(base) || is_temp(base) || !strcmp(base, OUTDIR_LOCK_NAME)))
+        return td_error(err, errlen, "%s: is the run's own %s in -o %s: give the trace another name", path, base, od->dir);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    size_t n = strlen(head);
+    char got[64] = {0};
+    FILE* f = fopen(path, "rb");
+    size_t have = f ? fread(got, 1, n < sizeof got - 1 ? n : sizeof got - 1, f) : 0;
+    if (f) fclose(f);
+    if (have == n && !memcmp(got, head, n)) return 0;
+    for (size_t i = 0; i < have; i++)
+        if ((unsigned char)got[i] < 32 || (unsigned char)got[i] > 126) got[i] = '.';
+    return td_error(err, errlen, "%s: exists and is not a trace (it starts \"%.*s\"): the trace would overwrite it; name a new file or remove this one",
+                    path, (int)(have < 16 ? have : 16), got);
+}
 
 int outdir_check_file_writable(const char* path, char* err, size_t errlen) {
     if (!path[0]) return td_error(err, errlen, "(empty path): not a file name");

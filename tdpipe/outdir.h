@@ -56,6 +56,11 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
 // not a directory, nor a FIFO that no process reads (writing would wait forever). 0, or -1 with
 // "<path>: <problem>".
 int outdir_check_file_writable(const char* path, char* err, size_t errlen);
+// The same, for a file the run will write over whole (--trace): also refused where path is one of
+// od's run files (log.jsonl, model.bin, a checkpoint, the lock, their temporaries), by name whether
+// it exists yet or not, or where it holds something that does not start with `head` (what this
+// program writes there): an input (-e, a shard, a config) or another file named by mistake.
+int outdir_check_file_replaceable(const OutDir* od, const char* path, const char* head, char* err, size_t errlen);
 
 typedef struct {
     uint64_t mem_available; // MemAvailable of /proc/meminfo, bytes

@@ -1,5 +1,6 @@
 // Step lines, validation lines, log.jsonl records and the end-of-run table (see report.h).
 #include "report.h"
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +15,27 @@ static void format_seconds(double s, char* buf, size_t cap) {
 static void json_num(FILE* f, const char* key, double v) {
     if (isfinite(v)) fprintf(f, "\"%s\": %.9g", key, v);
     else fprintf(f, "\"%s\": null", key);
+}
+
+// every record is flushed as it is written (a run cut off keeps its log up to there); a write that
+// fails (a full disk) is said once, naming the step whose record it was
+static void log_flush(Reporter* rep, int step) {
+    if (fflush(rep->log) == 0 && !ferror(rep->log)) return;
+    if (rep->log_errno) return;
+    rep->log_errno = errno ? errno : EIO;
+    fprintf(stderr, "train_tdpipe: %s: the record of step %d could not be written (%s): the log is incomplete from there on; the run goes on and exits 1 at its end\n",
+            rep->log_path, step, strerror(rep->log_errno));
+}
+
+int report_close_log(Reporter* rep) {
+    if (!rep->log) return rep->log_errno ? 1 : 0;
+    int failed = fclose(rep->log) != 0;
+    rep->log = NULL;
+    if (failed && !rep->log_errno) {
+        rep->log_errno = errno ? errno : EIO;
+        fprintf(stderr, "train_tdpipe: %s: closing it failed (%s): its last records may be lost\n", rep->log_path, strerror(rep->log_errno));
+    }
+    return rep->log_errno ? 1 : 0;
 }
 
 void report_step(void* reporter, const StepReport* r) {
@@ -55,7 +77,7 @@ void report_step(void* reporter, const StepReport* r) {
             if (isfinite(r->dp_entropy)) fprintf(rep->log, ", \"dp_entropy_bits\": %.4f", r->dp_entropy);
         }
         fprintf(rep->log, "}\n");
-        fflush(rep->log);
+        log_flush(rep, r->step);
     }
     fflush(stdout);
 }
@@ -71,7 +93,7 @@ void report_val(Reporter* rep, int step, float val, double floor) {
         json_num(rep->log, "val_gap", val - floor);
     }
     fprintf(rep->log, "}\n");
-    fflush(rep->log);
+    log_flush(rep, step);
 }
 
 // a unit's name: the embeddings, a layer, the head
@@ -102,7 +124,7 @@ void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int wo
         else fprintf(rep->log, "%snull", u ? ", " : "");
     }
     fprintf(rep->log, "]}\n");
-    fflush(rep->log);
+    log_flush(rep, step);
 }
 
 void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row) {
@@ -113,7 +135,7 @@ void report_rollback(Reporter* rep, int step, const char* reason, int W_from, in
     fprintf(rep->log, "{\"step\": %d, \"rollback\": \"", step);
     for (const char* c = reason; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, rep->log);
     fprintf(rep->log, "\", \"aew_from\": %d, \"aew_to\": %d, \"rollbacks_in_row_at_w0\": %d}\n", W_from, W_to, in_row);
-    fflush(rep->log);
+    log_flush(rep, step);
 }
 
 StageSummary report_stage_summary(const Executor* ex) {

@@ -11,6 +11,8 @@ extern "C" {
 
 typedef struct {
     FILE* log;              // log.jsonl, or NULL
+    const char* log_path;   // its path, for the message when a record cannot be written
+    int log_errno;          // the first failed write's error (0: none): said once, and the run exits 1 at its end
     int total_steps;
     int tokens_per_step;    // B * T * M * D
     int P;
@@ -31,6 +33,9 @@ void report_val(Reporter* rep, int step, float val, double floor);
 void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync);
 // the guard refused step's update: the line, and a record {"step", "rollback": reason, "aew_from", "aew_to"}
 void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row);
+
+// closes log.jsonl (when open): 1 when any record of the run could not be written (said already), else 0
+int report_close_log(Reporter* rep);
 
 // one stage's figures for the end table: measured mean op times, and what its pipeline state took
 typedef struct {

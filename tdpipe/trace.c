@@ -35,7 +35,7 @@ int trace_write_json(const char* path, const TraceEvent* events, size_t n, char*
     double t0 = n ? events[0].start : 0.0;
     for (size_t i = 0; i < n; i++)
         if (events[i].start < t0) t0 = events[i].start;
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    fprintf(f, "%s\n", TRACE_JSON_HEAD);
     for (size_t i = 0; i < n; i++) {
         const TraceEvent* e = &events[i];
         // one process per replica, one thread per stage: Perfetto draws each stage as a row

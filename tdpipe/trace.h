@@ -6,6 +6,9 @@
 extern "C" {
 #endif
 
+// how every trace file this program writes begins (a trace may be written over one; nothing else)
+#define TRACE_JSON_HEAD "{\"displayTimeUnit\": \"ms\", \"traceEvents\": ["
+
 typedef struct {
     double start, end; // seconds (monotonic clock, shared by the ranks of one host)
     double compute_start, compute_end; // the op's compute inside [start, end] (the rest is waiting)

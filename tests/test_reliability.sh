@@ -88,6 +88,31 @@ check "  the note" grep -q "note: --aew 8 with M = 8: every micro-batch of a ste
 # --- an output the run cannot write is refused before training, not at the end
 refuse "--trace into a folder that does not exist" "--trace $TMP/nowhere/trace.json: " $BIN $S -x 2 --trace "$TMP/nowhere/trace.json" -o "$TMP/tr"
 check "  nothing trained: no log" test ! -e "$TMP/tr/log.jsonl"
+# --trace writes its file whole, so it may only name a new file or an earlier trace: never the run's
+# own files (by name, existing or not) nor an input (each was written over, exit 0)
+check "a run with checkpoints and a trace" $BIN $S -x 2 -n 1 -o "$TMP/own" --trace "$TMP/own.json"
+check "  the same --trace again: an earlier trace is written over" $BIN $S -x 2 -n 1 -o "$TMP/own2" --trace "$TMP/own.json"
+for f in log.jsonl model.bin ckpt_00000001.tdck tdpipe.lock ckpt_00000009.tdck; do
+    refuse "--trace naming the run's $f" "--trace $TMP/own/$f: is the run's own $f in -o" $BIN $S -x 3 -n 1 -y 1 -o "$TMP/own" --trace "$TMP/own/$f"
+done
+check "  and each file is as it was: the log has 2 records, the checkpoint reads" test "$(losses "$TMP/own" | wc -l)" -eq 2
+check "  resume from it" $BIN $S -x 3 -n 1 -y 1 -o "$TMP/own"
+cp "$TMP/own/model.bin" "$TMP/input.bin"
+refuse "--trace naming the -e model file" "--trace $TMP/input.bin: exists and is not a trace" $BIN $S -e "$TMP/input.bin" -x 1 -o "$TMP/own3" --trace "$TMP/input.bin"
+check "  which is untouched" cmp "$TMP/input.bin" "$TMP/own/model.bin"
+refuse "-y 1 with --synthetic-compute (it cut a real run's log back to step 0)" "-y 1 with --synthetic-compute: a synthetic run has no model" \
+    $BIN -x 4 -y 1 --synthetic-compute -v 0 -s 0 -b 2 -t 16 -o "$TMP/own"
+check "  the log is as it was" test "$(losses "$TMP/own" | wc -l)" -eq 3
+# a log that cannot be written (a full disk; here a 4 KiB file-size limit, SIGXFSZ ignored so that
+# the write fails with EFBIG): said once with the step, the run goes on, and exits 1
+full_log() { (trap '' XFSZ; ulimit -f 4; exec $BIN --synthetic-compute -x 60 -v 0 -s 0 -b 2 -t 16 -o "$TMP/full") >/dev/null; }
+refuse "a log.jsonl whose writes fail" "log.jsonl: the record of step [0-9]+ could not be written \(File too large\)" full_log
+check "  said once" test "$(grep -c "could not be written" "$TMP/err")" -eq 1
+# an error only a later stage meets (a NaN in lnfb, which only the last stage loads) is said by that rank
+cp "$TMP/own/model.bin" "$TMP/nan_last.bin"
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan_last.bin" bs=1 seek=$(( $(stat -c %s "$TMP/nan_last.bin") - 4 )) conv=notrunc 2>/dev/null
+refuse "a NaN weight that only stage 1 of 2 loads: rank 1 names it" "rank 1 \(stage 1, replica 0\): -e: .*nan_last.bin: parameter [0-9]+ \(lnfb\[[0-9]+\]\) is nan" \
+    $MPI -np 2 $BIN $S -e "$TMP/nan_last.bin" --stages 2 --micro-batches 2 -x 1 -o "$TMP/nan2"
 
 # --- a resume with -x at or below the checkpoint's step, and a resume that trims log.jsonl
 check "a run to step 6, checkpoints at 3 and 6" $BIN $S -x 6 -n 3 -o "$TMP/res"
