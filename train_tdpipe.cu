@@ -101,6 +101,9 @@ typedef struct {
     RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
     long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
+    StageSnapshot snap;     // the stage at the start of a chunk run with a window (a rollback's way back)
+    int snap_step;          // the step it was taken before; -1 none for the chunk running
+    RunState snap_state;    // the run's state then (the guard's window of losses, the noise scale's estimate)
 } Trainer;
 
 // An error that not every rank may meet (each reads its own slice of the data, the model file and the
@@ -549,6 +552,7 @@ static void check_memory(Trainer* tr) {
     int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
+    if (tr->kind == SCHED_TDPIPE && W_max > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
     int bad = 0;
@@ -642,7 +646,7 @@ static void open_outputs(Trainer* tr) {
         if (a->sample_every > 0) run_decoder_init(&tr->dec, &tr->data, a); // (-s 0 prints no sample: no tokenizer to load or miss)
         if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
             int dropped = 0;
-            if (outdir_trim_log(log_path, tr->start_step, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
+            if (outdir_trim_log(log_path, tr->start_step, NULL, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
             if (dropped) fprintf(stderr, "note: %s: %d record(s) after step %d removed (the run goes on from its checkpoint)\n", log_path, dropped, tr->start_step);
             struct stat st; // appended to as a regular file only (a FIFO there would hang the write)
             if ((lstat(log_path, &st) == 0 && !S_ISREG(st.st_mode)) || !(tr->log = fopen(log_path, "a")))
@@ -830,22 +834,35 @@ static double drift_measure(Trainer* tr, int t) {
 }
 
 // The guard refused step t's update (executor.h): nothing of that step or after it in the chunk was
-// applied, so the weights and moments are those before it, on every stage. The stage drops what the
-// chunk left (stashes, gradients; the int8 sync's residuals, which hold the refused step's rounding),
-// the data loaders skip step t's micro-batches, the window halves, and the run goes on from step t. Rollbacks in a row at W = 0 stop it, the last checkpoint intact
-// (none is written on this path). Returns the step to go on from.
+// applied. Where the chunk ran with a window, the steps it applied before t were computed on stale
+// weights, and the damage the guard saw at t (a loss measured on those weights) may be theirs: the
+// run goes back to the chunk's start, its consistency point (the snapshot), and those steps are
+// undone (their log.jsonl records removed). At W = 0 they are what a synchronous run computes and
+// stay: the weights and moments are those before t. Either way the stage drops what the chunk left
+// (stashes, gradients; the int8 sync's residuals, which hold the refused step's rounding), the data
+// loaders skip the micro-batches of every step undone and of t (the batches around a spike, as
+// PaLM's restarts skip them), the window halves, and the run goes on. Rollbacks in a row at W = 0
+// stop it, the last checkpoint intact (none is written on this path). Returns the step to go on from.
 static int rollback(Trainer* tr, int chunk_start, int chunk) {
     TrainArgs* a = &tr->a;
     RunState* rs = &tr->state;
     int* windows = (int*)malloc_check(tr->comm.P * sizeof(int));
     int t = tr->ex.halted_step, W_was = windows_now(tr, t, windows);
-    if (t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one
-    tr->redone += (long)(chunk_start + chunk - t) * a->grad_accum;
+    int back = tr->snap_step >= 0 && t > tr->snap_step ? tr->snap_step : t;
+    if (back == t && t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one, and they stay
+    tr->redone += (long)(chunk_start + chunk - back) * a->grad_accum;
     if (W_was == 0) rs->rollbacks_in_row++;
     if (rs->rollbacks_in_row > a->max_rollbacks) // this refusal would be one rollback more than allowed
         fatal_all("step %d: %s after %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
                   t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row - 1, a->max_rollbacks, a->out_dir);
     stage_discard(&tr->stage);
+    if (back < t) {
+        stage_snapshot_restore(&tr->stage, &tr->snap);
+        rs->losses = tr->snap_state.losses;
+        rs->gns = tr->snap_state.gns;
+        char err[OUTDIR_PATH_CAP + 256];
+        if (g_rank == 0 && report_log_cut(&tr->rep, back, err, sizeof(err))) td_fatal("rollback: %s", err);
+    }
     if (tr->dsync) dp_sync_cuda_clear_residuals(tr->dsync);
     else if (tr->use_sync) dp_sync_clear_residuals(&tr->sync);
     if (tr->ex.data) {
@@ -857,9 +874,9 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
             if (dataloader_next(tr->ex.data, stage_inputs(&tr->stage, 0), stage_targets(&tr->stage, 0))) td_fatal("training data: %s", tr->ex.data->err);
     }
     if (W_was > 0) rs->aew_halvings++;
-    if (g_rank == 0) report_rollback(&tr->rep, t + 1, tr->ex.halt_reason, W_was, windows_now(tr, t, windows), (int)rs->rollbacks_in_row);
+    if (g_rank == 0) report_rollback(&tr->rep, t + 1, back, tr->ex.halt_reason, W_was, windows_now(tr, t, windows), (int)rs->rollbacks_in_row);
     free(windows);
-    return t;
+    return back;
 }
 
 // phase 7: chunks of steps between consistency points: one step for the synchronous schedules (they
@@ -888,6 +905,14 @@ static int train(Trainer* tr) {
         check_grad_cache(tr, &shape); // again: --aew auto has chosen its window by now
         Schedule sch;
         if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
+        // a chunk run with a window applies steps computed on stale weights: a rollback inside it
+        // goes back to where it started, so that state is kept (host memory; a device's copied down)
+        tr->snap_step = -1;
+        if (!tr->synthetic && tr->kind == SCHED_TDPIPE && W_now > 0 && chunk > 1) {
+            stage_snapshot_take(&tr->stage, &tr->snap);
+            tr->snap_step = step;
+            tr->snap_state = *rs;
+        }
         tr->ex.losses = rs->losses;
         tr->ex.gns_state = rs->gns;
         int last = step + chunk - 1; // 0-based: its 1-based number ends the chunk
@@ -979,6 +1004,7 @@ static void teardown(Trainer* tr) {
     if (tr->dp.average == cuda_dp_average) cuda_dp_free(tr->dp.ctx);
     if (tr->use_sync && !tr->dsync) dp_sync_free(&tr->sync);
     stage_destroy(&tr->stage);
+    stage_snapshot_free(&tr->snap);
     executor_free(&tr->ex);
     trace_free(&tr->trace);
     partition_free(&tr->part);

@@ -1,5 +1,6 @@
 // The run's output folder: its lock, archiving an earlier run, removing temporary files, cutting
 // log.jsonl back on resume, and checking output paths (see outdir.h).
+#define _GNU_SOURCE // memmem
 #include "outdir.h"
 #include <dirent.h>
 #include <errno.h>
@@ -315,7 +316,7 @@ static int line_step(const char* line, size_t len, long* step) {
     return end != k + sizeof key - 1;
 }
 
-int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t errlen) {
+int outdir_trim_log(const char* path, long step, const char* keep, int* dropped, char* err, size_t errlen) {
     if (dropped) *dropped = 0;
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return 0;
@@ -329,7 +330,8 @@ int outdir_trim_log(const char* path, long step, int* dropped, char* err, size_t
         char* nl = (char*)memchr(s + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (s + i)) + 1 : n - i;
         long t;
-        if (nl && !(line_step(s + i, len, &t) && t > step)) {
+        int kept_anyway = nl && keep && memmem(s + i, len, keep, strlen(keep));
+        if (nl && (kept_anyway || !(line_step(s + i, len, &t) && t > step))) {
             memcpy(kept + k, s + i, len);
             k += len;
         } else {

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include "llmc/common.h"
+#include "tdpipe/outdir.h"
 
 static void format_seconds(double s, char* buf, size_t cap) {
     long t = (long)(s + 0.5);
@@ -127,15 +129,33 @@ void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int wo
     log_flush(rep, step);
 }
 
-void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row) {
-    printf("step %5d/%d | not applied: %s | rolled back: the step's micro-batches skipped, AEW W %d -> %d%s\n", step, rep->total_steps, reason,
-           W_from, W_to, in_row ? " (at W = 0)" : "");
+void report_rollback(Reporter* rep, int step, int back, const char* reason, int W_from, int W_to, int in_row) {
+    if (back == step - 1)
+        printf("step %5d/%d | not applied: %s | rolled back: the step's micro-batches skipped, AEW W %d -> %d%s\n", step, rep->total_steps, reason,
+               W_from, W_to, in_row ? " (at W = 0)" : "");
+    else {
+        char undone[48];
+        if (back + 1 == step - 1) snprintf(undone, sizeof undone, "step %d", back + 1);
+        else snprintf(undone, sizeof undone, "steps %d..%d", back + 1, step - 1);
+        printf("step %5d/%d | not applied: %s | rolled back to step %d, the consistency point (%s, computed stale, undone): %s "
+               "micro-batches and this step's skipped, AEW W %d -> %d\n", step, rep->total_steps, reason, back, undone, back + 1 == step - 1 ? "its" : "their",
+               W_from, W_to);
+    }
     fflush(stdout);
     if (!rep->log) return;
     fprintf(rep->log, "{\"step\": %d, \"rollback\": \"", step);
     for (const char* c = reason; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, rep->log);
-    fprintf(rep->log, "\", \"aew_from\": %d, \"aew_to\": %d, \"rollbacks_in_row_at_w0\": %d}\n", W_from, W_to, in_row);
+    fprintf(rep->log, "\", \"back_to\": %d, \"aew_from\": %d, \"aew_to\": %d, \"rollbacks_in_row_at_w0\": %d}\n", back, W_from, W_to, in_row);
     log_flush(rep, step);
+}
+
+int report_log_cut(Reporter* rep, int back, char* err, size_t errlen) {
+    if (!rep->log) return 0;
+    if (report_close_log(rep)) return 0; // its writes failed already (said): it stays closed, and the run exits 1 at its end
+    int dropped = 0;
+    if (outdir_trim_log(rep->log_path, back, "\"rollback\":", &dropped, err, errlen)) return -1;
+    if (!(rep->log = fopen(rep->log_path, "a"))) return td_error(err, errlen, "%s: cannot reopen it: %s", rep->log_path, strerror(errno));
+    return 0;
 }
 
 StageSummary report_stage_summary(const Executor* ex) {

@@ -31,8 +31,14 @@ void report_val(Reporter* rep, int step, float val, double floor);
 // against the fp32 average of the same local gradients (keys drift_int8_*), else the applied gradient
 // against the exact synchronous one (keys drift_*)
 void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync);
-// the guard refused step's update: the line, and a record {"step", "rollback": reason, "aew_from", "aew_to"}
-void report_rollback(Reporter* rep, int step, const char* reason, int W_from, int W_to, int in_row);
+// the guard refused step's update (1-based) and the run goes on from `back` (0-based: step - 1 when
+// only the refused step is undone, the chunk's start when the steps before it go too): the line, and
+// a record {"step", "rollback": reason, "back_to", "aew_from", "aew_to", "rollbacks_in_row_at_w0"}
+void report_rollback(Reporter* rep, int step, int back, const char* reason, int W_from, int W_to, int in_row);
+// a rollback to step `back` undid the steps after it: their records go from log.jsonl (it holds the
+// steps the run applied; written aside and renamed, as a resume cuts it), which is reopened to go on.
+// 0, or -1 + err
+int report_log_cut(Reporter* rep, int back, char* err, size_t errlen);
 
 // closes log.jsonl (when open): 1 when any record of the run could not be written (said already), else 0
 int report_close_log(Reporter* rep);

@@ -419,6 +419,33 @@ void stage_from_host(Stage* st) {
     if (st->be->from_host) st->be->from_host(st);
 }
 
+void stage_snapshot_take(Stage* st, StageSnapshot* snap) {
+    size_t n = st->num_params;
+    if (snap->cap < 3 * n) {
+        free(snap->state);
+        snap->state = (float*)malloc_check(3 * n * sizeof(float));
+        snap->cap = 3 * n;
+    }
+    stage_to_host(st);
+    memcpy(snap->state, st->params, n * sizeof(float));
+    memcpy(snap->state + n, st->adam_m, n * sizeof(float));
+    memcpy(snap->state + 2 * n, st->adam_v, n * sizeof(float));
+    snap->version = st->version;
+}
+void stage_snapshot_restore(Stage* st, const StageSnapshot* snap) {
+    size_t n = st->num_params;
+    memcpy(st->params, snap->state, n * sizeof(float));
+    memcpy(st->adam_m, snap->state + n, n * sizeof(float));
+    memcpy(st->adam_v, snap->state + 2 * n, n * sizeof(float));
+    st->version = snap->version;
+    stage_from_host(st);
+}
+void stage_snapshot_free(StageSnapshot* snap) {
+    free(snap->state);
+    memset(snap, 0, sizeof(*snap));
+}
+double stage_snapshot_bytes(const Stage* st) { return 3.0 * (double)st->num_params * sizeof(float); }
+
 void stage_load_params(Stage* st, const float* full) { gpt2_slice_params(&st->cfg, &st->range, full, st->params); }
 void stage_store_params(const Stage* st, float* full) { gpt2_unslice_params(&st->cfg, &st->range, st->params, full); }
 

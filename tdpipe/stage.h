@@ -291,6 +291,20 @@ void stage_discard(Stage* st);
 // weights and AdamW moments to and from the host copies (no-ops on the CPU)
 void stage_to_host(Stage* st);
 void stage_from_host(Stage* st);
+// A stage's weights, AdamW moments and version at a consistency point, in host memory: what the
+// guard's rollback goes back to when the refused step's chunk ran with a window (the steps it had
+// applied before were computed on stale weights). Buffers grown once and reused.
+typedef struct {
+    float* state;   // (3, num_params): the weights, then AdamW's m and v
+    size_t cap;     // floats state holds
+    int version;    // the stage's updates applied when taken
+} StageSnapshot;
+void stage_snapshot_take(Stage* st, StageSnapshot* snap);
+// the stage as it was at stage_snapshot_take, on its device too; stashes and gradients as they are
+// (stage_discard drops them)
+void stage_snapshot_restore(Stage* st, const StageSnapshot* snap);
+void stage_snapshot_free(StageSnapshot* snap);
+double stage_snapshot_bytes(const Stage* st);
 // this stage's slice of a full model's parameters into the host weights, and the inverse
 void stage_load_params(Stage* st, const float* full);
 void stage_store_params(const Stage* st, float* full);

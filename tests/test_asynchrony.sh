@@ -126,24 +126,28 @@ check "--lr-gns 1 runs (the rate scaled by the measured noise)" $BIN $S --aew 2 
 lr_moved() { ! diff <(grep -o '"lr": [^,]*' "$TMP/lrg/log.jsonl") <(grep -o '"lr": [^,]*' "$TMP/gns1/log.jsonl") >/dev/null; }
 check "  and its learning rates differ from --gns 1 alone's after the warm-up" lr_moved
 
-# --- the guard: an injected NaN at step 7 of a P = 2 run rolls back, halves W, finishes finite
+# --- the guard: an injected NaN at step 7 of a P = 2 run rolls back to the consistency point of step 5
+# (steps 6 and 7 ran in a chunk with a window, so step 6 was computed stale and is undone too), halves
+# W, finishes finite
 G="--device cpu -e d4 -b 2 -t 16 -x 20 -v 10 -s 0 --micro-batches 4 --stages 2 --schedule tdpipe --aew 4 --inject-nan 7 -n 5 --keep 10"
 check "--inject-nan 7 at P = 2" $MPI -np 2 ./train_tdpipe $G -o "$TMP/nan"
 cp "$TMP/out" "$TMP/nan.txt"
-check "  rolled back, the window halved: one line" grep -q "step     7/20 | not applied: the gradient norm is not finite.*AEW W 4 -> 2" "$TMP/nan.txt"
-check "  and one log.jsonl record" grep -q '"step": 7, "rollback": "the gradient norm is not finite' "$TMP/nan/log.jsonl"
+check "  rolled back to step 5, step 6 undone, the window halved: one line" \
+    grep -q "step     7/20 | not applied: the gradient norm is not finite .* rolled back to step 5, the consistency point (step 6, computed stale, undone).*AEW W 4 -> 2" "$TMP/nan.txt"
+check "  and one log.jsonl record" grep -q '"step": 7, "rollback": "the gradient norm is not finite[^"]*", "back_to": 5,' "$TMP/nan/log.jsonl"
 finite_end() { python3 - "$TMP/nan" <<'EOF'
 import json, math, struct, sys, glob, zlib
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(d + '/log.jsonl')]
 steps = [r for r in rows if 'loss' in r]
-assert len(steps) == 20 and all(math.isfinite(r['loss']) for r in steps), steps[-1]
+assert [r['step'] for r in steps] == list(range(1, 21)), 'each step once, in order (the undone step 6 is cut from the log)'
+assert all(math.isfinite(r['loss']) for r in steps), steps[-1]
 raw = open(d + '/model.bin', 'rb').read()
 w = struct.unpack('<%df' % ((len(raw) - 1024) // 4), raw[1024:])
 assert all(math.isfinite(x) for x in w), 'model.bin holds a non-finite weight'
 EOF
 }
-check "  20 applied steps, every loss finite, model.bin all finite" finite_end
+check "  20 applied steps each logged once, every loss finite, model.bin all finite" finite_end
 check "  every micro-batch counted (the refused chunk's run again)" grep -q "every rank ran exactly forwards and backwards" "$TMP/nan.txt"
 mkdir -p "$TMP/nanr" && cp "$TMP/nan/ckpt_00000010.tdck" "$TMP/nanr/"
 check "resume the rolled-back run from its step-10 checkpoint" $MPI -np 2 ./train_tdpipe $G -y 1 -o "$TMP/nanr"

@@ -3,7 +3,9 @@
 // double, against the chunked serial sum they are defined as, and across thread counts; the CPU
 // stage's gradient slot: zero_grad after an update sweeps nothing and alone only the embeddings'
 // tensors (the profiling hook's byte counts say so), yet the slot reads as zero, and the backward
-// that follows (writing instead of adding) is bitwise one into zeroed memory.
+// that follows (writing instead of adding) is bitwise one into zeroed memory; a stage's snapshot (the
+// guard's way back to a consistency point) restores weights, moments and version bitwise, on the CPU
+// and behind a device's code path (cpu-staged).
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -181,6 +183,58 @@ static void check_zero_grad(void) {
     free(full);
 }
 
+// one step of training on slot 0 (forward, backward, update, zero_grad); returns the loss
+static float train_step(Stage* s, const AdamWConfig* opt, int t) {
+    Op f = {.kind = OP_F, .step = t, .mb = 0, .version = s->version}, b = {.kind = OP_B, .step = t, .mb = 0, .version = s->version};
+    float loss = stage_forward(s, &f, 0, 1);
+    stage_backward(s, &b, 0, 0.0625f);
+    stage_tie_local(s, 0);
+    stage_update(s, 0, opt, 1e-2f, t + 1, 1.0f);
+    stage_zero_grad(s, 0);
+    return loss;
+}
+
+static void check_snapshot(const StageDevice* dev) {
+    GPT2Config cfg = {16, 64, 128, 2, 2, 32}; // maxT, V, Vp, L, NH, C
+    GPT2Range all = {0, cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(&cfg, &all, sizes);
+    float* full = (float*)malloc(n * sizeof(float));
+    gpt2_init_full(&cfg, full, 5);
+    Stage s;
+    stage_create(&s, dev, &(StageInit){.cfg = &cfg, .range = all, .B = 2, .T = 8, .full = full});
+    stage_reserve(&s, 1, 1, 1, 0);
+    for (int i = 0; i < 16; i++) {
+        stage_inputs(&s, 0)[i] = (i * 5) % cfg.vocab_size;
+        stage_targets(&s, 0)[i] = (i * 13 + 1) % cfg.vocab_size;
+    }
+    AdamWConfig opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    train_step(&s, &opt, 0);
+    train_step(&s, &opt, 1);
+    StageSnapshot snap = {0};
+    stage_snapshot_take(&s, &snap);
+    float* want = (float*)malloc(3 * n * sizeof(float)); // (3, n) the weights and moments at the snapshot
+    memcpy(want, s.params, n * sizeof(float));
+    memcpy(want + n, s.adam_m, n * sizeof(float));
+    memcpy(want + 2 * n, s.adam_v, n * sizeof(float));
+    int version = s.version;
+    float next = train_step(&s, &opt, 2); // the step that would have followed the snapshot
+    float later = train_step(&s, &opt, 3);
+    stage_to_host(&s);
+    CHECK(s.version == version + 2 && memcmp(want, s.params, n * sizeof(float)), "%s: two more steps moved the weights (version %d)", dev->name, s.version);
+    stage_snapshot_restore(&s, &snap);
+    stage_to_host(&s);
+    CHECK(s.version == version, "%s: the snapshot's version is back (%d, taken at %d)", dev->name, s.version, version);
+    CHECK(!memcmp(want, s.params, n * sizeof(float)) && !memcmp(want + n, s.adam_m, n * sizeof(float)) && !memcmp(want + 2 * n, s.adam_v, n * sizeof(float)),
+          "%s: weights and both moments bitwise the snapshot's", dev->name);
+    float again = train_step(&s, &opt, 2);
+    CHECK(again == next && later != next, "%s: the step after the restore is bitwise the one that followed the snapshot (loss %.9g, %.9g; then %.9g)", dev->name,
+          again, next, later);
+    stage_snapshot_free(&snap);
+    free(want);
+    stage_destroy(&s);
+    free(full);
+}
+
 int main(void) {
     check_adamw(1000003, 1);
     check_adamw(1000003, 2);
@@ -188,6 +242,8 @@ int main(void) {
     size_t ns[] = {1, 4095, 4097, 65536 + 3, 589824, 2359296, 38633472};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) check_sumsq(ns[i]);
     check_zero_grad();
+    check_snapshot(&STAGE_CPU);
+    check_snapshot(&STAGE_CPU_STAGED);
     omp_set_num_threads(2);
     return test_summary();
 }
