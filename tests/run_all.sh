@@ -10,6 +10,12 @@ build=${1:-build}
 total_p=0; total_f=0
 # GPT-2's tokenizer files for the tests that read them (GPT2_DIR, ../shared/data/gpt2 or a download)
 bash dev/data/get_gpt2_tokenizer.sh ${GPT2_DIR:-} || echo "note: the tests that need GPT-2's tokenizer files will fail"
+# Tiny Shakespeare's text for tests/test_tokenizer (TINYSHAKESPEARE, ../shared/data/tinyshakespeare.txt
+# or data/tinyshakespeare/input.txt, which prepare_tinyshakespeare.sh --text-only fills or downloads)
+if [ -z "${TINYSHAKESPEARE:-}" ]; then
+    bash dev/data/prepare_tinyshakespeare.sh --text-only >/dev/null 2>&1 ||
+        echo "note: Tiny Shakespeare's text is not here and its download failed, so test_tokenizer will fail: set TINYSHAKESPEARE=file (char-rnn's data/tinyshakespeare/input.txt) or put the file at data/tinyshakespeare/input.txt"
+fi
 for t in "$build"/tests/test_* $shell_tests; do
     [ -e "$t" ] || continue
     case "$t" in *.d) continue;; esac
