@@ -5,10 +5,10 @@
 # and of files that are gone on purpose are listed below, each with why.
 source tests/lib.sh
 code_dirs="llmc tdpipe dev scripts tests train_tdpipe.cu test_gpt2.cu Makefile .ci"
-# named in README but not ours: AVX-512 intrinsics of a build not kept; a switch "not kept in the code";
+# named in README but not ours: AVX-512 intrinsics of a build not kept;
 # llm.c's trainers and the script that downloads its starter pack (gpt2_124M.bin); a Megatron-LM script;
 # vec_math.c's names before it was one file ("was expf_vec.c ...")
-not_ours="_mm512_fmadd_ps _mm512_sqrt_ps des_pick train_gpt2.c train_gpt2.py dev/download_starter_pack.sh examples/sc21/run_table_1.sh expf_vec.c tanhf_vec.c"
+not_ours="_mm512_fmadd_ps _mm512_sqrt_ps train_gpt2.c train_gpt2.py dev/download_starter_pack.sh examples/sc21/run_table_1.sh expf_vec.c tanhf_vec.c"
 tracked=$(git ls-files 2>/dev/null || find . -type f)
 
 names_missing() { # the backticked snake_case names of $1 that the code never mentions
