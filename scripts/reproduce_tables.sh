@@ -52,7 +52,7 @@ verdict() {
     if num "$ceil" && num "$a" && awk -v a="$a" -v c="$ceil" 'BEGIN { exit !(a > c) }'; then echo "cannot hold: above the physical ceiling"; return; fi
     if ! num "$ours"; then echo "not reproduced: ours is not available (${ours:0:60})"; return; fi
     awk -v a="$a" -v o="$ours" 'BEGIN { e = (o - a) / (a == 0 ? 1 : a); if (e < 0) e = -e
-        if (e <= 0.10) printf "reproduced within %.0f%%", 100 * e; else printf "not reproduced: ours is %s", o }'
+        if (e <= 0.10) printf "reproduced within %.1f%%", 100 * e; else printf "not reproduced: ours is %s", o }'
 }
 # row TABLE NAME ARTICLE CEILING MEGATRON DEEPSPEED TDPIPE MEASURED VERDICT
 row() {
@@ -147,7 +147,7 @@ row util "baseline (1F1B)" 68 100 "$u_il" "$u_1f" "$u_td" "$m_1f" "$(verdict 68 
 table_header "table 2: training throughput, samples/s on 64 A100 80 GB (article: TD-Pipe 175B 62, 530B 17)"
 echo "# ceiling: 64 x 312 TFLOP/s over 6 N FLOPs a token (8 N with recomputation in brackets), T $T; simulated: P 8, tp 8, D 1, M 16 x 1 sequence, beta 0,"
 echo "# full recomputation; megatron: interleaved (2 chunks), bf16 ring after backward; deepspeed: 1F1B, ZeRO-1, no scatter/gather; tdpipe: W 6, int8 two-shot overlapped"
-echo "# the article's 13B figures and its Megatron-LM and DeepSpeed figures are not in this project's sources (DESIGN.md section 7 quotes only the two above)"
+echo "# the article's 13B figures and its Megatron-LM and DeepSpeed figures are not in this project's sources (the project's design notes quote only the two above)"
 columns
 THR=$OUT/throughput.csv
 echo "model,params,article,ceiling_6n,ceiling_8n,megatron,deepspeed,tdpipe" > "$THR"

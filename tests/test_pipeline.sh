@@ -145,7 +145,10 @@ done
 W=$(( (RANDOM % 8) + 1 ))
 check "stress: P = 4, tdpipe W = $W, --jitter 0.3, 200 steps finish (timeout 180 s)" \
     $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew $W --jitter 0.3 --seed $RANDOM -x 200 -v 0 -s 0 --micro-batches 4 -b 1 -t 16 --consistency-every 37 -o "$TMP/stress"
-check "stress: no micro-batch lost or duplicated on any rank" grep -q "every rank ran exactly forwards and backwards (expected 800 each)" "$TMP/out"
+cp "$TMP/out" "$TMP/stress.txt"
+check "stress: no micro-batch lost or duplicated on any rank" grep -q "every rank ran exactly forwards and backwards (expected 800 each)" "$TMP/stress.txt"
+consistency_points() { [ "$(grep -c "^step [0-9]*: consistency: tied embedding copies bitwise equal" "$TMP/stress.txt")" -eq 6 ] && grep -q "^step 185: consistency" "$TMP/stress.txt"; }
+check "  the copies checked at every consistency point (steps 37, 74, ..., 185, and 200 for the checkpoint)" consistency_points
 
 # --- --synthetic-compute: timed waits instead of the model, so P = 8 fits on two cores (what
 # scripts/bench_schedules.sh measures; its figures are timing, so only completion is tested here)
