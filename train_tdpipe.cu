@@ -593,7 +593,7 @@ static void check_memory(Trainer* tr) {
         }
     }
     if (comm_any(&tr->comm, bad)) exit(1);
-    if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE)
+    if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE && tr->W != -1) // (auto has not chosen yet: it says what it chose)
         fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
                 tr->comp.methods == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)"
                 : a->aew_start < a->warmup ? " (opening it after the warm-up, --aew-start N >= --warmup, costs less: README, TD-Pipe convergence)"
@@ -670,6 +670,7 @@ static void make_executor(Trainer* tr) {
     // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
     double flops = (6.0 * n_full + 6.0 * tr->cfg.num_layers * a->T * tr->cfg.channels) * tokens;
     tr->rep = (Reporter){.log = tr->log, .log_path = tr->log_path, .total_steps = a->steps, .tokens_per_step = tokens, .P = tr->comm.P,
+                         .windowed = tr->kind == SCHED_TDPIPE && tr->W != 0,
                          .flops_per_step = flops, .peak_flops = tr->use_cuda ? cuda_peak() * tr->comm.world_size : 0.0};
     trace_init(&tr->trace, a->trace_path[0] != 0);
     Executor* ex = &tr->ex;

@@ -54,6 +54,7 @@ void report_step(void* reporter, const StepReport* r) {
            r->seconds * 1e3, tok_s);
     if (rep->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * rep->flops_per_step / r->seconds / rep->peak_flops);
     if (rep->P > 1) printf(" | bubble %.1f%% | stale %d", 100.0 * r->bubble_all, r->staleness_max);
+    else if (rep->windowed) printf(" | stale %d", r->staleness_max);
     if (isfinite(r->b_simple)) printf(" | B_noise %.0f", r->b_simple);
     printf(" | eta %s\n", eta);
     if (rep->log) {

@@ -16,6 +16,7 @@ typedef struct {
     int total_steps;
     int tokens_per_step;    // B * T * M * D
     int P;
+    int windowed;           // 1: tdpipe with a window (staleness is shown at P = 1 too)
     double flops_per_step;  // model FLOPs of one step (6 N per token + attention), for MFU
     double peak_flops;      // the devices' bf16 peak FLOP/s; 0 on the CPU (no MFU)
     double seconds_sum;     // over reported steps after the first

@@ -12,6 +12,11 @@ S="-e d4 -b 2 -t 16 -x 16 -v 0 -s 0 --micro-batches 4 --schedule tdpipe"
 
 # --- compensation: off is today's run; each method the same at every P, jitter or not
 check "tdpipe W = 4, no --stale-comp" $BIN $S --aew 4 -o "$TMP/plain"
+cp "$TMP/out" "$TMP/plain.txt"
+check "  P = 1 with a window: the step lines show the staleness (ceil(4 / 4) = 1)" grep -q "^step    16/16 .* | stale 1 | eta" "$TMP/plain.txt"
+check "tdpipe W = 4 --grad-cache 8: a cap, not a size (the ring takes the 2 slots it needs)" $BIN $S --aew 4 --grad-cache 8 -o "$TMP/gc8"
+check "  the end table's grad ring: 2" bash -c "awk '/grad ring/ { getline; print \$(NF-1) }' '$TMP/out' | grep -qx 2"
+check "  and the run is bitwise the one without it" same_run "$TMP/plain" "$TMP/gc8"
 check "tdpipe W = 4, --stale-comp none" $BIN $S --aew 4 --stale-comp none -o "$TMP/none"
 check "  none is bitwise the run without the flag" same_run "$TMP/plain" "$TMP/none"
 check "--stale-comp predict at W = 0 (nothing stale)" $BIN $S --aew 0 --stale-comp predict -o "$TMP/p0"

@@ -84,6 +84,8 @@ refuse "a window of 100000 micro-batches' stashes" "this run would reserve [0-9.
     $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule tdpipe --aew 100000 -x 1 -o "$TMP/big"
 check "--aew 8 with M = 8: runs with a note that every micro-batch is stale" $BIN $S -x 2 --micro-batches 8 --schedule tdpipe --aew 8 -o "$TMP/stale"
 check "  the note" grep -q "note: --aew 8 with M = 8: every micro-batch of a step runs on weights at least one update old" "$TMP/err"
+check "--aew auto with a compensation (it may choose up to 2M)" $BIN $S -x 3 --micro-batches 4 --schedule tdpipe --aew auto --stale-comp predict -o "$TMP/auto_note"
+check "  no such note before it has chosen (it said every micro-batch was stale, then chose W = 0 or 1)" bash -c "! grep -q 'every micro-batch of a step runs on weights' '$TMP/err'"
 
 # --- an output the run cannot write is refused before training, not at the end
 refuse "--trace into a folder that does not exist" "--trace $TMP/nowhere/trace.json: " $BIN $S -x 2 --trace "$TMP/nowhere/trace.json" -o "$TMP/tr"
