@@ -235,6 +235,9 @@ static void weights_done(Run* r, int slot) {
     if ((x->version != r->st->version || x->ahead) && !weights_needed(r, x->version, x->ahead)) stage_release_stash(r->st, x->version, x->ahead);
 }
 
+// the gradient noise scale's large batch: the step's tokens over every replica (D M B T)
+static double gns_big_batch(const Run* r) { return (double)r->st->B * r->st->T * r->sch->M * r->D; }
+
 // weight prediction: the current version extrapolated for every forward still to come that will run
 // on it, made as soon as the version is current (at the chunk's start, after each update); each
 // holds as many learning rates as it runs ahead, as the updates will apply them
@@ -251,6 +254,8 @@ static void predict_weights(Run* r) {
         float lr_sum = 0.0f;
         for (int j = f.version; j < f.version + ahead; j++) // the rates those updates will apply (LR scaling's too)
             lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac) * (float)staleness_lr_factor(r->ex->comp, r->sch, r->s, j);
+        if (r->ex->gns && r->ex->lr_gns) // --lr-gns's factor, as the noise scale measures it now (the same on every stage)
+            lr_sum *= (float)gns_lr_factor_now(&r->ex->gns_state, gns_big_batch(r));
         stage_predict(st, ahead, &o->adamw, lr_sum);
     }
 }
@@ -495,7 +500,7 @@ static void post_ready(Run* r) {
 // step); returns --lr-gns's learning-rate factor (1 without it)
 static double gns_step(Run* r, StepState* ss) {
     int L = r->st->cfg.num_layers, M = r->sch->M;
-    double b_small = (double)r->st->B * r->st->T, b_big = b_small * M * r->D, small = 0.0, big = 0.0, factor = 1.0;
+    double b_small = (double)r->st->B * r->st->T, b_big = gns_big_batch(r), small = 0.0, big = 0.0, factor = 1.0;
     if (b_big <= b_small) return 1.0; // one micro-batch per step over all replicas: nothing to compare
     for (int u = 0; u < L + 3; u++) {
         small += gns_small(ss->sums, L)[u];

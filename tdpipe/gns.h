@@ -26,6 +26,9 @@ void gns_estimate(double small, double big, double b_small, double b_big, double
 // the ratio of SGD's optimal rate eps_max / (1 + B_noise / B) (their eq. 2.6) now to its mean over
 // the run so far, clamped to [0.5, 2]; 1 for the first GNS_WARM estimates
 double gns_update(GnsState* st, double small, double big, double b_small, double b_big, double* lr_factor);
+// the factor the coming updates are expected to apply: gns_update's rule with the current smoothed
+// B_simple as the next estimate (what weight prediction extrapolates with; 1 before any estimate)
+double gns_lr_factor_now(const GnsState* st, double b_big);
 
 #ifdef __cplusplus
 }

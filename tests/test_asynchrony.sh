@@ -130,6 +130,11 @@ check "  B_simple logged every step, bitwise the same at P = 1 and 2" gns_same
 check "--lr-gns 1 runs (the rate scaled by the measured noise)" $BIN $S --aew 2 --lr-gns 1 -o "$TMP/lrg"
 lr_moved() { ! diff <(grep -o '"lr": [^,]*' "$TMP/lrg/log.jsonl") <(grep -o '"lr": [^,]*' "$TMP/gns1/log.jsonl") >/dev/null; }
 check "  and its learning rates differ from --gns 1 alone's after the warm-up" lr_moved
+# weight prediction extrapolates with the rates the coming updates apply, --lr-gns's factor in them
+# (as the noise scale measures it now): the same on every stage, so still bitwise across P
+check "--stale-comp predict with --lr-gns 1 at P = 2, jitter" $MPI -np 2 $BIN $S -x 24 --aew 4 --stale-comp predict --lr-gns 1 --stages 2 --jitter 0.3 -o "$TMP/plg2"
+check "  at P = 1" $BIN $S -x 24 --aew 4 --stale-comp predict --lr-gns 1 -o "$TMP/plg1"
+check "  losses and model bitwise equal" same_run "$TMP/plg1" "$TMP/plg2"
 
 # --- the guard: an injected NaN at step 7 of a P = 2 run rolls back to the consistency point of step 5
 # (steps 6 and 7 ran in a chunk with a window, so step 6 was computed stale and is undone too), halves

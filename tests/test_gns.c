@@ -1,7 +1,8 @@
 // The gradient noise scale: the estimators (tdpipe/gns.h) recover |G|^2 and tr(Sigma) exactly from
 // exact expectations and without bias from sampled gradients of known G and Sigma; and the
 // executor's --gns figures equal a direct computation on a tiny model (every micro-batch's gradient
-// computed on its own, the step's accumulated), step by step.
+// computed on its own, the step's accumulated), step by step; the factor weight prediction extrapolates
+// --lr-gns with is the one the next update applies when its estimate is the smoothed one.
 #include <math.h>
 #include <string.h>
 #include "llmc/builtin_data.h"
@@ -158,6 +159,33 @@ static void test_executor(Comm* comm) {
     stage_destroy(&ref);
 }
 
+// the smoothed estimates fed back as a step's own leave the smoothed B unchanged (the debiased moving
+// average of its own value), so gns_update's factor for that step is the factor "now"
+static void test_factor_now(void) {
+    GnsState st = {0};
+    const double bs = 64, bb = 512;
+    CHECK(gns_lr_factor_now(&st, bb) == 1.0, "before any estimate the factor is 1");
+    Rng r;
+    rng_init(&r, 7);
+    int checked = 0, moved = 0;
+    for (int t = 0; t < 30; t++) {
+        double debias = 1.0 - pow(GNS_DECAY, (double)st.n);
+        double now = gns_lr_factor_now(&st, bb);
+        if (st.n > 0 && st.g2_ema > 0) {
+            double g2 = st.g2_ema / debias, trace = st.s_ema / debias, f = 0.0;
+            GnsState copy = st;
+            gns_update(&copy, g2 + trace / bs, g2 + trace / bb, bs, bb, &f);
+            CHECK(fabs(f - now) <= 1e-9 * now, "step %d: the factor now %.12g is the next update's for the smoothed estimate (%.12g)", t, now, f);
+            checked++;
+            moved += now != 1.0;
+        }
+        if (st.b_n < GNS_WARM) CHECK(now == 1.0, "step %d: before %d estimates the factor is 1 (%.12g)", t, GNS_WARM, now);
+        double G2 = 1.0 + rng_f32(&r), S = 200.0 * (0.2 + 3.0 * rng_f32(&r)); // noise that moves B_simple about
+        gns_update(&st, G2 + S / bs, G2 + S / bb, bs, bb, NULL);
+    }
+    CHECK(checked >= 29 && moved >= 10, "checked at %d steps, the factor away from 1 at %d", checked, moved);
+}
+
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -165,6 +193,7 @@ int main(int argc, char** argv) {
     if (comm_grid(&comm, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     test_exact();
     test_unbiased();
+    test_factor_now();
     test_executor(&comm);
     comm_finalize(&comm);
     return test_summary();
