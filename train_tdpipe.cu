@@ -254,6 +254,10 @@ static void parse(Trainer* tr, int argc, char** argv) {
     char err[1024];
     args_defaults(a);
     args_parse(a, argc, argv);
+    if (g_rank == 0 && a->train_pattern[0] && !a->val_pattern[0] && a->val_every > 0 && !a->print_schedule)
+        fprintf(stderr, "note: -v %d: no validation shards (-j), so no validation runs\n", a->val_every);
+    if (a->comm_timeout > 0 && a->comm_timeout < 1) // (a start-up barrier alone takes longer: a healthy run would be blamed)
+        fatal_all("--comm-timeout %g: a wait of under a second would end healthy runs; give 1 s or more (0 waits forever)", a->comm_timeout);
     tr->comm.timeout = a->comm_timeout;
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);

@@ -65,7 +65,11 @@ static int setup(DataLoader* dl, int B, int T, int rank, int world, int shuffle,
     memset(dl, 0, sizeof *dl);
     dl->cur_shard = -1;
     dl->order_epoch = -1;
-    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world || V < 1 || V > 65536) {
+    if (V > 65536) {
+        snprintf(err, errlen, "the model's vocabulary V = %d: tokens are uint16, as in llm.c's shards, so V is at most 65536", V);
+        return -1;
+    }
+    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world || V < 1) {
         snprintf(err, errlen, "data loader: bad arguments B=%d T=%d rank=%d world=%d V=%d", B, T, rank, world, V);
         return -1;
     }

@@ -223,6 +223,9 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         }
     for (int i = 1; i < argc; i++) {
         const ArgSpec* s = find_flag(argv[i]);
+        const ArgSpec* before = i > 1 ? find_flag(argv[i - 1]) : NULL;
+        if (!s && argv[i][0] != '-' && before && before->type == A_BOOL) // (a YAML key takes true/false; a flag is the switch)
+            args_fail("train_tdpipe: '%s' after --%s: the flag is a switch and takes no value (give it alone to turn it on)", argv[i], before->long_name);
         if (!s) args_fail("train_tdpipe: unknown flag '%s' (see --help)", argv[i]);
         char shown[64];
         if (s->short_name && argv[i][1] != '-') snprintf(shown, sizeof(shown), "-%c", s->short_name);
@@ -232,6 +235,8 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
             continue;
         }
         if (i + 1 >= argc) args_fail("train_tdpipe: %s needs a value", shown);
+        if (argv[i + 1][0] == '-' && find_flag(argv[i + 1])) // `-o -v`: the value forgotten, the next flag taken for it
+            args_fail("train_tdpipe: %s needs a value, but the flag %s follows it", shown, argv[i + 1]);
         if (set_value(a, s, argv[++i], shown, err, sizeof(err))) args_fail("train_tdpipe: %s", err);
     }
 }

@@ -54,6 +54,8 @@ static int apply_document(ConfigSetFn set, void* ctx, const char* path, yaml_doc
                 return td_error(err, errlen, "%s:%zu: '%s': a key or value holds a NUL character%s", path, line, section, from);
             char key[256], msg[512];
             snprintf(key, sizeof(key), "%s.%s", section, (const char*)k->data.scalar.value);
+            if (v->data.scalar.length == 0 && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) // `train:` alone is YAML's null
+                return td_error(err, errlen, "%s:%zu: key '%s' has no value%s", path, line, key, from);
             if ((first = earlier_same_key(doc, sv, kp)) != NULL)
                 return td_error(err, errlen, "%s:%zu: key '%s' appears twice (first at line %zu)%s", path, line, key, line_of(first), from);
             if (set(ctx, key, (const char*)v->data.scalar.value, msg, sizeof(msg)))
@@ -63,9 +65,19 @@ static int apply_document(ConfigSetFn set, void* ctx, const char* path, yaml_doc
     return 0;
 }
 
+// a config is a few hundred bytes; libyaml's loader takes time that grows as the square of the nesting
+// depth (200,000 levels, 400 KB: over a minute), so a file far past any config is refused unread
+#define CONFIG_MAX_BYTES (64 * 1024)
+
 int config_load_yaml(const char* path, ConfigSetFn set, void* ctx, char* err, size_t errlen) {
     FILE* f = td_fopen_regular(path, "YAML config", NULL, err, errlen);
     if (!f) return -1;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0 || size > CONFIG_MAX_BYTES) {
+        fclose(f);
+        if (size < 0) return td_error(err, errlen, "%s: cannot measure the file", path);
+        return td_error(err, errlen, "%s: %ld bytes, more than a config file's %d at most (a config holds a few sections of keys)", path, size, CONFIG_MAX_BYTES);
+    }
     yaml_parser_t parser;
     yaml_document_t doc, next;
     yaml_parser_initialize(&parser);

@@ -264,7 +264,8 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
         const DataLoaderState* dls = (const DataLoaderState*)ds->data;
         char msg[256];
         if (train && dataloader_set_state(train, dls, msg, sizeof(msg))) {
-            td_error(err, errlen, "%s: %s", path, msg);
+            int order = dls->seed != train->seed || dls->shuffle != train->shuffle; // the flags that set the data's order
+            td_error(err, errlen, "%s: %s%s", path, msg, order ? " (resume with the run's --seed and --shuffle)" : "");
             break;
         }
         const char* names[3] = {"params", "adam_m", "adam_v"};

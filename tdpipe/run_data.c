@@ -39,6 +39,13 @@ int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, i
         markov_generate(&d->source, tokens, BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS, BUILTIN_SOURCE_SEED + 1);
         d->first_token = tokens[BUILTIN_TRAIN_TOKENS];
         d->has_val = 1;
+        int top = 0; // the largest token (its symbols are bytes): a model with a smaller vocabulary cannot read it
+        for (int i = 0; i < BUILTIN_TRAIN_TOKENS + BUILTIN_VAL_TOKENS; i++) top = tokens[i] > top ? tokens[i] : top;
+        if (top >= V_limit) {
+            free(tokens);
+            return td_error(why, whylen, "the built-in dataset's tokens are bytes up to %d, but the model's vocabulary is V = %d: give a model of V > %d, or data (-i) it can read",
+                            top, V_limit, top);
+        }
         if (needs_data) {
             if (dataloader_init_memory(&d->train, tokens, BUILTIN_TRAIN_TOKENS, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)) ||
                 dataloader_init_memory(&d->val, tokens + BUILTIN_TRAIN_TOKENS, BUILTIN_VAL_TOKENS, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))

@@ -1,5 +1,6 @@
 // The run's model (see run_model.h): a fresh dN or an llm.c model file, and its split over stages.
 #include "tdpipe/run_model.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,8 @@ static int parse_per_rank(const char* flag, const char* list, int P, double unit
     for (int i = 0; i < P; i++) {
         char* end;
         v[i] = strtod(it, &end);
-        if (end == it || !(v[i] > 0) || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1)) {
-            snprintf(err, errlen, "--%s %s: expected %d positive numbers separated by commas, one per stage", flag, list, P);
+        if (end == it || !(v[i] > 0) || !isfinite(v[i]) || v[i] > 1e6 || v[i] < 1e-6 || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1)) {
+            snprintf(err, errlen, "--%s %s: expected %d positive numbers (1e-6 to 1e6) separated by commas, one per stage", flag, list, P);
             free(v);
             return -1;
         }

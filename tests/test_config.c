@@ -30,6 +30,16 @@ static void test_accepted(void) {
     CHECK(rc == 0 && a.lr == 0.5f, "one document with explicit start and end markers (%s)", err);
     rc = load("", &a, err, sizeof err);
     CHECK(rc == 0 && a.stages == 1, "an empty file sets nothing (%s)", err);
+    rc = load("data:\n  train:\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, ".yaml:2: key 'data.train' has no value"), "a key without a value (YAML's null): %s", err);
+    rc = load("data: {train: \"\"}\n", &a, err, sizeof err);
+    CHECK(rc == 0 && !a.train_pattern[0], "an empty quoted value is a value (%s)", err);
+    char* deep = (char*)malloc(70000);
+    memset(deep, '[', 69999);
+    deep[69999] = 0;
+    rc = load(deep, &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "69999 bytes, more than a config file's 65536 at most"), "a file far past any config, refused unread: %s", err);
+    free(deep);
     rc = load("model: {batch: 2}\nlogging: {val_every: 3}\n", &a, err, sizeof err);
     CHECK(rc == 0 && a.B == 2 && a.val_every == 3, "different sections with different keys (%s)", err);
 }

@@ -68,6 +68,8 @@ printf '\x00\x00\x00\x00' | dd of="$TMP/m/ckpt_00000010.tdck" conv=notrunc 2>/de
 refuse "a checkpoint with a wrong magic" "ckpt_00000010.tdck: not a tdpipe checkpoint" $BIN -x 20 $Q -y 1 -o "$TMP/m"
 refuse "a checkpoint whose model shape disagrees with the flags" "checkpoint has L = 2 but this run has 3" $BIN -e d3 -x 20 $Q -y 1 -o "$TMP/b"
 refuse "a checkpoint whose batch disagrees with the flags" "checkpoint has B \(-b\) = 8 but this run has 4" $BIN -b 4 -x 20 $Q -y 1 -o "$TMP/b"
+refuse "a resume with another --seed: the flags that set the data's order are named" "data loader state has seed 1337 .*\\(resume with the run's --seed and --shuffle\\)" \
+    $BIN -x 30 $Q -y 1 --seed 7 -o "$TMP/b"
 refuse "-y 1 with no checkpoint" "no checkpoint in .* to resume from" $BIN -x 20 $Q -y 1 -o "$TMP/empty"
 
 # --- a disk that fills during a write (RLIMIT_FSIZE: 2 MiB, the checkpoint needs more)

@@ -96,6 +96,28 @@ refuse "a flag without its value" "-x needs a value" $BIN -x
 refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
 refuse "--device of an unknown kind" "--device tpu: expected auto, cpu or cuda" $BIN --device tpu
 refuse "-o under a regular file" "cannot create the folder: Not a directory" $BIN -x 1 $Q -o "$TMP/text.txt/out"
+refuse "a switch given a value" "'1' after --synthetic-compute: the flag is a switch and takes no value" $BIN --synthetic-compute 1
+refuse "a flag where a value belongs (-o -v made a folder named -v)" "-o needs a value, but the flag -v follows it" $BIN -x 1 -o -v 0
+check "  no such folder" test ! -e ./-v
+refuse "--comm-timeout under a second" "--comm-timeout 0.001: a wait of under a second would end healthy runs" $BIN --comm-timeout 0.001
+refuse "--rank-speed inf" "--rank-speed inf: expected 1 positive numbers \\(1e-6 to 1e6\\)" $BIN --rank-speed inf -x 1 $Q -o "$TMP/r"
+# model files of an odd vocabulary: V 64 (the built-in data's bytes go past it), V 70000 (past uint16)
+vocab_model() { python3 - "$@" <<'PY'
+import struct, sys
+path, V, Vp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+maxT, L, NH, C = 16, 1, 2, 32
+n = Vp*C + maxT*C + 2*L*C + 3*L*C*C + 3*L*C + L*C*C + L*C + 2*L*C + 4*L*C*C + 4*L*C + 4*L*C*C + L*C + 2*C
+with open(path, 'wb') as f:
+    f.write(struct.pack('<256i', *([20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248)))
+    f.write(struct.pack('<%df' % n, *[((i * 7919) % 1000 - 500) * 1e-5 for i in range(n)]))
+PY
+}
+vocab_model "$TMP/v64.bin" 64 64; vocab_model "$TMP/v70k.bin" 70000 70016
+refuse "a V 64 model on the built-in data (bytes up to 122)" "the built-in dataset's tokens are bytes up to 122, but the model's vocabulary is V = 64" \
+    $BIN -e "$TMP/v64.bin" -x 1 $Q -b 2 -t 16 -o "$TMP/r"
+refuse "a V 70000 model" "the model's vocabulary V = 70000: tokens are uint16" $BIN -e "$TMP/v70k.bin" -x 1 $Q -b 2 -t 16 -o "$TMP/r"
+check "-i with -v and no -j" $BIN -i "$TMP/sh_train.bin" -x 2 -v 1 -s 0 -o "$TMP/noval"
+check "  says that no validation runs" grep -q "note: -v 1: no validation shards (-j), so no validation runs" "$TMP/err"
 help_all() { $BIN --help > "$TMP/help" && for f in -i -j -e -o -b -t -l -u -q -c -x -v -s -g -n -y --clip --seed --grad-accum --keep --config; do grep -q -- "$f" "$TMP/help" || return 1; done; }
 check "--help lists every flag" help_all
 check "--help shows defaults" grep -q "(default: 3e-3)" "$TMP/help"
