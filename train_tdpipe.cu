@@ -616,8 +616,11 @@ static void open_outputs(Trainer* tr) {
     snprintf(log_path, sizeof(tr->log_path), "%s/log.jsonl", a->out_dir);
     int bad = 0, moved = 0;
     tr->outdir.lock_fd = -1;
+    struct stat od;
     if (g_rank == 0) {
-        if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
+        if (a->resume && stat(a->out_dir, &od) != 0) // (outdir_open would create it, and its lock, for a typo)
+            bad = fprintf(stderr, "train_tdpipe: -y 1: -o %s does not exist: there is no run there to resume\n", a->out_dir) > 0;
+        else if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
         else if (a->trace_path[0] && outdir_check_file_replaceable(&tr->outdir, a->trace_path, TRACE_JSON_HEAD, err, sizeof(err)))
             bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
         else {

@@ -946,7 +946,7 @@ int ckpt_find_latest(const char* dir, size_t keep_max, Ckpt* out, char* path_out
             snprintf(e, sizeof e, "%s: header says step %ld but the name says %ld", es[i].path, out->step, es[i].step);
             ckpt_free(out);
         }
-        note_add(note, note_cap, "skipping damaged checkpoint %s\n", e);
+        note_add(note, note_cap, "skipping checkpoint %s\n", e); // (e says why: damaged, truncated, unreadable)
     }
     note_add(note, note_cap, "%s: none of its %d checkpoint%s passes its checks\n", dir, n, n == 1 ? "" : "s");
     free(es);

@@ -53,7 +53,7 @@ mkdir -p "$TMP/d" && cp "$TMP/a"/ckpt_*.tdck "$TMP/d/"
 truncate -s 5000 "$TMP/d/ckpt_00000020.tdck"
 check "newest truncated: resumes from the older one" $BIN -x 20 $Q -y 1 -o "$TMP/d"
 cp "$TMP/out" "$TMP/d.out"
-check "and says it skipped the newest" grep -q "skipping damaged checkpoint .*ckpt_00000020.tdck: .*truncated" "$TMP/err"
+check "and says it skipped the newest" grep -q "skipping checkpoint .*ckpt_00000020.tdck: .*truncated" "$TMP/err"
 check "and resumed at step 10" grep -q "at step 10" "$TMP/d.out"
 mkdir -p "$TMP/f" && cp "$TMP/a/ckpt_00000010.tdck" "$TMP/f/"
 size=$(stat -c %s "$TMP/f/ckpt_00000010.tdck")
@@ -70,7 +70,10 @@ refuse "a checkpoint whose model shape disagrees with the flags" "checkpoint has
 refuse "a checkpoint whose batch disagrees with the flags" "checkpoint has B \(-b\) = 8 but this run has 4" $BIN -b 4 -x 20 $Q -y 1 -o "$TMP/b"
 refuse "a resume with another --seed: the flags that set the data's order are named" "data loader state has seed 1337 .*\\(resume with the run's --seed and --shuffle\\)" \
     $BIN -x 30 $Q -y 1 --seed 7 -o "$TMP/b"
+mkdir -p "$TMP/empty"
 refuse "-y 1 with no checkpoint" "no checkpoint in .* to resume from" $BIN -x 20 $Q -y 1 -o "$TMP/empty"
+refuse "-y 1 with an -o that does not exist (a typo): refused, not created" "-y 1: -o .*/typo does not exist: there is no run there to resume" $BIN -x 20 $Q -y 1 -o "$TMP/typo"
+check "  and the folder was not made" test ! -e "$TMP/typo"
 
 # --- a disk that fills during a write (RLIMIT_FSIZE: 2 MiB, the checkpoint needs more)
 mkdir -p "$TMP/full" && cp "$TMP/a/ckpt_00000010.tdck" "$TMP/full/"
