@@ -245,6 +245,8 @@ static void read_model_config(Trainer* tr) {
     tr->from_file = !fresh;
     if (tr->from_file && model_file_read_config(tr->a.init, &tr->cfg, err, sizeof(err))) fatal_all("-e: %s", err);
     if (tr->a.T > tr->cfg.max_seq_len) fatal_all("-t %d exceeds the model's maximum sequence length %d", tr->a.T, tr->cfg.max_seq_len);
+    if (g_rank == 0 && tr->a.sample_every > 0 && tr->a.gen_tokens > tr->a.T && !tr->a.print_schedule) // (a sample is one window of the model's context)
+        fprintf(stderr, "note: -g %d: samples are at most -t %d tokens long\n", tr->a.gen_tokens, tr->a.T);
 }
 
 // phase 1: flags, schedule, model shape, partition. --print-schedule prints and exits here, for any P

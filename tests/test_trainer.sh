@@ -118,6 +118,8 @@ refuse "a V 64 model on the built-in data (bytes up to 122)" "the built-in datas
 refuse "a V 70000 model" "the model's vocabulary V = 70000: tokens are uint16" $BIN -e "$TMP/v70k.bin" -x 1 $Q -b 2 -t 16 -o "$TMP/r"
 check "-i with -v and no -j" $BIN -i "$TMP/sh_train.bin" -x 2 -v 1 -s 0 -o "$TMP/noval"
 check "  says that no validation runs" grep -q "note: -v 1: no validation shards (-j), so no validation runs" "$TMP/err"
+check "-g 2000 at -t 16" $BIN -x 1 -v 0 -s 1 -g 2000 -t 16 -o "$TMP/g2000"
+check "  says a sample is at most -t tokens" grep -q "note: -g 2000: samples are at most -t 16 tokens long" "$TMP/err"
 help_all() { $BIN --help > "$TMP/help" && for f in -i -j -e -o -b -t -l -u -q -c -x -v -s -g -n -y --clip --seed --grad-accum --keep --config; do grep -q -- "$f" "$TMP/help" || return 1; done; }
 check "--help lists every flag" help_all
 check "--help shows defaults" grep -q "(default: 3e-3)" "$TMP/help"
