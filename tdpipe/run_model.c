@@ -45,9 +45,9 @@ float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, cons
     return params;
 }
 
-// "1,1,0.5,1" -> *out: P positive numbers (scaled by `unit`); empty -> NULL (the default). 0, or -1
-// with what is wrong in err
-static int parse_per_rank(const char* flag, const char* list, int P, double unit, double** out, char* err, size_t errlen) {
+// "1,1,0.5,1" -> *out: P finite numbers in (0, hi] (scaled by `unit`); empty -> NULL (the default).
+// 0, or -1 with what is wrong in err
+static int parse_per_rank(const char* flag, const char* list, int P, double hi, double unit, double** out, char* err, size_t errlen) {
     *out = NULL;
     if (!list[0]) return 0;
     double* v = (double*)malloc_check(P * sizeof(double));
@@ -55,8 +55,8 @@ static int parse_per_rank(const char* flag, const char* list, int P, double unit
     for (int i = 0; i < P; i++) {
         char* end;
         v[i] = strtod(it, &end);
-        if (end == it || !(v[i] > 0) || !isfinite(v[i]) || v[i] > 1e6 || v[i] < 1e-6 || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1)) {
-            snprintf(err, errlen, "--%s %s: expected %d positive numbers (1e-6 to 1e6) separated by commas, one per stage", flag, list, P);
+        if (end == it || !(v[i] > 0) || !(v[i] <= hi) || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1)) {
+            snprintf(err, errlen, "--%s %s: expected %d positive numbers up to %g separated by commas, one per stage", flag, list, P, hi);
             free(v);
             return -1;
         }
@@ -84,8 +84,9 @@ int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* c
         return -1;
     }
     double *speed, *mem;
-    if (parse_per_rank("rank-speed", a->rank_speed, P, 1.0, &speed, err, errlen)) return -1;
-    if (parse_per_rank("rank-mem", a->rank_mem, P, 1024.0 * 1024.0 * 1024.0, &mem, err, errlen)) {
+    // (a speed of inf took every layer off the others: a share of 0.0%; 1e6 times another rank is already all)
+    if (parse_per_rank("rank-speed", a->rank_speed, P, 1e6, 1.0, &speed, err, errlen)) return -1;
+    if (parse_per_rank("rank-mem", a->rank_mem, P, 1e9, 1024.0 * 1024.0 * 1024.0, &mem, err, errlen)) {
         free(speed);
         return -1;
     }
