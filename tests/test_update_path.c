@@ -144,20 +144,30 @@ static int all_zero(Stage* s, size_t n_head) {
 // The trainer's order (backward, tied sum, norm, update, zero_grad) and zero_grad alone: the slot
 // reads as zero either way, zero_grad after an update sweeps nothing and alone only the embeddings'
 // tensors, and a backward into a slot left that way (written, not added to) is bitwise one into zeros.
+static const GPT2Config TINY = {16, 64, 128, 2, 2, 32}; // maxT, V, Vp, L, NH, C
+
+// the whole tiny model as a stage on dev from initialisation `seed`, one slot (B 2, T 8: one micro-batch
+// at a time) holding tokens (i a) % V and targets (i b + c) % V; sizes filled (gpt2_param_sizes);
+// returns the full parameters it was made from (the caller frees them)
+static float* tiny_stage(Stage* s, const StageDevice* dev, int seed, int a, int b, int c, size_t* sizes) {
+    GPT2Range all = {0, TINY.num_layers, 1, 1};
+    size_t n = gpt2_param_sizes(&TINY, &all, sizes);
+    float* full = (float*)malloc(n * sizeof(float));
+    gpt2_init_full(&TINY, full, seed);
+    stage_create(s, dev, &(StageInit){.cfg = &TINY, .range = all, .B = 2, .T = 8, .full = full});
+    stage_reserve(s, 1, 1, 1, 0);
+    for (int i = 0; i < 16; i++) {
+        stage_inputs(s, 0)[i] = (i * a) % TINY.vocab_size;
+        stage_targets(s, 0)[i] = (i * b + c) % TINY.vocab_size;
+    }
+    return full;
+}
+
 static void check_zero_grad(void) {
     omp_set_num_threads(2);
-    GPT2Config cfg = {16, 64, 128, 2, 2, 32}; // maxT, V, Vp, L, NH, C
-    GPT2Range all = {0, cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(&cfg, &all, sizes);
-    float* full = (float*)malloc(n * sizeof(float));
-    gpt2_init_full(&cfg, full, 3);
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
     Stage s;
-    stage_create(&s, &STAGE_CPU, &(StageInit){.cfg = &cfg, .range = all, .B = 2, .T = 8, .full = full});
-    stage_reserve(&s, 1, 1, 1, 0); // one micro-batch at a time
-    for (int i = 0; i < 16; i++) {
-        stage_inputs(&s, 0)[i] = (i * 7) % cfg.vocab_size;
-        stage_targets(&s, 0)[i] = (i * 11 + 3) % cfg.vocab_size;
-    }
+    float* full = tiny_stage(&s, &STAGE_CPU, 3, 7, 11, 3, sizes);
     AdamWConfig opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
     double units[4];
     free(backward_grads(&s, 0, sizes[0]));
@@ -195,18 +205,10 @@ static float train_step(Stage* s, const AdamWConfig* opt, int t) {
 }
 
 static void check_snapshot(const StageDevice* dev) {
-    GPT2Config cfg = {16, 64, 128, 2, 2, 32}; // maxT, V, Vp, L, NH, C
-    GPT2Range all = {0, cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(&cfg, &all, sizes);
-    float* full = (float*)malloc(n * sizeof(float));
-    gpt2_init_full(&cfg, full, 5);
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
     Stage s;
-    stage_create(&s, dev, &(StageInit){.cfg = &cfg, .range = all, .B = 2, .T = 8, .full = full});
-    stage_reserve(&s, 1, 1, 1, 0);
-    for (int i = 0; i < 16; i++) {
-        stage_inputs(&s, 0)[i] = (i * 5) % cfg.vocab_size;
-        stage_targets(&s, 0)[i] = (i * 13 + 1) % cfg.vocab_size;
-    }
+    float* full = tiny_stage(&s, dev, 5, 5, 13, 1, sizes);
+    size_t n = s.num_params;
     AdamWConfig opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
     train_step(&s, &opt, 0);
     train_step(&s, &opt, 1);
