@@ -106,12 +106,12 @@ static void stream_piece(Comm* c, const float* own, size_t n, int from, float* s
 
 // stage s's share of tensor i (n = 0 where it gives none to the stream): its layers' share of a per-layer
 // tensor; of one that two stages hold whole (the tied wte: the first stage's embedding and the last's
-// head), the later stage's copy, as the gather before the stream took it (the weights are bitwise the
-// same; of the int8 sync's residuals, the last stage's are what checkpoints have always held)
-static GPT2Piece stream_share(const Pipeline* pl, int s, int i) {
+// head), the copy of the stage tied_from names (pipeline.h)
+static GPT2Piece stream_share(const Pipeline* pl, int s, int i, int tied_from) {
     GPT2Piece pc[GPT2_NUM_PARAM_TENSORS];
-    for (int later = pl->P - 1; later > s && !gpt2_param_is_layer(i); later--) {
-        gpt2_slice_pieces(&pl->stage->cfg, &pl->ranges[later], pc);
+    for (int other = 0; other < pl->P && !gpt2_param_is_layer(i); other++) { // another stage that gives it instead
+        if (other == s || (tied_from == PIPELINE_TIED_LAST ? other < s : other > s)) continue;
+        gpt2_slice_pieces(&pl->stage->cfg, &pl->ranges[other], pc);
         if (pc[i].n > 0) return (GPT2Piece){0, 0, 0};
     }
     gpt2_slice_pieces(&pl->stage->cfg, &pl->ranges[s], pc);
@@ -126,13 +126,13 @@ static void send_piece(Comm* c, const float* x, size_t n) {
 // Tensor by tensor, every stage's share of it in stage order (the layout's order: a tensor's layers
 // are split over the stages), then the head's share. Each sender sends its pieces in that order and
 // blocks on each until rank 0 takes it, so rank 0 asks each rank for its pieces in the order sent.
-void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, PipelineSink sink) {
+void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, int tied_from, PipelineSink sink) {
     Stage* st = pl->stage;
     Comm* c = pl->comm;
     size_t vc = (size_t)st->cfg.padded_vocab_size * st->cfg.channels; // the head's share: (Vp, C)
     if (c->replica == replica && c->world_rank != 0) {
         for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-            GPT2Piece pc = stream_share(pl, c->stage, i);
+            GPT2Piece pc = stream_share(pl, c->stage, i, tied_from);
             send_piece(c, mine + pc.stage_off, pc.n);
         }
         if (head && st->range.has_head) send_piece(c, head, vc);
@@ -141,7 +141,7 @@ void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* 
     float* span = pl->P > 1 || replica > 0 ? (float*)malloc_check(STREAM_SPAN) : NULL; // (STREAM_SPAN / 4) one message
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++)
         for (int s = 0; s < pl->P; s++) {
-            GPT2Piece pc = stream_share(pl, s, i);
+            GPT2Piece pc = stream_share(pl, s, i, tied_from);
             stream_piece(c, mine + pc.stage_off, pc.n, replica * pl->P + s, span, sink); // world ranks are in grid order (comm.h)
         }
     if (head) stream_piece(c, head, vc, replica * pl->P + pl->P - 1, span, sink);

@@ -38,8 +38,12 @@ typedef struct {
 // rank alike) the last stage's (Vp, C) beside mine after it. A collective of the replica's ranks and
 // rank 0; the other replicas' ranks return at once. Nothing is staged on the senders, and rank 0
 // holds one message of at most a few MiB (its own stage's tensors go to the sink where they lie):
-// no rank needs memory for the whole model, whatever its size.
-void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, PipelineSink sink);
+// no rank needs memory for the whole model, whatever its size. The tied wte, which the first and the
+// last stage both hold, is taken from `tied_from`: PIPELINE_TIED_LAST where the two copies are
+// equal (weights, moments), PIPELINE_TIED_FIRST where only the first stage's is the embedding's own
+// (the int8 sync's residuals: the last stage's wte part is never synced, its head share comes after).
+enum { PIPELINE_TIED_LAST, PIPELINE_TIED_FIRST };
+void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* head, int tied_from, PipelineSink sink);
 // 1 when the first and last stage's wte are bitwise equal and every replica holds the same weights
 // (a collective; the verdict and a message on every rank)
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen);

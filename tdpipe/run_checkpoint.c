@@ -71,12 +71,12 @@ static int model_put(void* w, const float* data, size_t n, char* err, size_t err
 
 // replica d's array (and head's share after it where head is given) streamed into section `name` of
 // floats floats on rank 0; every rank takes part, after a failure too. The run's failure so far in, its failure out.
-static int save_section(Pipeline* pl, int d, CkptWriter* w, const char* name, const float* mine, const float* head, size_t floats, int finite,
-                        int failed, char* err, size_t errlen) {
+static int save_section(Pipeline* pl, int d, CkptWriter* w, const char* name, const float* mine, const float* head, int tied_from, size_t floats,
+                        int finite, int failed, char* err, size_t errlen) {
     int root = pl->comm->world_rank == 0;
     FileSink k = {ckpt_put, w, name, finite, 0, failed, err, errlen};
     if (root && !k.failed) k.failed = ckpt_writer_begin(w, name, floats * sizeof(float), 4, err, errlen) != 0;
-    pipeline_stream(pl, d, mine, head, (PipelineSink){file_put, &k});
+    pipeline_stream(pl, d, mine, head, tied_from, (PipelineSink){file_put, &k});
     if (root && !k.failed) k.failed = ckpt_writer_end(w, err, errlen) != 0;
     return k.failed;
 }
@@ -136,7 +136,8 @@ static int save_ef(Pipeline* pl, const DpSync* ef, CkptWriter* w, int failed, ch
             const float* mine = o ? ef->ef_owner : ef->ef_replica;
             char name[64];
             ef_section_name(name, sizeof name, o, d);
-            failed = save_section(pl, d, w, name, mine, mine + s->num_params, n_full + vc, 0, failed, err, errlen);
+            // wte's residual is the first stage's (the embedding's share, synced there); the head's share after the model
+            failed = save_section(pl, d, w, name, mine, mine + s->num_params, PIPELINE_TIED_FIRST, n_full + vc, 0, failed, err, errlen);
         }
     return failed;
 }
@@ -204,7 +205,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     }
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
-    for (int i = 0; i < 3; i++) failed = save_section(pl, 0, w, names[i], mine[i], NULL, n_full, 1, failed, err, sizeof(err));
+    for (int i = 0; i < 3; i++) failed = save_section(pl, 0, w, names[i], mine[i], NULL, PIPELINE_TIED_LAST, n_full, 1, failed, err, sizeof(err));
     if (has_ef(ef)) failed = save_ef(pl, ef, w, failed, err, sizeof(err));
     if (root) {
         if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
@@ -222,7 +223,7 @@ int run_checkpoint_save_model(Pipeline* pl, const char* path, char* err, size_t 
     ModelFileWriter mw;
     int root = pl->comm->world_rank == 0, failed = root && model_file_writer_open(&mw, path, &pl->stage->cfg, err, errlen) != 0;
     FileSink k = {model_put, &mw, "parameter", 1, 0, failed, err, errlen};
-    pipeline_stream(pl, 0, pl->stage->params, NULL, (PipelineSink){file_put, &k});
+    pipeline_stream(pl, 0, pl->stage->params, NULL, PIPELINE_TIED_LAST, (PipelineSink){file_put, &k});
     if (root && !k.failed) k.failed = model_file_writer_commit(&mw, err, errlen) != 0;
     if (root && k.failed) model_file_writer_abort(&mw);
     return comm_any(pl->comm, k.failed) ? -1 : 0;
