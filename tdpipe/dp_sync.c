@@ -402,8 +402,8 @@ static void bucket_reduce(DpSync* ds, int bi) {
         for (uint32_t e = 0; e < blk->len; e++) acc[e] /= (float)D;
         int8_t* q = seg_q(b, me, out) + blk->elem;
         float* s = seg_scales(out) + blk->idx;
-        ds->stats.nonfinite += ds->ef_owner ? quant_int8_ef(acc, residual_of(ds->ef_owner, ds, blk), blk->len, blk->len, q, s)
-                                            : quant_int8(acc, blk->len, blk->len, q, s);
+        ds->stats.nonfinite_avg += ds->ef_owner ? quant_int8_ef(acc, residual_of(ds->ef_owner, ds, blk), blk->len, blk->len, q, s)
+                                                : quant_int8(acc, blk->len, blk->len, q, s);
     }
     size_t mine = b->seg_off[me + 1] - b->seg_off[me];
     for (int j = 0; j < D; j++) {

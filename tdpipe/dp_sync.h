@@ -67,7 +67,9 @@ typedef struct {
     double bytes;            // sent plus received by this rank
     double wait;             // seconds dp_sync_finish waited: the communication backward did not hide
     double span;             // seconds from the first bucket posted to the last one done
-    size_t nonfinite;        // gradient elements that were not finite (their blocks not quantized)
+    size_t nonfinite;        // this replica's gradient elements that were not finite (their blocks not quantized)
+    size_t nonfinite_avg;    // elements of the averaged blocks it owns that were not finite (a replica's NaN
+                             // makes its block's whole average NaN; so would a sum of finite values overflowing)
     double entropy;          // bits per int8 value sent this step (measured every DP_ENTROPY_EVERY steps; NaN otherwise)
 } DpSyncStats;
 #define DP_ENTROPY_EVERY 25

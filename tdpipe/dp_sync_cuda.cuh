@@ -37,8 +37,9 @@
 // mine; the owner's sums) are shared by all buckets: one stream runs the buckets one after another.
 // An int8 segment's scales start wherever the previous segment ended (seg_off need not be a multiple
 // of 4 when blocks have odd lengths): the kernels read and write scales byte by byte where unaligned.
-// The non-finite count (phases 1 and 2, as dp_sync.c counts it) and the histogram are device counters,
-// read back once per step with the sync's end.
+// The non-finite counts (phase 1's of this replica's gradient, phase 2's of the averaged blocks it owns,
+// as dp_sync.c counts them) and the histogram are device counters, read back once per step with the
+// sync's end.
 //
 // Overlapped with backward: the executor starts the sync before the step's last backward
 // (dp_sync_cuda_start), the CUDA weight backward tells dp_sync_cuda_unit_done each unit as it enqueues
@@ -85,8 +86,8 @@ struct DpSyncCuda {
     float* d_acc;                 // (largest seg_elems[me]) the owner's sums before requantizing (int8)
     float* d_ef_replica;          // (n) error feedback (int8 + EF): this replica's residual, the slot's layout
     float* d_ef_owner;            // (n) the requantization's residual of the blocks this replica owns
-    unsigned long long* d_counts; // (1 + 256) non-finite elements, then the histogram of the int8 values sent
-    unsigned long long* h_counts; // (1 + 256) pinned host copy
+    unsigned long long* d_counts; // (DSC_COUNTS) non-finite elements, the histogram of the int8 values sent, non-finite averaged elements
+    unsigned long long* h_counts; // (DSC_COUNTS) pinned host copy
     double device_bytes;          // what the above take on the device
     cudaEvent_t* events;          // (n_buckets) where the compute stream completed each bucket's units
     // the sync in flight (dp_sync_cuda_start .. _end)
@@ -107,6 +108,8 @@ __device__ __forceinline__ float dsc_add(float a, float b) {
 __device__ __forceinline__ float dsc_div(float a, float d) { return quant_isnan(a) ? quant_quiet(a) : f32_div_exact(a, d); }
 
 enum { DSC_FP32 = 0, DSC_INT8 = 1, DSC_INT8_EF = 2 };
+// the device counters: [0] phase 1's non-finite elements, [1, 257) the int8 histogram, [257] phase 2's
+enum { DSC_COUNT_AVG = 257, DSC_COUNTS = 258 };
 
 // the share of this replica's segment that replica q sent (its own for q = me), laid out as the segment
 __device__ __forceinline__ const uint8_t* dsc_share(const uint8_t* own, const uint8_t* recv, size_t mine_bytes, int q, int me) {
@@ -268,8 +271,8 @@ static inline DpSyncCuda* dp_sync_cuda_init_nccl(const DpSyncConfig* cfg, Comm* 
     }
     ds->events = (cudaEvent_t*)calloc_check(nb ? nb : 1, sizeof(cudaEvent_t));
     for (int b = 0; b < nb; b++) cudaCheck(cudaEventCreateWithFlags(&ds->events[b], cudaEventDisableTiming));
-    ds->d_counts = (unsigned long long*)dsc_malloc(ds, 257 * sizeof(unsigned long long));
-    cudaCheck(cudaMallocHost((void**)&ds->h_counts, 257 * sizeof(unsigned long long)));
+    ds->d_counts = (unsigned long long*)dsc_malloc(ds, DSC_COUNTS * sizeof(unsigned long long));
+    cudaCheck(cudaMallocHost((void**)&ds->h_counts, DSC_COUNTS * sizeof(unsigned long long)));
     ds->stats.entropy = NAN;
     return ds;
 }
@@ -350,13 +353,14 @@ static inline void dsc_post_bucket(DpSyncCuda* ds, int bi) {
         const uint32_t* d_mine = ds->d_mine + ds->mine_base[bi];
         int ob = b->seg_blocks[me];
         if (mode == DSC_FP32)
-            dsc_reduce_kernel<DSC_FP32><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off, ds->d_counts);
+            dsc_reduce_kernel<DSC_FP32><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, NULL, NULL, head_off,
+                                                                      ds->d_counts + DSC_COUNT_AVG);
         else if (mode == DSC_INT8)
             dsc_reduce_kernel<DSC_INT8><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, NULL, head_off,
-                                                                      ds->d_counts);
+                                                                      ds->d_counts + DSC_COUNT_AVG);
         else
             dsc_reduce_kernel<DSC_INT8_EF><<<quant_grid(n_mine), 256, 0, sm>>>(d_blocks, d_mine, n_mine, D, me, own, ds->d_recv, mine, ob, ds->d_acc, ds->d_ef_owner,
-                                                                         head_off, ds->d_counts);
+                                                                         head_off, ds->d_counts + DSC_COUNT_AVG);
         cudaCheckLaunch("dsc_reduce_kernel");
     }
     if (D > 1) { // the all-gather: my result to every replica, owner j's into its place in buf
@@ -389,7 +393,7 @@ static inline void dp_sync_cuda_start(DpSyncCuda* ds, float* grads, float* head,
     ds->t_first = 0.0;
     memset(&ds->stats, 0, sizeof ds->stats);
     for (int i = 0; i < p->n_buckets; i++) p->buckets[i].units_left = p->buckets[i].n_units, p->buckets[i].phase = 0;
-    cudaCheck(cudaMemsetAsync(ds->d_counts, 0, (ds->measure ? 257 : 1) * sizeof(unsigned long long), ds->cn->stream));
+    cudaCheck(cudaMemsetAsync(ds->d_counts, 0, DSC_COUNTS * sizeof(unsigned long long), ds->cn->stream)); // (2 KiB)
 }
 
 // A GPT2UnitHook's done (ctx: the DpSyncCuda): backward has enqueued the last kernels of `unit`. An
@@ -421,11 +425,12 @@ static inline DpSyncStats dp_sync_cuda_end(DpSyncCuda* ds) {
         if (!behind) comm_nccl_wait_for(cn, g_cuda_stream), behind = 1; // after the backward kernels that wrote the gradient
         dsc_post_bucket(ds, bi);
     }
-    cudaCheck(cudaMemcpyAsync(ds->h_counts, ds->d_counts, (ds->measure ? 257 : 1) * sizeof(unsigned long long), cudaMemcpyDeviceToHost, cn->stream));
+    cudaCheck(cudaMemcpyAsync(ds->h_counts, ds->d_counts, DSC_COUNTS * sizeof(unsigned long long), cudaMemcpyDeviceToHost, cn->stream));
     comm_nccl_sync(cn); // polls NCCL's asynchronous errors while it waits; the compute stream reads the slot next
     double t1 = now_seconds();
     ds->active = 0;
     ds->stats.nonfinite = (size_t)ds->h_counts[0];
+    ds->stats.nonfinite_avg = (size_t)ds->h_counts[DSC_COUNT_AVG];
     ds->stats.bytes = ds->D > 1 ? dp_sync_step_bytes(p) : 0.0;
     ds->stats.wait = t1 - t0;
     ds->stats.span = t1 - (ds->t_first > 0.0 ? ds->t_first : t0);

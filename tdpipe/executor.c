@@ -448,6 +448,9 @@ static void replicas_average(Run* r, int t, int k) {
         fprintf(stderr, "stage %d replica %d: %zu gradient values of step %d are not finite: their int8 blocks are not quantized (NaN), so the "
                         "average is NaN there and the guard refuses the step\n",
                 r->s, ex->comm->replica, d.nonfinite, t + 1);
+    else if (d.nonfinite_avg && !r->halted) // (its own gradient was finite: another replica's was not, or the sum overflowed)
+        fprintf(stderr, "stage %d replica %d: %zu values of step %d's average, in the blocks it owns, are not finite: the guard refuses the step\n",
+                r->s, ex->comm->replica, d.nonfinite_avg, t + 1);
     *s = (StepStats){.dp_bytes = d.bytes, .dp_wait = d.wait, .dp_span = d.span, .dp_entropy = d.entropy};
 }
 

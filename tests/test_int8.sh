@@ -106,7 +106,10 @@ check "  and its records, one per measurement, each cosine in (0.99, 1)" dr_ok
 
 # --- a NaN in a gradient: reported, not quantized; the guard refuses the step and rolls back
 check "--inject-nan 5 with int8, D = 2" $MPI -np 2 $BIN $Q --inject-nan 5 -o "$TMP/nan"
-check "  reported" grep -q "stage 0 replica [01]: 1 gradient values of step 5 are not finite: their int8 blocks are not quantized" "$TMP/err"
+cp "$TMP/err" "$TMP/nan.err"
+check "  reported" grep -q "stage 0 replica [01]: 1 gradient values of step 5 are not finite: their int8 blocks are not quantized" "$TMP/nan.err"
+check "  by both replicas, each counting its own one value (the owner counted its averaged block's 64 too)" \
+    test "$(grep -c "stage 0 replica [01]: 1 gradient values of step 5 are not finite" "$TMP/nan.err")" -eq 2
 check "  and rolled back" grep -q '"step": 5, "rollback": "the gradient norm is not finite' "$TMP/nan/log.jsonl"
 
 # --- convergence on the built-in data: int8 with error feedback within 0.5 % of fp32

@@ -109,9 +109,11 @@ static void check_case(Comm* c, CommNccl* cn, const GPT2Config* cfg, const Stage
             report_bits(name, back, g, n + vc);
         }
         snprintf(name, sizeof name, "%s step %d: bytes, non-finite, entropy", what, t);
-        char d[160];
-        snprintf(d, sizeof d, "bytes %.0f/%.0f nonfinite %zu/%zu entropy %.6f/%.6f (GPU/host)", ds.bytes, hs.bytes, ds.nonfinite, hs.nonfinite, ds.entropy, hs.entropy);
-        int stats_ok = ds.bytes == hs.bytes && ds.nonfinite == hs.nonfinite && ((isnan(ds.entropy) && isnan(hs.entropy)) || ds.entropy == hs.entropy);
+        char d[256];
+        snprintf(d, sizeof d, "bytes %.0f/%.0f nonfinite %zu/%zu averaged %zu/%zu entropy %.6f/%.6f (GPU/host)", ds.bytes, hs.bytes, ds.nonfinite, hs.nonfinite,
+                 ds.nonfinite_avg, hs.nonfinite_avg, ds.entropy, hs.entropy);
+        int stats_ok = ds.bytes == hs.bytes && ds.nonfinite == hs.nonfinite && ds.nonfinite_avg == hs.nonfinite_avg &&
+                       ((isnan(ds.entropy) && isnan(hs.entropy)) || ds.entropy == hs.entropy);
         if (!stats_ok || t == nan_step || t % DP_ENTROPY_EVERY == 0) report(name, stats_ok, d);
     }
     snprintf(name, sizeof name, "%s: every step bitwise", what);
