@@ -27,46 +27,47 @@ typedef struct {
     OptType type;
     const char* def; // the default, as text; NULL: required
     const char* help;
+    double lo, hi;     // a number's range (NaN and infinities are outside it); both 0: none given (strings)
     const char* value; // what the command line gave, else def
     int set;           // 1 when the command line gave it
 } Opt;
 
 static Opt opts[] = {
     {.name = "model", .type = OPT_STRING, .def = "", .help = "a preset shape (gpt3-13b, gpt3-175b, mtnlg-530b); the shape flags override it"},
-    {.name = "layers", .type = OPT_INT, .def = NULL, .help = "transformer layers L"},
-    {.name = "hidden", .type = OPT_INT, .def = NULL, .help = "channels C"},
-    {.name = "heads", .type = OPT_INT, .def = NULL, .help = "attention heads NH"},
-    {.name = "vocab", .type = OPT_INT, .def = "50257", .help = "vocabulary V"},
-    {.name = "seq", .type = OPT_INT, .def = "2048", .help = "sequence length T"},
-    {.name = "dropout", .type = OPT_INT, .def = "0", .help = "1: attention and hidden dropout kernels (Megatron-LM's default)"},
-    {.name = "gpus", .type = OPT_INT, .def = NULL, .help = "GPUs N; data-parallel size D = N / (tp x pp)"},
-    {.name = "tp", .type = OPT_INT, .def = "1", .help = "tensor-parallel size (inside a node)"},
-    {.name = "pp", .type = OPT_INT, .def = "1", .help = "pipeline stages P"},
-    {.name = "global-batch", .type = OPT_INT, .def = NULL, .help = "sequences per step over all replicas"},
-    {.name = "micro-batch", .type = OPT_INT, .def = "1", .help = "sequences per micro-batch b (M = global batch / (D b))"},
+    {.name = "layers", .type = OPT_INT, .def = NULL, .lo = 1, .hi = 1000, .help = "transformer layers L"},
+    {.name = "hidden", .type = OPT_INT, .def = NULL, .lo = 1, .hi = 1048576, .help = "channels C"},
+    {.name = "heads", .type = OPT_INT, .def = NULL, .lo = 1, .hi = 65536, .help = "attention heads NH"},
+    {.name = "vocab", .type = OPT_INT, .def = "50257", .lo = 1, .hi = 10000000.0, .help = "vocabulary V"},
+    {.name = "seq", .type = OPT_INT, .def = "2048", .lo = 1, .hi = 1048576, .help = "sequence length T"},
+    {.name = "dropout", .type = OPT_INT, .def = "0", .lo = 0, .hi = 1, .help = "1: attention and hidden dropout kernels (Megatron-LM's default)"},
+    {.name = "gpus", .type = OPT_INT, .def = NULL, .lo = 1, .hi = 1048576, .help = "GPUs N; data-parallel size D = N / (tp x pp)"},
+    {.name = "tp", .type = OPT_INT, .def = "1", .lo = 1, .hi = 1024, .help = "tensor-parallel size (inside a node)"},
+    {.name = "pp", .type = OPT_INT, .def = "1", .lo = 1, .hi = 1000, .help = "pipeline stages P"},
+    {.name = "global-batch", .type = OPT_INT, .def = NULL, .lo = 1, .hi = 1048576, .help = "sequences per step over all replicas"},
+    {.name = "micro-batch", .type = OPT_INT, .def = "1", .lo = 1, .hi = 65536, .help = "sequences per micro-batch b (M = global batch / (D b))"},
     {.name = "schedule", .type = OPT_STRING, .def = "1f1b", .help = "gpipe | 1f1b | interleaved | zbh1 | tdpipe"},
-    {.name = "chunks", .type = OPT_INT, .def = "2", .help = "interleaved: model chunks per stage"},
-    {.name = "aew", .type = OPT_INT, .def = "0", .help = "tdpipe: asynchronous window W in micro-batches"},
-    {.name = "jitter", .type = OPT_DOUBLE, .def = "0", .help = "op-time coefficient of variation beta (Gamma jitter)"},
-    {.name = "seeds", .type = OPT_INT, .def = "5", .help = "jitter seeds averaged when --jitter > 0"},
-    {.name = "steps", .type = OPT_INT, .def = "6", .help = "steps simulated (the steady step time is measured between updates)"},
-    {.name = "recompute", .type = OPT_INT, .def = "1", .help = "1: full activation recomputation"},
+    {.name = "chunks", .type = OPT_INT, .def = "2", .lo = 1, .hi = 1000, .help = "interleaved: model chunks per stage"},
+    {.name = "aew", .type = OPT_INT, .def = "0", .lo = 0, .hi = 1048576, .help = "tdpipe: asynchronous window W in micro-batches"},
+    {.name = "jitter", .type = OPT_DOUBLE, .def = "0", .lo = 0, .hi = 10, .help = "op-time coefficient of variation beta (Gamma jitter)"},
+    {.name = "seeds", .type = OPT_INT, .def = "5", .lo = 1, .hi = 1000, .help = "jitter seeds averaged when --jitter > 0"},
+    {.name = "steps", .type = OPT_INT, .def = "6", .lo = 1, .hi = 1000, .help = "steps simulated (the steady step time is measured between updates)"},
+    {.name = "recompute", .type = OPT_INT, .def = "1", .lo = 0, .hi = 1, .help = "1: full activation recomputation"},
     {.name = "grad-quant", .type = OPT_STRING, .def = "none", .help = "none | int8 (issue 11's format: 256 int8 + one fp32 scale a block; two-shot)"},
     {.name = "grad-dtype", .type = OPT_STRING, .def = "fp32", .help = "fp32 | bf16: gradients without --grad-quant"},
     {.name = "dp-algo", .type = OPT_STRING, .def = "ring", .help = "ring | two-shot: the data-parallel average (int8: two-shot)"},
-    {.name = "dp-overlap", .type = OPT_INT, .def = "0", .help = "1: the average streams beside the last backward; 0: after it"},
-    {.name = "dp-comm", .type = OPT_INT, .def = "1", .help = "0: the data-parallel average takes no time (what-if: what it costs)"},
+    {.name = "dp-overlap", .type = OPT_INT, .def = "0", .lo = 0, .hi = 1, .help = "1: the average streams beside the last backward; 0: after it"},
+    {.name = "dp-comm", .type = OPT_INT, .def = "1", .lo = 0, .hi = 1, .help = "0: the data-parallel average takes no time (what-if: what it costs)"},
     {.name = "early-dx", .type = OPT_STRING, .def = "auto", .help = "1: a backward's input gradient leaves after its input-gradient half (tdpipe's executor); 0: after the whole backward (Megatron-LM, DeepSpeed); auto: 1 with --schedule tdpipe, else 0"},
-    {.name = "zero1", .type = OPT_INT, .def = "0", .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
-    {.name = "scatter-gather", .type = OPT_INT, .def = "1", .help = "1: messages across nodes split over the TP ranks' NICs"},
+    {.name = "zero1", .type = OPT_INT, .def = "0", .lo = 0, .hi = 1, .help = "1: optimizer state sharded over the replicas (ZeRO-1)"},
+    {.name = "scatter-gather", .type = OPT_INT, .def = "1", .lo = 0, .hi = 1, .help = "1: messages across nodes split over the TP ranks' NICs"},
     {.name = "placement", .type = OPT_STRING, .def = "replicas", .help = "replicas (a node holds replicas of a stage) | stages (consecutive stages) | auto (fewer bytes a step between nodes, as train_tdpipe's --placement auto)"},
-    {.name = "partition", .type = OPT_STRING, .def = "auto", .help = "auto (the trainer's DP over layer times and speeds) | uniform (even, as Megatron-LM)"},
+    {.name = "partition", .type = OPT_STRING, .def = "auto", .help = "auto (the trainer's DP over layer times and speeds) | uniform (as even as the layers allow: Megatron-LM's split where they divide by --pp x chunks; Megatron-LM refuses the others, which this allows so that the article's 13B at --pp 8 with 2 chunks can be simulated)"},
     {.name = "stage-speed", .type = OPT_STRING, .def = "", .help = "relative speed of each stage's GPUs, e.g. 1,1,0.5,0.5 (default all 1)"},
     {.name = "hardware", .type = OPT_STRING, .def = "dgx-a100", .help = "the cluster preset"},
-    {.name = "matmul-eff", .type = OPT_DOUBLE, .def = "", .help = "override the preset's matmul efficiency"},
-    {.name = "nic-bw", .type = OPT_DOUBLE, .def = "", .help = "override one NIC's bandwidth, GB/s"},
-    {.name = "nics-per-node", .type = OPT_INT, .def = "", .help = "override the NICs per node"},
-    {.name = "nvlink-bw", .type = OPT_DOUBLE, .def = "", .help = "override the GPU-to-GPU bandwidth inside a node, GB/s"},
+    {.name = "matmul-eff", .type = OPT_DOUBLE, .def = "", .lo = 1e-06, .hi = 1, .help = "override the preset's matmul efficiency"},
+    {.name = "nic-bw", .type = OPT_DOUBLE, .def = "", .lo = 1e-06, .hi = 100000, .help = "override one NIC's bandwidth, GB/s"},
+    {.name = "nics-per-node", .type = OPT_INT, .def = "", .lo = 1, .hi = 1024, .help = "override the NICs per node"},
+    {.name = "nvlink-bw", .type = OPT_DOUBLE, .def = "", .lo = 1e-06, .hi = 1000000, .help = "override the GPU-to-GPU bandwidth inside a node, GB/s"},
 };
 #define N_OPTS ((int)(sizeof(opts) / sizeof(opts[0])))
 
@@ -95,6 +96,8 @@ static double number(const char* name) {
     double v = strtod(o->value, &end);
     if (end == o->value || *end || (o->type == OPT_INT && v != floor(v)))
         fail("--%s %s: expected %s", name, o->value, o->type == OPT_INT ? "an integer" : "a number");
+    // (NaN fails both: a NaN jitter never ended the Gamma sampler; a product of huge ints wrapped to 0)
+    if (!(v >= o->lo && v <= o->hi)) fail("--%s %s: expected %s from %g to %g", name, o->value, o->type == OPT_INT ? "an integer" : "a number", o->lo, o->hi);
     return v;
 }
 
@@ -148,14 +151,26 @@ int main(int argc, char** argv) {
     y.b = (int)number("micro-batch");
     int gb = (int)number("global-batch");
     if (y.tp < 1 || y.P < 1 || y.gpus < 1 || gb < 1 || y.b < 1) fail("--gpus, --tp, --pp, --global-batch and --micro-batch must be at least 1");
+    if ((double)y.tp * y.P > y.gpus) fail("--tp %d x --pp %d = %.0f exceeds --gpus %d", y.tp, y.P, (double)y.tp * y.P, y.gpus);
     if (y.gpus % (y.tp * y.P)) fail("--gpus %d is not a multiple of --tp %d x --pp %d = %d", y.gpus, y.tp, y.P, y.tp * y.P);
     y.D = y.gpus / (y.tp * y.P);
+    if ((double)y.D * y.b > gb) fail("--global-batch %d is less than data-parallel %d x --micro-batch %d", gb, y.D, y.b);
     if (gb % (y.D * y.b)) fail("--global-batch %d is not a multiple of data-parallel %d x --micro-batch %d = %d", gb, y.D, y.b,
                 y.D * y.b);
     y.M = gb / (y.D * y.b);
     if (schedule_parse_kind(text("schedule"), &y.kind)) fail("--schedule %s: expected gpipe, 1f1b, interleaved, zbh1 or tdpipe", text("schedule"));
     y.chunks = y.kind == SCHED_INTERLEAVED ? (int)number("chunks") : 1;
     y.W = (int)number("aew");
+    // the schedule's needs in this program's terms (schedule_build names the trainer's flags)
+    const char* sname = text("schedule");
+    if (y.kind != SCHED_GPIPE && y.M < y.P)
+        fail("--global-batch %d gives M = %d micro-batches per replica (/ data-parallel %d / --micro-batch %d), fewer than --pp %d: the %s schedule needs "
+             "one per stage at least", gb, y.M, y.D, y.b, y.P, sname);
+    if (y.kind == SCHED_INTERLEAVED && y.M % y.P)
+        fail("--global-batch %d gives M = %d micro-batches per replica, not a multiple of --pp %d, which the interleaved schedule needs", gb, y.M, y.P);
+    if ((double)y.M * y.chunks * number("steps") > 2e6) // (each a few ops per stage, held at once)
+        fail("%d steps of M = %d micro-batches%s would be %.3g ops per stage to simulate, more than 2e6: give fewer --steps or a smaller --global-batch",
+             (int)number("steps"), y.M, y.chunks > 1 ? " x chunks" : "", (double)y.M * y.chunks * number("steps"));
     y.recompute = (int)number("recompute");
     const char* q = text("grad-quant");
     const char* dt = text("grad-dtype");
@@ -185,8 +200,8 @@ int main(int argc, char** argv) {
         for (int s = 0; s < y.P; s++) {
             char* end;
             speed[s] = strtod(it, &end);
-            if (end == it || !(speed[s] > 0) || (s + 1 < y.P ? *end != ',' : *end != '\0'))
-                fail("--stage-speed %s: expected %d speeds > 0 separated by commas (one per stage)", text("stage-speed"), y.P);
+            if (end == it || !(speed[s] > 0) || !(speed[s] <= 1e6) || (s + 1 < y.P ? *end != ',' : *end != '\0'))
+                fail("--stage-speed %s: expected %d speeds in (0, 1e6] separated by commas (one per stage)", text("stage-speed"), y.P);
             it = end + 1;
         }
         y.speed = speed;

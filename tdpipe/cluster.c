@@ -189,7 +189,7 @@ static int check_layout(const ClusterHw* hw, const ClusterModel* m, const Cluste
         return td_error(err, errlen, "--grad-quant int8 travels by two-shot (all-to-all, sum, all-gather), not by ring");
     if (y->speed)
         for (int s = 0; s < y->P; s++)
-            if (!(y->speed[s] > 0)) return td_error(err, errlen, "stage %d has speed %g: speeds must be > 0", s, y->speed[s]);
+            if (!(y->speed[s] > 0 && y->speed[s] <= 1e6)) return td_error(err, errlen, "stage %d has speed %g: speeds must be in (0, 1e6]", s, y->speed[s]);
     return 0;
 }
 

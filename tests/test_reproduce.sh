@@ -75,4 +75,15 @@ refuse "sim_cluster: a model over the GPU's memory" "GiB per GPU.*the GPU has" $
 refuse "sim_cluster: a missing required flag" "--gpus is required" $S --layers 24 --hidden 2048 --heads 16 --tp 2 --global-batch 64
 refuse "sim_cluster: an unknown option" "unknown option --stages" $S --stages 4
 refuse "sim_cluster: a malformed number" "--pp four: expected an integer" $S --model gpt3-13b --gpus 8 --pp four --global-batch 8
+# found by an audit: a NaN jitter hung it, products of huge values wrapped to 0 (SIGFPE), switches took any value
+SMALL="--layers 16 --hidden 768 --heads 12 --gpus 8 --pp 8 --global-batch 8"
+refuse "sim_cluster: --jitter nan (it hung in the Gamma sampler)" "--jitter nan: expected a number from 0 to 10" timeout 20 $S $SMALL --jitter nan
+refuse "sim_cluster: --jitter inf" "--jitter inf: expected a number from 0 to 10" timeout 20 $S $SMALL --jitter inf
+refuse "sim_cluster: --pp 2^30 (tp x pp wrapped to 0)" "--pp 1073741824: expected an integer from 1 to 1000" $S $SMALL --pp 1073741824
+refuse "sim_cluster: D x b past the global batch (it wrapped to 0)" "--global-batch 8 is less than data-parallel 65536 x --micro-batch 65536" \
+    $S --layers 16 --hidden 768 --heads 12 --gpus 65536 --global-batch 8 --micro-batch 65536
+refuse "sim_cluster: a simulation too large to hold" "would be 1e\\+09 ops per stage to simulate, more than 2e6" $S $SMALL --global-batch 1000000 --steps 1000
+refuse "sim_cluster: --recompute 2" "--recompute 2: expected an integer from 0 to 1" $S $SMALL --recompute 2
+refuse "sim_cluster: --stage-speed with inf" "--stage-speed 1,1,1,1,1,1,1,inf: expected 8 speeds in \\(0, 1e6\\]" $S $SMALL --stage-speed 1,1,1,1,1,1,1,inf
+refuse "sim_cluster: M below P, in its own flags' words" "--global-batch 4 gives M = 4 micro-batches per replica .* fewer than --pp 8" $S ${SMALL/--global-batch 8/--global-batch 4}
 finish
