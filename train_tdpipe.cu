@@ -139,52 +139,6 @@ static void on_stop_signal(int sig) {
 }
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
-// --aew: a window for every stage, auto (*W = -1: measured later), or one per stage ("8,8,4,4": *W =
-// -2); stage_W (P) gets each stage's. 0, or -1 after saying what is wrong in err.
-static int parse_aew(const char* s, int P, int* W, int* stage_W, char* err, size_t errlen) {
-    if (!strcmp(s, "auto")) {
-        *W = -1;
-        for (int i = 0; i < P; i++) stage_W[i] = 0;
-        return 0;
-    }
-    const char* it = s;
-    int n = 0;
-    for (;;) {
-        char* end;
-        long v = strtol(it, &end, 10);
-        if (end == it || v < 0 || v > 100000 || (*end != ',' && *end != '\0'))
-            return td_error(err, errlen, "--aew %s: expected a window size >= 0, auto, or one window per stage (8,8,4,4)", s);
-        if (n < P) stage_W[n] = (int)v;
-        n++;
-        if (*end == '\0') break;
-        it = end + 1;
-    }
-    if (n == 1) {
-        *W = stage_W[0];
-        for (int i = 1; i < P; i++) stage_W[i] = *W;
-        return 0;
-    }
-    if (n != P) return td_error(err, errlen, "--aew %s: %d windows for %d stages (--stages): give one per stage, or one for all", s, n, P);
-    *W = -2;
-    return 0;
-}
-
-// --aew-start: a step count, or auto: --aew auto with a compensation opens its window after the
-// learning rate's warm-up, where stale runs spike and where keeping it closed let two updates of
-// staleness cost under 2% (README, TD-Pipe convergence); any other run opens it at step 1 (0)
-static int parse_aew_start(const char* s, int W, unsigned methods, int warmup, int* out, char* err, size_t errlen) {
-    if (!strcmp(s, "auto")) {
-        *out = W == -1 && methods != STALE_NONE ? warmup : 0;
-        return 0;
-    }
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || v < 0 || v > 1000000000)
-        return td_error(err, errlen, "--aew-start %s: expected a number of steps >= 0, or auto", s);
-    *out = (int)v;
-    return 0;
-}
-
 // each stage's window at (0-based) step: the requested (or auto's measured) one, halved by rollbacks
 // and the drift monitor, 0 before --aew-start; out (P). Returns the largest.
 static int windows_now(const Trainer* tr, int step, int* out) {
@@ -265,7 +219,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
     int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
     tr->stage_W = (int*)malloc_check(P * sizeof(int));
-    if (parse_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
+    if (args_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
     if (!a->schedule[0]) strcpy(a->schedule, tr->W != 0 ? "tdpipe" : "1f1b"); // a window asks for TD-Pipe's schedule
     if (schedule_parse_kind(a->schedule, &tr->kind)) fatal_all("--schedule %s: expected gpipe, 1f1b, zbh1 or tdpipe", a->schedule);
     if (schedule_trainer_supports(tr->kind, err, sizeof(err))) fatal_all("%s", err);
@@ -277,7 +231,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
         fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
     tr->comp.tau = a->stale_tau;
-    if (parse_aew_start(a->aew_start_arg, tr->W, tr->comp.methods, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
+    if (args_aew_start(a->aew_start_arg, tr->W, tr->comp.methods != STALE_NONE, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
     if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
     if (a->resume && a->synthetic) // (it would cut a real run's log in -o back to step 0 and append to it)
         fatal_all("-y 1 with --synthetic-compute: a synthetic run has no model and writes no checkpoint, so there is nothing to resume");

@@ -189,6 +189,50 @@ int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, 
     return td_error(err, errlen, "--grad-cache %s: unknown unit '%s' (B, KB, MB, GB; KiB, MiB, GiB)", s, end);
 }
 
+int args_aew(const char* s, int P, int* W, int* stage_W, char* err, size_t errlen) {
+    if (!strcmp(s, "auto")) {
+        *W = -1;
+        for (int i = 0; i < P; i++) stage_W[i] = 0;
+        return 0;
+    }
+    const char* it = s;
+    int n = 0;
+    for (;;) {
+        char* end;
+        long v = strtol(it, &end, 10);
+        if (end == it || v < 0 || v > 100000 || (*end != ',' && *end != '\0'))
+            return td_error(err, errlen, "--aew %s: expected a window size >= 0, auto, or one window per stage (8,8,4,4)", s);
+        if (n < P) stage_W[n] = (int)v;
+        n++;
+        if (*end == '\0') break;
+        it = end + 1;
+    }
+    if (n == 1) {
+        *W = stage_W[0];
+        for (int i = 1; i < P; i++) stage_W[i] = *W;
+        return 0;
+    }
+    if (n != P) return td_error(err, errlen, "--aew %s: %d windows for %d stages (--stages): give one per stage, or one for all", s, n, P);
+    *W = -2;
+    return 0;
+}
+
+// auto: --aew auto with a compensation opens its window after the learning rate's warm-up, where
+// stale runs spike and where keeping it closed let two updates of staleness cost under 2% (README,
+// TD-Pipe convergence); any other run opens it at step 1 (0)
+int args_aew_start(const char* s, int W, int compensated, int warmup, int* out, char* err, size_t errlen) {
+    if (!strcmp(s, "auto")) {
+        *out = W == -1 && compensated ? warmup : 0;
+        return 0;
+    }
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < 0 || v > 1000000000)
+        return td_error(err, errlen, "--aew-start %s: expected a number of steps >= 0, or auto", s);
+    *out = (int)v;
+    return 0;
+}
+
 static const ArgSpec* find_flag(const char* arg) {
     for (int i = 0; i < NSPECS; i++) {
         if (arg[0] == '-' && arg[1] == '-' && !strcmp(arg + 2, SPECS[i].long_name)) return &SPECS[i];

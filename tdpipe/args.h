@@ -84,6 +84,12 @@ void args_print_help(FILE* f);
 // MB, GB (powers of 1024; KiB, MiB, GiB too): the gradient sync's bucket size (*bucket_bytes, *slots
 // 0). 0, or -1 with a message naming the value.
 int args_grad_cache(const char* s, int* slots, size_t* bucket_bytes, char* err, size_t errlen);
+// --aew: a window for every stage, auto (*W = -1: measured later), or one per stage ("8,8,4,4": *W =
+// -2); stage_W (P) gets each stage's. 0, or -1 with a message naming the value.
+int args_aew(const char* s, int P, int* W, int* stage_W, char* err, size_t errlen);
+// --aew-start: a step count, or auto: --warmup's steps for --aew auto (W -1) with a compensation, else 0.
+// 0, or -1 with a message naming the value.
+int args_aew_start(const char* s, int W, int compensated, int warmup, int* out, char* err, size_t errlen);
 // applies a YAML config file's keys (pipeline.stages, ...: each setting's "section.key") to a; 0, or
 // -1 with "path:line: ..." in err naming the key and the problem (an unknown key among them)
 int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);

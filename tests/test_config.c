@@ -1,6 +1,6 @@
 // Tests of the YAML config reader (tdpipe/config.c, through args_load_config): sections applied, and
 // every refusal with its line: a repeated key or section, a second document, unknown keys,
-// non-mapping shapes.
+// non-mapping shapes; and the window flags' value parsers (args_aew, args_aew_start).
 #include "tdpipe/args.h"
 #include "tests/test.h"
 #include <stdlib.h>
@@ -94,8 +94,26 @@ static void test_other_refusals(void) {
     CHECK(rc == -1 && strstr(err, ".yaml:2: optimizer.lr"), "an anchored bad value is refused where it is first used: %s", err);
 }
 
+// the window flags' parsers (tdpipe/args.h), which the trainer and a config file's value share
+static void test_window_values(void) {
+    char err[512];
+    int W = 0, stage_W[4] = {9, 9, 9, 9}, start = -1;
+    CHECK(args_aew("auto", 4, &W, stage_W, err, sizeof err) == 0 && W == -1 && stage_W[3] == 0, "--aew auto: W -1, every stage 0 until measured");
+    CHECK(args_aew("3", 4, &W, stage_W, err, sizeof err) == 0 && W == 3 && stage_W[0] == 3 && stage_W[3] == 3, "--aew 3: every stage 3");
+    CHECK(args_aew("8,8,4,4", 4, &W, stage_W, err, sizeof err) == 0 && W == -2 && stage_W[1] == 8 && stage_W[2] == 4, "--aew 8,8,4,4: one per stage");
+    CHECK(args_aew("8,4", 4, &W, stage_W, err, sizeof err) == -1 && strstr(err, "2 windows for 4 stages"), "two windows for four stages: %s", err);
+    CHECK(args_aew("2,x", 4, &W, stage_W, err, sizeof err) == -1 && strstr(err, "--aew 2,x: expected"), "a malformed list: %s", err);
+    CHECK(args_aew("-1", 1, &W, stage_W, err, sizeof err) == -1, "a negative window");
+    CHECK(args_aew_start("auto", -1, 1, 20, &start, err, sizeof err) == 0 && start == 20, "--aew-start auto with auto and a compensation: the warm-up's 20");
+    CHECK(args_aew_start("auto", -1, 0, 20, &start, err, sizeof err) == 0 && start == 0, "--aew-start auto without a compensation: 0");
+    CHECK(args_aew_start("auto", 4, 1, 20, &start, err, sizeof err) == 0 && start == 0, "--aew-start auto with a window given: 0");
+    CHECK(args_aew_start("7", 4, 0, 20, &start, err, sizeof err) == 0 && start == 7, "--aew-start 7");
+    CHECK(args_aew_start("-3", 4, 0, 20, &start, err, sizeof err) == -1 && strstr(err, "--aew-start -3: expected"), "--aew-start -3: %s", err);
+}
+
 int main(void) {
     test_dir_make("test_config");
+    test_window_values();
     test_accepted();
     test_duplicates();
     test_documents();
