@@ -2,7 +2,8 @@
 # The trainer built with AddressSanitizer and UndefinedBehaviorSanitizer (make sanitize-pipeline) run
 # through what the C unit tests cannot reach: the executor, the links and the replicas' sync over MPI.
 # Each run must end well and print no sanitizer report (any report also ends the process: no
-# recovery). Leak checks are off: Open MPI's own allocations live until exit.
+# recovery). Leak checks are off: Open MPI's own allocations live until exit. Also the guard's rollback
+# to a consistency point (the snapshot's restore and the log's cut).
 # Usage: BIN="build-asan-mpi/train_tdpipe --device cpu" bash tests/sanitize_pipeline.sh
 source tests/lib.sh
 use_mpi "sanitized pipeline"
@@ -28,4 +29,7 @@ run f "a TD-Pipe run at P 2 checkpointed at its end, step 4" -np 2 $BIN $S --sta
     -x 4 -o "$TMP/f"
 run g "  resumed to step 6" -np 2 $BIN $S --stages 2 --micro-batches 4 --schedule tdpipe --aew 2 -x 6 -o "$TMP/f" -y 1
 check "  from step 4" grep -q "resumed from .* at step 4" "$TMP/g.log"
+run h "a rollback to the consistency point (a NaN at step 3 of the chunk 1..4, W 2, P 2 x D 2, int8): the snapshot restored, the log cut" \
+    -np 4 $BIN $S --stages 2 --micro-batches 4 --schedule tdpipe --aew 2 --grad-quant int8 --inject-nan 3 -x 6 -o "$TMP/h"
+check "  rolled back to step 0, steps 1 and 2 undone" grep -q "rolled back to step 0, the consistency point (steps 1..2, computed stale, undone)" "$TMP/h.log"
 finish
