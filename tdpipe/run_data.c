@@ -24,6 +24,13 @@ int run_data_vocab(const TrainArgs* a) {
     return V; // (an unreadable pattern is refused by run_data_init with its own message)
 }
 
+// "FLAG PATTERN: err", or "FLAG err" where err names the pattern itself already (one file, not a glob)
+static int data_error(char* why, size_t whylen, const char* flag, const char* pattern, const char* err) {
+    size_t n = strlen(pattern);
+    if (!strncmp(err, pattern, n) && err[n] == ':') return td_error(why, whylen, "%s %s", flag, err);
+    return td_error(why, whylen, "%s %s: %s", flag, pattern, err);
+}
+
 int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, int replica, int D, char* why, size_t whylen) {
     char err[1024];
     memset(d, 0, sizeof(*d));
@@ -57,12 +64,12 @@ int run_data_init(RunData* d, const TrainArgs* a, int V_limit, int needs_data, i
     }
     // every rank validates the shards (the same verdict everywhere); middle stages then drop them
     if (dataloader_init(&d->train, a->train_pattern, a->B, a->T, replica, D, a->shuffle, seed, V_limit, err, sizeof(err)))
-        return td_error(why, whylen, "-i %s: %s", a->train_pattern, err);
+        return data_error(why, whylen, "-i", a->train_pattern, err);
     d->tokenizer = d->train.tokenizer == SHARD_TOKENIZER_BYTES ? SHARD_TOKENIZER_BYTES : SHARD_TOKENIZER_GPT2;
     d->has_train = 1;
     if (a->val_pattern[0]) {
         if (dataloader_init(&d->val, a->val_pattern, a->B, a->T, 0, 1, 0, seed, V_limit, err, sizeof(err)))
-            return td_error(why, whylen, "-j %s: %s", a->val_pattern, err);
+            return data_error(why, whylen, "-j", a->val_pattern, err);
         d->has_val = 1;
         if (d->val.tokenizer != d->train.tokenizer) // (tokens < V would pass, meaning other text)
             return td_error(why, whylen, "-j %s: its tokenizer (id %d) differs from the training shards' (-i %s: id %d); both must share one",
