@@ -40,9 +40,16 @@
 #include "tdpipe/stage_staged.h"
 #include "tdpipe/trace.h"
 
-// an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1. The
-// other ranks first give rank 0 two seconds: the launcher ends the job at the first exit, and a
-// rank 0 still a little behind (reading a checkpoint, say) would be killed before saying why.
+// A rank that exits 1 without saying why first gives the rank that says it two seconds: the launcher
+// ends the job at the first exit, and that rank, still a little behind (reading a checkpoint, say),
+// would be killed before saying why.
+static __attribute__((noreturn)) void exit_after_the_teller(void) {
+    struct timespec wait_ = {2, 0};
+    nanosleep(&wait_, NULL);
+    exit(1);
+}
+
+// an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1
 #define fatal_all(...)                                          \
     do {                                                        \
         if (g_rank == 0) {                                      \
@@ -50,11 +57,9 @@
             fprintf(stderr, __VA_ARGS__);                       \
             fputc('\n', stderr);                                \
             fflush(stderr);                                     \
-        } else {                                                \
-            struct timespec wait_ = {2, 0};                     \
-            nanosleep(&wait_, NULL);                            \
+            exit(1);                                            \
         }                                                       \
-        exit(1);                                                \
+        exit_after_the_teller();                                \
     } while (0)
 
 // ----------------------------------------------------------------------------------------------
@@ -109,18 +114,14 @@ typedef struct {
 // An error that not every rank may meet (each reads its own slice of the data, the model file and the
 // checkpoint; a NaN in layer 5 is seen by the stage that holds it): the lowest rank that met it says
 // it, naming itself where there are several, and every rank exits 1 (the others after giving it two
-// seconds, as fatal_all's do). Collective: every rank calls it, bad or not.
+// seconds). Collective: every rank calls it, bad or not.
 static void fatal_any(Trainer* tr, int bad, const char* err) {
     int n = tr->comm.world_size, first = comm_max(&tr->comm, bad ? n - g_rank : 0); // n - (the lowest bad rank)
     if (!first) return;
-    if (g_rank == n - first) {
-        if (n > 1) fprintf(stderr, "train_tdpipe: rank %d (stage %d, replica %d): %s\n", g_rank, tr->comm.stage, tr->comm.replica, err);
-        else fprintf(stderr, "train_tdpipe: %s\n", err);
-        fflush(stderr);
-    } else {
-        struct timespec wait_ = {2, 0};
-        nanosleep(&wait_, NULL);
-    }
+    if (g_rank != n - first) exit_after_the_teller();
+    if (n > 1) fprintf(stderr, "train_tdpipe: rank %d (stage %d, replica %d): %s\n", g_rank, tr->comm.stage, tr->comm.replica, err);
+    else fprintf(stderr, "train_tdpipe: %s\n", err);
+    fflush(stderr);
     exit(1);
 }
 

@@ -32,6 +32,17 @@ static int join(char* out, size_t cap, const char* dir, const char* name) {
 static int name_order(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 // a file is created in dir and removed again: root passes access(2) checks on a read-only mount too
+// path's folder into dir (cap >= strlen(path) + 2): "." for a bare name, "/" for one in the root;
+// returns the name after the folder, in path
+static const char* split_dir(const char* path, char* dir, size_t cap) {
+    snprintf(dir, cap, "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    return slash ? path + (slash - dir) + 1 : path;
+}
+
 static int probe_writable(const char* dir, const char* shown, char* err, size_t errlen) {
     char probe[OUTDIR_PATH_CAP];
     snprintf(probe, sizeof probe, "%s/.tdpipe-probe-%ld", dir, (long)getpid());
@@ -360,10 +371,8 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
             unlink(tmp);
         } else {
             char dir[OUTDIR_PATH_CAP];
-            snprintf(dir, sizeof dir, "%s", path);
-            char* slash = strrchr(dir, '/');
-            if (slash) *slash = 0;
-            if (fsync_dir(slash ? dir : ".") != 0) rc = td_error(err, errlen, "%s: cut back, but fsync of its folder failed: %s", path, strerror(errno));
+            split_dir(path, dir, sizeof dir);
+            if (fsync_dir(dir) != 0) rc = td_error(err, errlen, "%s: cut back, but fsync of its folder failed: %s", path, strerror(errno));
         }
     }
     free(kept);
@@ -375,14 +384,9 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
 // output files named by flags
 
 int outdir_check_file_replaceable(const OutDir* od, const char* path, const char* head, char* err, size_t errlen) {
-    if (outdir_check_file_writable(path, err, errlen)) return -1;
+    if (outdir_check_file_writable(path, err, errlen)) return -1; // (it has checked the path's length)
     char dir[OUTDIR_PATH_CAP], real_dir[PATH_MAX], real_od[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char* slash = strrchr(dir, '/');
-    const char* base = slash ? slash + 1 : path;
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    const char* base = split_dir(path, dir, sizeof dir);
     if (realpath(dir, real_dir) && realpath(od->dir, real_od) && !strcmp(real_dir, real_od) &&
         (is_run_file(base) || is_temp(base) || !strcmp(base, OUTDIR_LOCK_NAME)))
         return td_error(err, errlen, "%s: is the run's own %s in -o %s: give the trace another name", path, base, od->dir);
@@ -404,12 +408,8 @@ int outdir_check_file_writable(const char* path, char* err, size_t errlen) {
     if (!path[0]) return td_error(err, errlen, "(empty path): not a file name");
     char dir[OUTDIR_PATH_CAP];
     if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return td_error(err, errlen, "%s: path too long", path);
-    size_t len = strlen(dir);
-    if (dir[len - 1] == '/') return td_error(err, errlen, "%s: names a folder, not a file", path);
-    char* slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    if (path[strlen(path) - 1] == '/') return td_error(err, errlen, "%s: names a folder, not a file", path);
+    split_dir(path, dir, sizeof dir);
     struct stat st;
     if (stat(dir, &st) != 0) return td_error(err, errlen, "%s: its folder %s does not exist", path, dir);
     if (!S_ISDIR(st.st_mode)) return td_error(err, errlen, "%s: %s is not a folder", path, dir);
