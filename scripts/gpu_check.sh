@@ -61,7 +61,9 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 HAVE_MPI=0
-command -v mpirun >/dev/null && mpirun --oversubscribe -np 2 true >/dev/null 2>&1 && HAVE_MPI=1
+# (bounded: a launcher that cannot start its daemons can wait forever, and this probe would take the
+# whole device call with it)
+command -v mpirun >/dev/null && timeout -k 5 30 mpirun --oversubscribe -np 2 true >/dev/null 2>&1 && HAVE_MPI=1
 
 # run NAME LIMIT_S CMD...: CMD's output into the log (and the terminal), then its exit code and time
 run() {
@@ -72,12 +74,12 @@ run() {
     local t0 rc
     t0=$(date +%s)
     if [ "$(type -t "$1")" = function ]; then # one of the helpers below (exported to the child shell)
-        timeout "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG"
+        timeout -k 15 "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG"
     else
-        timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+        timeout -k 15 "$limit" "$@" 2>&1 | tee -a "$LOG"
     fi
     rc=${PIPESTATUS[0]}
-    echo "=== $name: exit $rc after $(($(date +%s) - t0)) s$([ "$rc" -eq 124 ] && echo " (timed out)")" | tee -a "$LOG"
+    echo "=== $name: exit $rc after $(($(date +%s) - t0)) s$([ "$rc" -eq 124 ] && echo " (timed out)")$([ "$rc" -eq 137 ] && echo " (killed: 15 s past its limit, or out of memory)")" | tee -a "$LOG"
     [ "$rc" -eq 0 ] || failed+=("$name")
     return "$rc"
 }
