@@ -758,6 +758,21 @@ int main(int argc, char** argv) {
     test_model_split(&mc, &c);
     cpu_run_free(&c);
     test_steps(&mc, 10);
+    if (!model_only) { // last, so that a hang here (a TMA box wholly out of range) masks nothing above
+        printf("== edge shapes (-e d1: C = 64, one head) ==\n");
+#ifdef ENABLE_FP32
+        MatmulBackend edge[] = {MATMUL_TDPIPE, MATMUL_CUBLASLT};
+#else
+        MatmulBackend edge[] = {MATMUL_TDPIPE, MATMUL_TDPIPE_MMA, MATMUL_CUBLASLT};
+#endif
+        // every dimension under one 128 x 128 tile; MN-major operands of at most 64 columns, whose
+        // second 64-wide TMA box lies wholly outside the tensor (dinp's weight, dweight's dout)
+        for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+            test_matmul(&rng, 64, 64, 40, edge[i]);
+            test_matmul(&rng, 40, 56, 64, edge[i]);
+        }
+        test_attention(&rng, 2, 37, 64, 1, 0); // T not a multiple of 8 or 16, one head of 64
+    }
     free(mc.params);
     free(mc.inputs);
     free(mc.targets);
