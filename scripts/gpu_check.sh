@@ -9,19 +9,23 @@
 # (binaries for x86-64-v3, shards, .devlibs and .devmpi to carry): with SKIP_BUILD=1 nothing is
 # compiled there, and a binary that is missing is a failed step, as is a step skipped for want of
 # mpirun or data ("SKIPPED" in the log).
-# Usage: [SKIP_BUILD=1] scripts/gpu_check.sh [--part A|B] [--quick] [--only REGEX] [log file, default gpu_check.log].
+# Usage: [SKIP_BUILD=1] scripts/gpu_check.sh [--part A|B] [--quick] [--only REGEX] [--budget S] [log file, default gpu_check.log].
 # --quick (for a rerun after a fix) leaves out the kernel benchmarks and the 124M training; --only runs
 # just the steps whose names match REGEX (bash's =~; a step that needs one left out does not run either).
+# --budget S (the device call's time limit, less the start): each step's limit is cut to what is left of
+# S seconds, and a step with under 30 s left is SKIPPED, so the summary is written before the call ends.
 # Exit code: the number of steps that failed or were skipped.
 set -u
 source "$(dirname "$0")/cli.sh"; cli_help "$0" "$@"
 cd "$(dirname "$0")/.."
-PART=AB QUICK=0 ONLY=
+PART=AB QUICK=0 ONLY= BUDGET=0
+T_START=$(date +%s)
 while [ $# -gt 0 ]; do
     case $1 in
     --part) PART=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --quick) QUICK=1; shift ;;
     --only) ONLY=${2:?--only needs a regular expression}; shift 2 ;;
+    --budget) BUDGET=${2:-}; shift $(($# > 1 ? 2 : 1)); cli_count gpu_check --budget "$BUDGET" 1 ;;
     -?*) echo "gpu_check: unknown option $1 (--help for the usage)" >&2; exit 2 ;;
     *) break ;;
     esac
@@ -70,6 +74,11 @@ run() {
     local name=$1 limit=$2
     shift 2
     [ -z "$ONLY" ] || [[ $name =~ $ONLY ]] || return 1 # left out by --only: not run, not counted
+    if [ "$BUDGET" -gt 0 ]; then # 15 s for timeout's SIGKILL and 10 s for the summary kept back
+        local left=$((BUDGET - ($(date +%s) - T_START) - 25))
+        [ "$left" -ge 30 ] || { skip "$name" "out of time: $(($(date +%s) - T_START)) s gone of --budget $BUDGET"; return 1; }
+        [ "$limit" -le "$left" ] || limit=$left
+    fi
     echo "=== $name: $*" | tee -a "$LOG"
     local t0 rc
     t0=$(date +%s)
@@ -132,12 +141,6 @@ tail_same() {
 }
 export LOG
 export -f ncclN nccl2 compare same said tail_same
-
-{
-    date
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-    nvcc --version | tail -n 2
-} 2>&1 | tee -a "$LOG"
 
 part_a() { # the GPU tests, tdpipe's CUDA checks (NCCL with two ranks on the one GPU), the kernel benchmarks
     build build_cuda test_gpt2cu build/test_gpt2cu_fp32 build/dev/cuda/nccl_check build/dev/cuda/quant_check build/dev/cuda/compensation_check \

@@ -60,4 +60,4 @@ else
     echo "gpu_prepare: no Open MPI here (apt-get install openmpi-bin): the device's own mpirun, if any, will have to do" >&2
 fi
 echo "# carry: train_tdpipe test_gpt2cu build data .devlibs .devmpi ($(du -scm train_tdpipe test_gpt2cu build data .devlibs .devmpi 2>/dev/null | tail -1 | cut -f1) MiB; the limit is 64)"
-echo "# then on the device: bash scripts/gpu_check.sh --part A \$OUT/gpu_check_A.log (and --part B)"
+echo "# then on the device, in one call with timeout_s 600: SKIP_BUILD=1 bash scripts/gpu_check.sh --part AB --budget 570 \$OUT/gpu_check_AB.log"

@@ -69,6 +69,16 @@ refuse "bench_convergence.sh with steps that are not a number" "steps x: expecte
 refuse "bench_schedules.sh with too few steps" "steps 2: expected a whole number >= 3" bash scripts/bench_schedules.sh 2
 refuse "bench_dp_sync.sh with a second argument" "unexpected argument 5" bash scripts/bench_dp_sync.sh --quick 5
 refuse "gpu_check.sh with two log files" "one log file at most" bash scripts/gpu_check.sh a.log b.log
+refuse "gpu_check.sh with a budget that is not a number" "budget 9m: expected a whole number" bash scripts/gpu_check.sh --budget 9m
+# out of --budget time, every step is skipped (not started and cut off by the device call's own
+# limit), and the summary still names them all
+budget_skips() {
+    SKIP_BUILD=1 bash scripts/gpu_check.sh --part A --budget 1 "$TMP/gpu_budget.log" >/dev/null 2>&1
+    local rc=$? n
+    n=$(grep -c "SKIPPED (out of time" "$TMP/gpu_budget.log")
+    [ "$n" -ge 10 ] && [ "$rc" -eq "$n" ] && grep -q "^failed steps: test_gpt2cu(skipped)" "$TMP/gpu_budget.log"
+}
+check "gpu_check.sh --budget 1 skips every step and still writes the summary" budget_skips
 # the CUDA benchmarks read their arguments before they touch a GPU, so this is checked where nvcc built them
 if [ -x build/dev/cuda/matmul ]; then
     for prog in matmul attention layernorm; do check "cuda/$prog --help prints its usage" helps build/dev/cuda/$prog; done
