@@ -133,8 +133,8 @@ typedef struct {
     int sp_rows, sp_w, tile, ntiles;
     Operand sh;            // the shared operand: each thread packs each k-block of it for its own tiles
     int sh_rows, sh_w, sh_panels;
-    float* C;
-    const float* bias;
+    float* C;              // (M, N), rows ldc apart
+    const float* bias;     // (N) or NULL
 } Gemm;
 
 // packs k-block kb of the shared operand into dst

@@ -86,8 +86,8 @@ typedef struct {
     float* ef_owner;         // (the same) the requantization's residual, of the blocks this replica owns
     float* scratch;          // (block) the owner's sum of one block
     const float** shares;    // (D) fp32: the D replicas' shares of one piece, in replica order
-    float* grads;            // the slot being synced (host memory), and its LM head's share
-    float* head;
+    float* grads;            // (num_params) the slot being synced (host memory)
+    float* head;             // (Vp*C) its LM head's share (last stage), else NULL
     int k, active, measure_entropy; // k: the slot being synced (-1: the caller's buffers)
     uint64_t hist[256];
     double t_first;

@@ -407,6 +407,8 @@ static void drift_fp32_average(Run* r, const float* grads, const float* head) {
     if (vc) memcpy(ex->drift_fp32 + n, head, vc * sizeof(float));
     comm_dp_average(ex->comm, ex->drift_fp32, n + vc);
 }
+// ... and the int8 sync's average of it (grads: num_params, head: (Vp*C) or NULL) against that, per unit
+// into drift_sync (L + 2; the head's share in unit 0)
 static void drift_sync_compare(Run* r, const float* grads, const float* head) {
     Executor* ex = r->ex;
     int L = r->st->cfg.num_layers;

@@ -104,12 +104,12 @@ typedef struct {
     // stash of their version; gradient_only runs a schedule whose update keeps the step's gradient in
     // its slot (the exact pass) instead of applying it
     int drift_step;        // -1: none
-    float* drift_applied;
+    float* drift_applied;  // (num_params)
     // with an int8 sync, at post(drift_step): the int8-synced gradient against the fp32 average of the
     // same local gradients (drift_fp32: num_params + the LM head's share), per unit (L + 2; the head's
     // share in unit 0, whose gradient it becomes); drift_synced says it was measured
-    float* drift_fp32;
-    DriftUnit* drift_sync;
+    float* drift_fp32;     // (num_params + Vp*C on the last stage)
+    DriftUnit* drift_sync; // (L + 2)
     int drift_synced;
     int gradient_only;
     ExecutorStats stats;   // measured over every run

@@ -90,7 +90,7 @@ static int save_section(Pipeline* pl, int d, CkptWriter* w, const char* name, co
 typedef struct {
     GPT2Piece pieces[GPT2_NUM_PARAM_TENSORS + 1]; // the stage's tensors, and the LM head's share of wte after the model (residuals)
     int n;
-    float* dst;
+    float* dst; // (num_params, then Vp*C with the head's share) the stage's layout
 } SliceSink;
 
 static void slice_put(void* ctx, size_t off, const void* data, size_t n) {

@@ -53,9 +53,9 @@ typedef struct {
     double (*tie_local)(Stage* st, int k); // P = 1: wte's gradient += the LM head's share; returns as stage_tie_local
     void (*to_host)(Stage* st);          // weights and AdamW moments -> st->params, adam_m, adam_v
     void (*from_host)(Stage* st);        // the reverse
-    float* (*host_grads)(Stage* st, int k, float** dwte_head); // host-memory backends: slot k's own buffers
+    float* (*host_grads)(Stage* st, int k, float** dwte_head); // host-memory backends: slot k's own buffers, (num_params) and (Vp*C) or NULL
     void (*grads_to_host)(Stage* st, int k, float* grads, float* dwte_head); // device backends: (num_params), (Vp*C) or NULL
-    void (*grads_from_host)(Stage* st, int k, const float* grads, const float* dwte_head);
+    void (*grads_from_host)(Stage* st, int k, const float* grads, const float* dwte_head); // the reverse: (num_params), (Vp*C) or NULL
     // device backends whose tied shares go through host memory: this end's share of slot k down
     // (Vp*C: wte's gradient on the first stage, the LM head's on the last), wte's summed gradient up
     void (*tied_share_to_host)(Stage* st, int k, float* share);
@@ -79,7 +79,7 @@ typedef struct {
     // the tied embedding's shares (first and last stage): this end's, the other end's (received), their sum
     float* (*tied_share)(Stage* st, int k);                                  // (Vp, C)
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
-    double (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first + last; returns as stage_tie_local
+    double (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first (Vp, C) + last (Vp, C); returns as stage_tie_local
     void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
     // device backends: the device's bytes in all, in use now (by anyone), and how many devices this
     // host has; NULL where the buffers are host memory
@@ -148,8 +148,8 @@ typedef struct {
     const GPT2Config* cfg;
     GPT2Range range;
     int B, T;
-    const float* full;
-    const float* slice;
+    const float* full;     // (num_params of [0, L) with embed and head) or NULL
+    const float* slice;    // (num_params of range) or NULL
     void* comm;
     double syn_f, syn_b, jitter;
     unsigned long long seed;
@@ -233,8 +233,8 @@ void stage_use_device_tied(Stage* st);
 #define STAGE_SUMSQ_UNKNOWN (-1.0)
 int stage_grad_slot(const Stage* st, int step);
 double stage_tie_local(Stage* st, int k);
-float* stage_tied_share(Stage* st, int k);
-float* stage_tied_other(Stage* st, int k);
+float* stage_tied_share(Stage* st, int k); // (Vp, C)
+float* stage_tied_other(Stage* st, int k); // (Vp, C)
 double stage_tied_sum(Stage* st, int k);
 // sums of squares of slot k's gradient per unit, in model order: unit 0 = embeddings (wte, wpe), then
 // one per layer, then the head (lnfw, lnfb). Writes this stage's units of out (L + 2 entries).
@@ -306,8 +306,8 @@ void stage_snapshot_restore(Stage* st, const StageSnapshot* snap);
 void stage_snapshot_free(StageSnapshot* snap);
 double stage_snapshot_bytes(const Stage* st);
 // this stage's slice of a full model's parameters into the host weights, and the inverse
-void stage_load_params(Stage* st, const float* full);
-void stage_store_params(const Stage* st, float* full);
+void stage_load_params(Stage* st, const float* full);  // full: (num_params of [0, L) with embed and head)
+void stage_store_params(const Stage* st, float* full); // the same layout
 
 // what the stage's pipeline state takes, for the end-of-run table (bytes in the backend's own
 // precision; 0 where a backend keeps none)

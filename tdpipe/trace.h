@@ -22,7 +22,7 @@ typedef struct {
 } TraceEvent;
 
 typedef struct {
-    TraceEvent* events;
+    TraceEvent* events; // (cap) the first n recorded
     size_t n, cap;
     int enabled;
 } Trace;
