@@ -37,7 +37,7 @@ typedef struct {
     int host_memory; // 1: buffers are host memory (the CPU); 0: the device's own (CUDA; cpu-staged pretends)
     void (*reserve)(Stage* st);   // grow to st->n_slots, n_gacts, n_grad_slots, n_stash (and the sample slot)
     void (*destroy)(Stage* st);   // free the backend's state (the Stage's own arrays are stage.c's)
-    // compute; forward reads the slot's tokens (stage_tokens) and, off the first stage, its input_msg
+    // compute; forward reads the slot's tokens (stage_inputs, stage_targets) and, off the first stage, its input_msg
     float (*forward)(Stage* st, const Op* op, int slot, int stash, int targets_valid);
     void (*backward_input)(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss); // reads grad_msg(gacts) off the last stage
     // hook: NULL, or told of each unit of slot k that is complete (gpt2.h: GPT2UnitHook); a backend
