@@ -112,7 +112,7 @@ typedef struct {
     int cap_slots, cap_steps, cap_mb, cap_P; // what the buffers above hold (they outlive a run)
 } Run;
 
-static StepState* step_of(Run* r, int t) { return &r->steps[t - r->sch->first_step]; }
+static StepState* step_of(const Run* r, int t) { return &r->steps[t - r->sch->first_step]; }
 static int mb_of(const Run* r, const Op* op) { return (op->step - r->sch->first_step) * r->sch->M + op->mb; }
 
 static void times_add(OpTimes* t, double d) {
@@ -320,7 +320,7 @@ static int sync_overlaps(const Run* r, const Op* op) {
     const Executor* ex = r->ex;
     int can = ex->sync ? stage_grads_readable_during_backward(r->st) : ex->device_sync.begin != NULL;
     return can && r->D > 1 && !ex->gradient_only && op->kind != OP_BI &&
-           step_of((Run*)r, op->step)->grad_ops_left == 1 &&
+           step_of(r, op->step)->grad_ops_left == 1 &&
            op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
 }
 
