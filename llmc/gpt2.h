@@ -71,7 +71,7 @@ typedef struct {
     float* lnf_rstd; // (B, T)
     float* probs;    // (B, T, Vp)  logits, then softmax probabilities in place
     float* losses;   // (B, T)
-    float* memory;   // (num_floats) the one allocation every pointer above points into
+    float* memory;   // (num_floats) the one allocation the float arrays above point into (inputs, targets apart)
     size_t num_floats;
 } GPT2Acts;
 
@@ -89,7 +89,7 @@ typedef struct {
     float* dlnf;     // (B, T, C)
     float* dlogits;  // (B, T, Vp)
     float* datt;     // (B, NH, T, T)  scratch
-    float* memory;   // (num_floats) the one allocation every pointer above points into
+    float* memory;   // (num_floats) the one allocation the arrays above point into
     size_t num_floats;
 } GPT2GradActs;
 

@@ -14,7 +14,7 @@ typedef struct {
     Comm* comm;
     double f, b;      // seconds per forward, per backward (a zero-bubble half: b / 2)
     double jitter;    // coefficient of variation of each op's time
-    uint64_t seed;
+    uint64_t seed;    // the jitter draws' (simulator_jitter)
     float msg[4][SYN_FLOATS]; // input, output, output gradient, input gradient
 } Synthetic;
 
