@@ -1,6 +1,6 @@
 // Pipeline schedules as pure data: for each stage, the ordered list of operations (forward,
-// backward, zero-bubble's split backward, optimizer update) covering n_steps training steps, plus
-// the dependency tracker that the simulator, the validator and the executor share.
+// backward, zero-bubble's split backward, optimizer update) covering n_steps training steps; the TD-Pipe
+// policy that the executor and the simulator both follow; the simulator's and validator's dependency tracker.
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
