@@ -108,7 +108,9 @@ typedef struct {
     DataLoaderState* data_at; // (n_steps) the loader's position before each step's first micro-batch (ranks with data)
     double* rep_bubble;   // world rank 0: (P) the report's per-stage figures
     int* rep_stale;       // world rank 0: (P)
-    double* rep_dp;       // world rank 0: (3, P) the replicas' average per stage: bytes, wait, span
+    double* rep_dp_bytes; // world rank 0: (P) per stage, bytes its replicas' average sent and received
+    double* rep_dp_wait;  // world rank 0: (P) seconds the stage waited for that average
+    double* rep_dp_span;  // world rank 0: (P) seconds from its first bucket posted to its last done
     int cap_slots, cap_steps, cap_mb, cap_P; // what the buffers above hold (they outlive a run)
 } Run;
 
@@ -622,14 +624,14 @@ static void report_ready(Run* r, int wait_all) {
         }
         rep.bubble_all = total > 0 ? 1.0 - busy / total : 0.0;
         for (int s = 0; s < r->P; s++) {
-            r->rep_dp[s] = ss->peer[s].dp_bytes;
-            r->rep_dp[r->P + s] = ss->peer[s].dp_wait;
-            r->rep_dp[2 * r->P + s] = ss->peer[s].dp_span;
+            r->rep_dp_bytes[s] = ss->peer[s].dp_bytes;
+            r->rep_dp_wait[s] = ss->peer[s].dp_wait;
+            r->rep_dp_span[s] = ss->peer[s].dp_span;
         }
         rep.D = r->D;
-        rep.dp_bytes = r->rep_dp;
-        rep.dp_wait = r->rep_dp + r->P;
-        rep.dp_span = r->rep_dp + 2 * r->P;
+        rep.dp_bytes = r->rep_dp_bytes;
+        rep.dp_wait = r->rep_dp_wait;
+        rep.dp_span = r->rep_dp_span;
         rep.dp_entropy = ss->peer[0].dp_entropy;
         rep.refused = ss->refused;
         rep.b_simple = ss->b_simple;
@@ -716,8 +718,10 @@ static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     if (P > r->cap_P) {
         r->rep_bubble = (double*)realloc(r->rep_bubble, P * sizeof(double));
         r->rep_stale = (int*)realloc(r->rep_stale, P * sizeof(int));
-        r->rep_dp = (double*)realloc(r->rep_dp, 3 * P * sizeof(double));
-        if (!r->rep_bubble || !r->rep_stale || !r->rep_dp) td_fatal("out of memory for %d stages' reports", P);
+        r->rep_dp_bytes = (double*)realloc(r->rep_dp_bytes, P * sizeof(double));
+        r->rep_dp_wait = (double*)realloc(r->rep_dp_wait, P * sizeof(double));
+        r->rep_dp_span = (double*)realloc(r->rep_dp_span, P * sizeof(double));
+        if (!r->rep_bubble || !r->rep_stale || !r->rep_dp_bytes || !r->rep_dp_wait || !r->rep_dp_span) td_fatal("out of memory for %d stages' reports", P);
         for (int t = 0; t < r->cap_steps; t++) { // the per-step arrays sized by P grow with it
             r->steps[t].peer = (StepStats*)realloc(r->steps[t].peer, P * sizeof(StepStats));
             r->steps[t].peer_req = (CommRequest*)realloc(r->steps[t].peer_req, P * sizeof(CommRequest));
@@ -828,7 +832,9 @@ void executor_free(Executor* ex) {
     free(r->slot_of);
     free(r->rep_bubble);
     free(r->rep_stale);
-    free(r->rep_dp);
+    free(r->rep_dp_bytes);
+    free(r->rep_dp_wait);
+    free(r->rep_dp_span);
     free(r);
     ex->run = NULL;
     free(ex->drift_applied);
