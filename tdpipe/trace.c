@@ -50,7 +50,8 @@ int trace_write_json(const char* path, const TraceEvent* events, size_t n, char*
         fprintf(f, "}}%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, "]}\n");
-    if (fclose(f) != 0) {
+    int failed = ferror(f); // a write that failed before the last buffer (fclose reports only its own flush)
+    if (fclose(f) != 0 || failed) {
         snprintf(err, errlen, "--trace %s: write failed: %s", path, strerror(errno));
         return -1;
     }
