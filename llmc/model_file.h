@@ -19,7 +19,8 @@ int model_file_load(const char* path, GPT2Config* cfg, float** params, char* err
 // reads only range r's parameters (laid out for r) into params, cfg being the file's (model_file_read_config):
 // what a stage loads without the memory for the whole model; the same checks on what it reads
 int model_file_load_range(const char* path, const GPT2Config* cfg, const GPT2Range* r, float* params, char* err, size_t errlen);
-// writes the full model in fp32 (version 3), atomically (temp file, fsync, rename)
+// writes the full model, params (laid out for [0, L) with embed and head), in fp32 (version 3),
+// atomically (temp file, fsync, rename)
 int model_file_save(const char* path, const GPT2Config* cfg, const float* params, char* err, size_t errlen);
 
 // The same file written as the parameters arrive (a pipeline's stages in turn): open writes the
