@@ -53,8 +53,8 @@ typedef struct {
 } PipeSums;
 // doubles in a PipeSums for L layers
 static int pipe_sums_n(int L) { return 1 + (L + 2) + 2 * (L + 3); }
-static double* gns_small(PipeSums* p, int L) { return p->units + (L + 2); }
-static double* gns_big(PipeSums* p, int L) { return p->units + (L + 2) + (L + 3); }
+static double* pipe_sums_gns_small(PipeSums* p, int L) { return p->units + (L + 2); }
+static double* pipe_sums_gns_big(PipeSums* p, int L) { return p->units + (L + 2) + (L + 3); }
 
 typedef struct {
     int grad_ops_left;    // backwards (B or BW) of the step still to run on this stage
@@ -238,7 +238,7 @@ static void weights_done(Run* r, int slot) {
 }
 
 // the gradient noise scale's large batch: the step's tokens over every replica (D M B T)
-static double gns_big_batch(const Run* r) { return (double)r->st->B * r->st->T * r->sch->M * r->D; }
+static double big_batch_tokens(const Run* r) { return (double)r->st->B * r->st->T * r->sch->M * r->D; }
 
 // weight prediction: the current version extrapolated for every forward still to come that will run
 // on it, made as soon as the version is current (at the chunk's start, after each update); each
@@ -257,7 +257,7 @@ static void predict_weights(Run* r) {
         for (int j = f.version; j < f.version + ahead; j++) // the rates those updates will apply (LR scaling's too)
             lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac) * (float)staleness_lr_factor(r->ex->comp, r->sch, r->s, j);
         if (r->ex->gns && r->ex->lr_gns) // --lr-gns's factor, as the noise scale measures it now (the same on every stage)
-            lr_sum *= (float)gns_lr_factor_now(&r->ex->gns_state, gns_big_batch(r));
+            lr_sum *= (float)gns_lr_factor_now(&r->ex->gns_state, big_batch_tokens(r));
         stage_predict(st, ahead, &o->adamw, lr_sum);
     }
 }
@@ -354,7 +354,7 @@ static OpMarks op_backward(Run* r, const Op* op) {
         int overlap = sync_overlaps(r, op), k = stage_grad_slot(st, op->step);
         if (overlap && ex->sync) dp_sync_begin(ex->sync, k, op->step);
         else if (overlap) ex->device_sync.begin(ex->device_sync.ctx, st, k, op->step);
-        stage_backward_weight(st, op, slot, ga, r->ex->gns ? gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
+        stage_backward_weight(st, op, slot, ga, r->ex->gns ? pipe_sums_gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
     }
     if (op->kind != OP_BW) weights_done(r, slot);
     OpMarks span = computed(r, op, t0);
@@ -401,7 +401,7 @@ static int step_compensated(const Run* r, StaleMethod m, int t) {
 
 // with an int8 sync on the drift monitor's step: the local gradient's fp32 average (grads: num_params,
 // head: the LM head's share or NULL), to compare with what the int8 sync makes of it (executor.h: drift_sync)
-static void drift_fp32_average(Run* r, const float* grads, const float* head) {
+static void int8_drift_reference(Run* r, const float* grads, const float* head) {
     Executor* ex = r->ex;
     size_t n = r->st->num_params, vc = head ? r->st->sizes[0] : 0;
     if (!ex->drift_fp32) ex->drift_fp32 = (float*)malloc_check((n + vc) * sizeof(float));
@@ -411,7 +411,7 @@ static void drift_fp32_average(Run* r, const float* grads, const float* head) {
 }
 // ... and the int8 sync's average of it (grads: num_params, head: (Vp*C) or NULL) against that, per unit
 // into drift_sync (L + 2; the head's share in unit 0)
-static void drift_sync_compare(Run* r, const float* grads, const float* head) {
+static void int8_drift_compare(Run* r, const float* grads, const float* head) {
     Executor* ex = r->ex;
     int L = r->st->cfg.num_layers;
     if (!ex->drift_sync) ex->drift_sync = (DriftUnit*)malloc_check((L + 2) * sizeof(DriftUnit));
@@ -439,15 +439,15 @@ static void replicas_average(Run* r, int t, int k) {
     DpSyncStats d;
     if (ds) {
         if (!ds->active) dp_sync_begin(ds, k, t);
-        if (drift) drift_fp32_average(r, ds->grads, ds->head);
+        if (drift) int8_drift_reference(r, ds->grads, ds->head);
         d = dp_sync_finish(ds);
         grads = ds->grads, head = ds->head;
     } else { // on the device: host copies of the gradient before and after, for the drift monitor only
-        if (drift) grads = stage_host_grads(r->st, k, &head), drift_fp32_average(r, grads, head);
+        if (drift) grads = stage_host_grads(r->st, k, &head), int8_drift_reference(r, grads, head);
         d = ex->device_sync.end(ex->device_sync.ctx, r->st, k, t);
         if (drift) grads = stage_host_grads(r->st, k, &head);
     }
-    if (drift) drift_sync_compare(r, grads, head);
+    if (drift) int8_drift_compare(r, grads, head);
     if (d.nonfinite && !r->halted)
         fprintf(stderr, "stage %d replica %d: %zu gradient values of step %d are not finite: their int8 blocks are not quantized (NaN), so the "
                         "average is NaN there and the guard refuses the step\n",
@@ -471,9 +471,9 @@ static void post_step(Run* r, int t) {
         ex->inject_nan = 0;
     }
     if (r->D > 1) replicas_average(r, t, k);
-    double* small = gns_small(ss->mine, L); // summed over the step's backwards already
+    double* small = pipe_sums_gns_small(ss->mine, L); // summed over the step's backwards already
     if (ex->gns) { // the large-batch term on the replicas' average, the small-batch term averaged over them
-        stage_gns_units(st, k, gns_big(ss->mine, L));
+        stage_gns_units(st, k, pipe_sums_gns_big(ss->mine, L));
         if (r->D > 1) comm_dp_average_double(ex->comm, small, L + 3);
     }
     tied_start(r, t);
@@ -505,13 +505,13 @@ static void post_ready(Run* r) {
 // the gradient noise scale after step t (tdpipe/gns.h) from its per-unit sums (folded in unit order:
 // the same figures on every rank): small batch B T tokens (one micro-batch), large batch D M B T (the
 // step); returns --lr-gns's learning-rate factor (1 without it)
-static double gns_step(Run* r, StepState* ss) {
+static double noise_scale_step(Run* r, StepState* ss) {
     int L = r->st->cfg.num_layers, M = r->sch->M;
-    double b_small = (double)r->st->B * r->st->T, b_big = gns_big_batch(r), small = 0.0, big = 0.0, factor = 1.0;
+    double b_small = (double)r->st->B * r->st->T, b_big = big_batch_tokens(r), small = 0.0, big = 0.0, factor = 1.0;
     if (b_big <= b_small) return 1.0; // one micro-batch per step over all replicas: nothing to compare
     for (int u = 0; u < L + 3; u++) {
-        small += gns_small(ss->sums, L)[u];
-        big += gns_big(ss->sums, L)[u];
+        small += pipe_sums_gns_small(ss->sums, L)[u];
+        big += pipe_sums_gns_big(ss->sums, L)[u];
     }
     small *= M; // each micro-batch's gradient carries 1 / M of the step's mean: its own mean's |g|^2 is M^2 times
     ss->b_simple = gns_update(&r->ex->gns_state, small, big, b_small, b_big, &factor);
@@ -571,7 +571,7 @@ static OpMarks op_update(Run* r, const Op* op) {
         }
     }
     if (!r->halted && !ex->gradient_only) {
-        if (ex->gns) ss->lr *= (float)gns_step(r, ss); // (after the guard: a refused step's figures are not folded in)
+        if (ex->gns) ss->lr *= (float)noise_scale_step(r, ss); // (after the guard: a refused step's figures are not folded in)
         if (t == ex->drift_step) { // the drift monitor's copies: what is applied, and (a stash) the weights it applies to
             if (!ex->drift_applied) ex->drift_applied = (float*)malloc_check(st->num_params * sizeof(float));
             memcpy(ex->drift_applied, stage_host_grads(st, k, NULL), st->num_params * sizeof(float));
@@ -601,7 +601,7 @@ static OpMarks op_update(Run* r, const Op* op) {
 // ---- reports and the two ways of running --------------------------------------------------------------
 
 // world rank 0: reports every step whose stats have arrived from all stages, in order
-static void report_ready(Run* r, int wait_all) {
+static void deliver_step_reports(Run* r, int wait_all) {
     Executor* ex = r->ex;
     while (r->next_report < r->sch->n_steps) {
         StepState* ss = &r->steps[r->next_report];
@@ -652,7 +652,7 @@ static void run_op(Run* r, const Op* op) {
         schedule_op_name(op, e.name, sizeof(e.name));
         trace_add(tr, &e);
     }
-    if (r->report) report_ready(r, 0);
+    if (r->report) deliver_step_reports(r, 0);
 }
 
 // the policy's readiness (schedule_tdpipe_pick): the message the op waits for has arrived
@@ -806,7 +806,7 @@ void executor_run(Executor* ex, const Schedule* sch) {
     if (schedule_event_driven(sch)) run_event_driven(r);
     else
         for (int i = 0; i < sch->n_ops[r->s]; i++) run_op(r, &sch->ops[r->s][i]);
-    if (r->report) report_ready(r, 1);
+    if (r->report) deliver_step_reports(r, 1);
     // flush: every message of this chunk has left
     for (int i = 0; i < r->n_slots; i++) {
         comm_wait(ex->comm, &r->slots[i].out_send);
