@@ -28,6 +28,15 @@ extern "C" {
 
 typedef struct Stage Stage;
 
+// the bytes of one of each of a backend's buffers, allocated or not yet: stage_memory and the plans
+// before a run (stage_planned_bytes, stage_planned_device_bytes) multiply them by the counts
+typedef struct {
+    double slot;      // one activation slot (a micro-batch's forward state)
+    double gacts;     // one activation-gradient buffer
+    double stash;     // one weight stash (the CPU: the average over its stashes of those allocated so far)
+    double grad_slot; // one gradient slot, the head's wte share included
+} StageUnitBytes;
+
 // A device. Compute calls name the weights by stash (-1: the current weights, else a stash slot)
 // and the gradient by k; stage.c turns versions and steps into those. op is what the schedule runs
 // (synthetic compute times it; real devices ignore it). Buffers named *_msg live in the backend's
@@ -80,7 +89,7 @@ typedef struct {
     float* (*tied_share)(Stage* st, int k);                                  // (Vp, C)
     float* (*tied_other)(Stage* st, int k);                                  // (Vp, C)
     double (*tied_sum)(Stage* st, int k, const float* first, const float* last); // wte's gradient in k = first (Vp, C) + last (Vp, C); returns as stage_tie_local
-    void (*memory)(const Stage* st, double bytes[4]); // one activation slot, gacts buffer, stash, gradient slot
+    void (*memory)(const Stage* st, StageUnitBytes* b);
     // device backends: the device's bytes in all, in use now (by anyone), and how many devices this
     // host has; NULL where the buffers are host memory
     void (*device_memory)(const Stage* st, double* total, double* used, int* devices);

@@ -428,14 +428,14 @@ static float* cpu_tied_share(Stage* st, int k) {
 static float* cpu_tied_other(Stage* st, int k) { return cpu_of(st)->tied_other[k]; }
 static double cpu_tied_sum(Stage* st, int k, const float* first, const float* last) { return tied_sum_sumsq(st, k, first, last); }
 
-static void cpu_memory(const Stage* st, double bytes[4]) {
+static void cpu_memory(const Stage* st, StageUnitBytes* b) {
     CpuStage* c = cpu_of(st);
-    bytes[0] = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T);
-    bytes[1] = 4.0 * (double)gpt2_grad_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    b->slot = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    b->gacts = 4.0 * (double)gpt2_grad_acts_floats(&st->cfg, &st->range, st->B, st->T);
     int held = 0; // stashes allocated so far (weight prediction may use more than plain stashing)
     for (int i = 0; i < c->n_stash; i++) held += c->stash[i] != NULL;
-    bytes[2] = c->n_stash ? 4.0 * (double)st->num_params * held / c->n_stash : 0.0;
-    bytes[3] = 4.0 * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0));
+    b->stash = c->n_stash ? 4.0 * (double)st->num_params * held / c->n_stash : 0.0;
+    b->grad_slot = 4.0 * (double)(st->num_params + (st->range.has_head ? st->sizes[0] : 0));
 }
 
 static const StageBackend CPU_BACKEND = {

@@ -85,7 +85,7 @@ static void staged_wte_grad_from_host(Stage* st, int k, const float* wte) { // w
 }
 static float* staged_tied_other(Stage* st, int k) { return cpu()->tied_other(inner(st), k); }
 static double staged_tied_sum(Stage* st, int k, const float* first, const float* last) { return cpu()->tied_sum(inner(st), k, first, last); }
-static void staged_memory(const Stage* st, double bytes[4]) { cpu()->memory(inner(st), bytes); }
+static void staged_memory(const Stage* st, StageUnitBytes* b) { cpu()->memory(inner(st), b); }
 static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c) {
     inner(st)->version = st->version; // the moments' update count (the private stage's updates bypass its books)
     cpu()->predict(inner(st), i, opt, lr_sum, c);
