@@ -26,7 +26,7 @@
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/partition.h"
-#include "tdpipe/profile.h"
+#include "tdpipe/layer_costs.h"
 #include "tdpipe/pipeline.h"
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
@@ -301,7 +301,7 @@ static void make_grid(Trainer* tr) {
 }
 
 // phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
-// on the run's device (profile_layer_costs: 3 passes of one micro-batch at the run's B and T after a
+// on the run's device (layer_costs_measure: 3 passes of one micro-batch at the run's B and T after a
 // warm-up; a host's ranks one at a time) and solves over those seconds; every rank gathers every rank's times, so all solve the
 // same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
 // run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
@@ -316,7 +316,7 @@ static void partition_profile(Trainer* tr) {
         LayerCosts mine;
         int turns = comm_max(&tr->comm, tr->comm.local_ranks);
         for (int turn = 0; turn < turns; turn++) {
-            if (tr->comm.local_rank == turn) profile_layer_costs(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
+            if (tr->comm.local_rank == turn) layer_costs_measure(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
             comm_barrier(&tr->comm);
         }
         double in[3] = {mine.layer, mine.embed, mine.head};

@@ -68,7 +68,7 @@ static int parse_per_rank(const char* flag, const char* list, int P, double hi, 
 }
 
 // The split's costs: from the FLOP model (measured NULL; forward + backward = 3x the forward FLOPs), or
-// from each stage's timed passes (profile_layer_costs on the ranks of that stage, averaged over its
+// from each stage's timed passes (layer_costs_measure on the ranks of that stage, averaged over its
 // replicas): a layer's time is the mean over stages, each stage's speed the mean over its own (unless
 // --rank-speed says otherwise). Memory: 16 bytes per parameter (weights, gradient, two AdamW moments)
 // plus the activations of up to P micro-batches.

@@ -5,7 +5,7 @@
 #include "llmc/gpt2.h"
 #include "tdpipe/args.h"
 #include "tdpipe/partition.h"
-#include "tdpipe/profile.h"
+#include "tdpipe/layer_costs.h"
 #ifdef __cplusplus
 extern "C" {
 #endif

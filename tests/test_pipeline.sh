@@ -200,7 +200,7 @@ check "--rank-speed 1,1,0.5,1: the half-speed rank gets the fewest layers" grep 
 refuse "--rank-mem too small for any split" "no split of 8 layers over 2 stages fits the memory limits" $MPI -np 2 $BIN --print-schedule -e d8 --stages 2 --micro-batches 2 --rank-mem 0.001,1
 refuse "  a limit below a byte is not printed as 0 B" "rank 0 has 0.00107 B" $BIN --print-schedule -e d8 --stages 2 --micro-batches 2 --rank-mem 1e-12,1
 refuse "--rank-speed with the wrong count" "--rank-speed 1,2: expected 4 positive numbers" $MPI -np 4 $BIN --print-schedule -e d8 --stages 4 --micro-batches 4 --rank-speed 1,2
-# --partition auto times a layer, the embeddings and the head on each rank (tdpipe/profile.c): the
+# --partition auto times a layer, the embeddings and the head on each rank (tdpipe/layer_costs.c): the
 # split may move with the timings, the losses may not
 same_ref1() { [ "$(losses "$1" | wc -l)" -eq 20 ] && diff <(losses "$1") <(losses "$TMP/ref1") >/dev/null; }
 check "--partition auto at P = 2: the split from timed passes" $MPI -np 2 $BIN $SMALL --stages 2 -o "$TMP/prof"

@@ -16,7 +16,7 @@ typedef struct {
 // the median of `reps` passes after one warm-up, each of a one-layer stage with the embeddings, with
 // the head, and with neither (the shares are the differences, at least 0), made on device (comm: the
 // rank's Comm, which a GPU stage reads its local rank from) and destroyed again
-void profile_layer_costs(const StageDevice* device, void* comm, const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out);
+void layer_costs_measure(const StageDevice* device, void* comm, const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 // --partition auto's timed passes (see profile.h), on the run's device with random tokens.
-#include "profile.h"
+#include "layer_costs.h"
 #include <stdlib.h>
 #include "llmc/common.h"
 #include "llmc/rng.h"
@@ -35,7 +35,7 @@ static double time_stage(const StageDevice* device, void* comm, const GPT2Config
     return med;
 }
 
-void profile_layer_costs(const StageDevice* device, void* comm, const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out) {
+void layer_costs_measure(const StageDevice* device, void* comm, const GPT2Config* cfg, int B, int T, int reps, LayerCosts* out) {
     GPT2Config one = *cfg;
     one.num_layers = 1;
     GPT2Range all = {0, 1, 1, 1};
