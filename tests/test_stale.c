@@ -11,7 +11,9 @@
 #include "llmc/common.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.h"
+#include "llmc/rng.h"
 #include "tdpipe/comm.h"
+#include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
@@ -176,6 +178,133 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
     stage_destroy(&s);
 }
 
+// The compensation kernels against their formulas written out in double. The reference above runs
+// these same kernels (dc_accumulate, dc_correct, adamw_predict), so a wrong kernel passes there: a
+// sign flipped in DC-ASGD's correction, g instead of g^2, or weight decay dropped from the prediction
+// all did. Tolerance 1e-5 of the sum of the magnitudes of the terms: each element is a dozen float
+// operations, each rounding by 2^-24 (6e-8) of its operands, so 1e-6 at most; the mutants are O(1) off.
+static void test_kernels(void) {
+    enum { N = 1000, K = 3 };
+    static float g[K][N], used[K][N], now[N], acc[N], a[N], b[N], w[N], m[N], v[N], out[N];
+    Rng r;
+    rng_init(&r, 21);
+    for (int i = 0; i < N; i++) {
+        now[i] = rng_normal(&r);
+        for (int k = 0; k < K; k++) g[k][i] = rng_normal(&r), used[k][i] = now[i] + rng_normal(&r);
+    }
+    const float lambda = 2.0f; // the correction as large as the gradient, so that a wrong one shows
+    memset(acc, 0, sizeof acc), memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+    for (int k = 0; k < K; k++) dc_accumulate(acc, a, b, g[k], used[k], N);
+    dc_correct(acc, a, b, now, N, lambda);
+    double worst = 0.0;
+    int cleared = 1;
+    for (int i = 0; i < N; i++) {
+        double want = 0.0, mag = 0.0;
+        for (int k = 0; k < K; k++) { // DESIGN.md: g + lambda g (.) g (.) (w_now - w_used), each micro-batch at its own w_used
+            double gk = g[k][i], c = (double)lambda * gk * gk;
+            want += gk + c * ((double)now[i] - used[k][i]);
+            mag += fabs(gk) + fabs(c * now[i]) + fabs(c * used[k][i]);
+        }
+        worst = fmax(worst, fabs(acc[i] - want) / mag);
+        cleared &= a[i] == 0.0f && b[i] == 0.0f;
+    }
+    CHECK(worst <= 1e-5, "DC-ASGD over %d micro-batches: sum of g + lambda g^2 (w_now - w_used) to %.1e of its terms (bound 1e-5)", K, worst);
+    CHECK(cleared, "  and dc_correct leaves its two sums zero for the next step");
+    const float lr_sum = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    const int t = 3;
+    for (int i = 0; i < N; i++) w[i] = rng_normal(&r), m[i] = 0.1f * rng_normal(&r), v[i] = 1e-4f + 0.01f * rng_f32(&r);
+    adamw_predict(out, w, m, v, N, lr_sum, b1, b2, eps, wd, t);
+    worst = 0.0;
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (int i = 0; i < N; i++) { // AdamW's step at version t's moments (bias-corrected) and decay, lr_sum of it
+        double dir = (m[i] / bc1) / (sqrt(v[i] / bc2) + eps), want = w[i] - lr_sum * (dir + wd * (double)w[i]);
+        worst = fmax(worst, fabs(out[i] - want) / (fabs(w[i]) + lr_sum * (fabs(dir) + wd * fabs(w[i]))));
+    }
+    CHECK(worst <= 1e-5, "weight prediction: w - lr_sum (m^ / (sqrt(v^) + eps) + wd w) to %.1e of its terms (bound 1e-5)", worst);
+}
+
+// the drift monitor's figures of one unit: cosine and |a - e| / |e|, against values worked by hand
+static void test_drift_figures(void) {
+    const float a[3] = {6, 8, 0}, e[3] = {0, 4, 3}, zero[3] = {0, 0, 0}; // |a| 10, |e| 5, a.e 32, |a - e|^2 61
+    DriftUnit u = {0}, ze = {0}, az = {0}, zz = {0};
+    drift_compare_add(a, e, 3, &u);
+    drift_compare_add(zero, e, 3, &ze);
+    drift_compare_add(a, zero, 3, &az);
+    drift_compare_add(zero, zero, 3, &zz);
+    CHECK(fabs(drift_cosine(&u) - 0.64) < 1e-12 && fabs(drift_rel_err(&u) - sqrt(61.0) / 5) < 1e-12,
+          "drift: cosine 32 / 50 = 0.64 (%.12g), relative error sqrt(61) / |e| = 1.562 (%.12g)", drift_cosine(&u), drift_rel_err(&u));
+    CHECK(drift_cosine(&ze) == 0.0 && drift_rel_err(&ze) == 1.0 && drift_cosine(&az) == 0.0 && isinf(drift_rel_err(&az)) &&
+              drift_cosine(&zz) == 1.0 && drift_rel_err(&zz) == 0.0,
+          "drift: a zero gradient against a nonzero one has cosine 0 (relative error 1, or infinite against a zero exact one); two zeros agree");
+}
+
+// one executor run of the tdpipe schedule at P = 1, W = M, with clipping threshold clip and the guard's
+// spike_z and loss window (in and out); the weights into params (n); returns the refused step or -1
+static int guarded_run(Comm* comm, const float* init, size_t n, float clip, float spike_z, LossWindow* window, float* params, char* why) {
+    GPT2Range all = {0, CFG.num_layers, 1, 1};
+    char err[256];
+    Stage st;
+    stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init});
+    stage_reserve(&st, 1, 1, 1, 0);
+    DataLoader dl;
+    loader(&dl);
+    CommLink link;
+    comm_mpi_link(comm, &link);
+    Executor ex = {.comm = comm, .stage = &st, .data = &dl, .link = &link, .optim = {adamw(), STEPS, WARMUP, FINAL, clip},
+                   .spike_z = spike_z, .losses = *window, .drift_step = -1, .on_step = on_step};
+    Schedule sch;
+    if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 1, .M = M, .W = M, .n_steps = STEPS}, err, sizeof(err))) td_fatal("%s", err);
+    memset(g_losses, 0, sizeof(g_losses));
+    executor_run(&ex, &sch);
+    *window = ex.losses;
+    memcpy(params, st.params, n * sizeof(float));
+    strcpy(why, ex.halt_reason);
+    int halted = ex.halted_step;
+    schedule_free(&sch);
+    executor_free(&ex);
+    dataloader_free(&dl);
+    stage_destroy(&st);
+    return halted;
+}
+
+// --clip 0 is "off" (not a threshold of 0, which would scale every gradient to nothing), and the
+// guard: every applied step's loss joins its window, and a loss far above the window's is refused
+static void test_clip_and_guard(Comm* comm, const float* init, size_t n) {
+    float* p_off = (float*)malloc_check(n * sizeof(float));
+    float* p_huge = (float*)malloc_check(n * sizeof(float));
+    float* p_one = (float*)malloc_check(n * sizeof(float));
+    float l_off[STEPS], l_huge[STEPS];
+    char why[96];
+    LossWindow empty = {{0}, 0, 0}, w = empty;
+    int h_off = guarded_run(comm, init, n, 0.0f, 0.0f, &w, p_off, why);
+    memcpy(l_off, g_losses, sizeof l_off);
+    int remembered = w.n == STEPS && w.next == STEPS;
+    for (int i = 0; i < STEPS && remembered; i++) remembered = w.loss[i] == (double)g_losses[i];
+    CHECK(remembered, "the guard's window holds the %d applied steps' losses in order (n %d, next %d)", STEPS, w.n, w.next);
+    w = empty;
+    int h_huge = guarded_run(comm, init, n, 1e30f, 0.0f, &w, p_huge, why);
+    memcpy(l_huge, g_losses, sizeof l_huge);
+    CHECK(h_off < 0 && h_huge < 0 && !memcmp(l_off, l_huge, sizeof l_off) && !memcmp(p_off, p_huge, n * sizeof(float)),
+          "clip 0 (off): losses and weights bitwise those of a threshold no norm reaches (last loss %.7f)", l_off[STEPS - 1]);
+    w = empty;
+    guarded_run(comm, init, n, 1.0f, 0.0f, &w, p_one, why);
+    CHECK(memcmp(p_one, p_off, n * sizeof(float)) != 0, "  and clip 1 clips in this run (the check can fail)");
+    // a window of GUARD_MIN losses about 1.05 (standard deviation 0.05): the first step's loss, ln 256 = 5.5, is a spike
+    LossWindow calm = empty;
+    for (int i = 0; i < GUARD_MIN; i++) calm.loss[i] = i % 2 ? 1.1 : 1.0;
+    calm.n = calm.next = GUARD_MIN;
+    w = calm;
+    int h = guarded_run(comm, init, n, CLIP, 3.0f, &w, p_one, why);
+    CHECK(h == 0 && strstr(why, "a loss spike") && w.n == GUARD_MIN && !memcmp(p_one, init, n * sizeof(float)),
+          "--spike-z 3 after a calm window: step 1 refused (%s), its loss not remembered, no update applied", why);
+    w = calm;
+    h = guarded_run(comm, init, n, CLIP, 0.0f, &w, p_one, why);
+    CHECK(h < 0 && w.n == GUARD_MIN + STEPS, "  spike_z 0: the same run goes through (refused step %d)", h);
+    free(p_off);
+    free(p_huge);
+    free(p_one);
+}
+
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -280,6 +409,9 @@ int main(int argc, char** argv) {
     reference(M, NULL, init, n, ref, stale_run);
     CHECK(memcmp(no_stash, stale_run, sizeof(no_stash)) != 0 && no_stash[0] == stale_run[0],
           "W = M differs from W = 0 after the first step (%.7f vs %.7f at step 2): staleness is visible", stale_run[1], no_stash[1]);
+    test_kernels();
+    test_drift_figures();
+    test_clip_and_guard(&comm, init, n);
     free(init);
     free(ref);
     comm_finalize(&comm);
