@@ -186,6 +186,21 @@ static void test_factor_now(void) {
     CHECK(checked >= 29 && moved >= 10, "checked at %d steps, the factor away from 1 at %d", checked, moved);
 }
 
+// --lr-gns's factor (gns.h): (1 + mean B / b_big) / (1 + B / b_big), clamped to [0.5, 2]. A state whose
+// smoothed B_simple is s_ema / g2_ema (any n: the debias cancels), after GNS_WARM estimates of mean 100
+static void test_factor_clamp(void) {
+    const double bb = 100;
+    GnsState st = {.g2_ema = 1.0, .n = 5, .b_sum = 100.0 * GNS_WARM, .b_n = GNS_WARM};
+    st.s_ema = 150.0;
+    double mid = gns_lr_factor_now(&st, bb);
+    st.s_ema = 1000.0;
+    double low = gns_lr_factor_now(&st, bb);
+    st.s_ema = 0.0, st.b_sum = 1000.0 * GNS_WARM;
+    double high = gns_lr_factor_now(&st, bb);
+    CHECK(fabs(mid - 0.8) < 1e-12 && low == 0.5 && high == 2.0, "the factor: (1 + 1) / (1 + 1.5) = 0.8 (%.12g); 2 / 11 clamped to 0.5 (%g); 11 clamped to 2 (%g)",
+          mid, low, high);
+}
+
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
@@ -194,6 +209,7 @@ int main(int argc, char** argv) {
     test_exact();
     test_unbiased();
     test_factor_now();
+    test_factor_clamp();
     test_executor(&comm);
     comm_finalize(&comm);
     return test_summary();
