@@ -97,6 +97,14 @@ static void non_finite(void) {
     int kept = 1;
     for (int i = BLOCK; i < 2 * BLOCK; i++) kept &= res[i] == 0.0f;
     CHECK(bad == 3 && kept, "with error feedback too; a refused block leaves its residual as it was");
+    // values so small that their block's scale (absmax / 127) underflows to 0: quantized to 0, and with
+    // error feedback all of x + r carried in the residual, none of it dropped
+    float tiny[BLOCK], rt[BLOCK];
+    for (int i = 0; i < BLOCK; i++) tiny[i] = (i % 3 - 1) * 0x1p-148f, rt[i] = 0x1p-149f;
+    bad = quant_int8_ef(tiny, rt, BLOCK, BLOCK, q, s);
+    int carried = bad == 0 && s[0] == 0.0f;
+    for (int i = 0; i < BLOCK; i++) carried &= q[i] == 0 && rt[i] == tiny[i] + 0x1p-149f;
+    CHECK(carried, "a block whose scale underflows to 0: values 0, the residual holds x + r (%g)", (double)rt[2]);
 }
 
 // Error feedback telescopes: with r_0 = 0 and applied_k = dq(q(g_k + r_k)), r_{k+1} = (g_k + r_k) -
