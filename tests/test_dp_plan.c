@@ -119,6 +119,28 @@ static int same_plan(const DpSync* a, const DpSync* p) {
     return 1;
 }
 
+// dp_sync_clear_residuals (a rollback's): both error-feedback residuals, the replica's and the owner's,
+// all zero again, the LM head's share after the model included
+static void test_clear_residuals(void) {
+    const GPT2Config cfg = {16, 64, 64, 2, 2, 16};
+    Stage st;
+    StageInit init = {.cfg = &cfg, .range = {0, 2, 1, 1}, .B = 1, .T = 8};
+    stage_init_common(&st, &init, NULL, NULL); // shapes only
+    Comm c;
+    memset(&c, 0, sizeof c);
+    c.D = 2;
+    DpSyncConfig dcfg = {GRAD_QUANT_INT8, 64, 1, 0};
+    DpSync ds;
+    dp_sync_init(&ds, &dcfg, &c, &st);
+    size_t n = st.num_params + st.sizes[0];
+    for (size_t i = 0; i < n; i++) ds.ef_replica[i] = ds.ef_owner[i] = 1.0f;
+    dp_sync_clear_residuals(&ds);
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= ds.ef_replica[i] == 0.0f && ds.ef_owner[i] == 0.0f;
+    CHECK(zero, "dp_sync_clear_residuals zeroes the replica's and the owner's residuals (%zu floats each)", n);
+    dp_sync_free(&ds);
+}
+
 int main(void) {
     const GPT2Config small = {64, 1000, 1024, 3, 4, 128};     // maxT, V, Vp, L, NH, C
     const GPT2Config gpt2 = {1024, 50257, 50304, 12, 12, 768}; // GPT-2 124M
@@ -180,5 +202,6 @@ int main(void) {
     CHECK(dev_ok == cases, "dp_sync_device_planned_bytes bounds what the GPU sync allocates, in %d of %d (at most %.1f%% of it used)", dev_ok, cases,
           100.0 * worst_dev);
     test_unit_hook();
+    test_clear_residuals();
     return test_summary();
 }
