@@ -37,7 +37,12 @@ int main(int argc, char** argv) {
     RunCheckpoint rc = {dir, 3, 1, 2, 8, 1};
     RunState state;
     memset(&state, 0, sizeof state);
-    state.aew_base = -1;
+    // TD-Pipe's state, each field its own value, and the loader 3 windows in: what a resume continues
+    state.aew_requested = 4, state.aew_base = 4, state.aew_halvings = 1, state.rollbacks_in_row = 2;
+    state.losses.n = 3, state.losses.next = 3, state.losses.loss[0] = 5.5, state.losses.loss[1] = 5.25, state.losses.loss[2] = 5.125;
+    state.gns = (GnsState){.s_ema = 1.5, .g2_ema = 2.5, .n = 7, .b_sum = 3.25, .b_n = 6};
+    int ins[16], tgts[16];
+    for (int i = 0; i < 3; i++) dataloader_next(&dl, ins, tgts);
 
     // the good state: its arrays are the checkpoint's sections, bitwise
     CHECK(run_checkpoint_save(&rc, &pl, 4, &dl, &state, NULL) == 0, "a finite state is saved");
@@ -80,6 +85,22 @@ int main(int argc, char** argv) {
     snprintf(tmp, sizeof tmp, "%s.tmp", model);
     CHECK(!exists(model) && !exists(tmp), "no model.bin, no temporary file");
 
+    // resumed into a fresh state and loader: checkpoint 4 (the newest good one), every field as saved
+    RunState back;
+    memset(&back, 0, sizeof back);
+    back.aew_requested = 4; // the same --aew: the window's history continues
+    DataLoader dl2;
+    DataLoaderState saved, got;
+    CHECK(dataloader_init_memory(&dl2, tokens, 200, 2, 8, 0, 1, 0, 1, 37, err, sizeof err) == 0, "a second loader over the same tokens");
+    int step = run_checkpoint_resume(&rc, &st, &dl2, &back, NULL, path, sizeof path, err, sizeof err);
+    dataloader_get_state(&dl, &saved);
+    dataloader_get_state(&dl2, &got);
+    CHECK(step == 4 && !memcmp(&saved, &got, sizeof saved) && !memcmp(st.params, full, n * sizeof(float)),
+          "resumed at step %d: the loader's position (window %lld) and the parameters as saved: %s", step, (long long)got.window, step < 0 ? err : "");
+    CHECK(!memcmp(&back, &state, sizeof back), "  and TD-Pipe's state field for field: window %lld >> %lld, %lld rollbacks, %d guard losses, "
+          "noise scale s %g g2 %g n %ld", (long long)back.aew_base, (long long)back.aew_halvings, (long long)back.rollbacks_in_row, back.losses.n,
+          back.gns.s_ema, back.gns.g2_ema, back.gns.n);
+    dataloader_free(&dl2);
     stage_destroy(&st);
     dataloader_free(&dl);
     free(full);
