@@ -57,6 +57,12 @@ void* calloc_check_at(size_t n, size_t size, const char* file, int line) {
     return p;
 }
 
+void* realloc_check_at(void* p, size_t bytes, const char* file, int line) {
+    void* q = realloc(p, bytes ? bytes : 1);
+    if (!q) td_fatal_at(file, line, "realloc(%zu) failed: out of memory", bytes);
+    return q;
+}
+
 FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line) {
     FILE* f = fopen(path, mode);
     if (!f) td_fatal_at(file, line, "fopen(\"%s\", \"%s\") failed: %s", path, mode, strerror(errno));

@@ -22,12 +22,14 @@ void td_fatal_at(const char* file, int line, const char* fmt, ...)
 
 void* malloc_check_at(size_t bytes, const char* file, int line);
 void* calloc_check_at(size_t n, size_t size, const char* file, int line);
+void* realloc_check_at(void* p, size_t bytes, const char* file, int line);
 FILE* fopen_check_at(const char* path, const char* mode, const char* file, int line);
 void fread_check_at(void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* file, int line);
 void fwrite_check_at(const void* ptr, size_t size, size_t n, FILE* f, const char* path, const char* file, int line);
 void fclose_check_at(FILE* f, const char* path, const char* file, int line);
 #define malloc_check(bytes) malloc_check_at((bytes), __FILE__, __LINE__)
 #define calloc_check(n, size) calloc_check_at((n), (size), __FILE__, __LINE__)
+#define realloc_check(p, bytes) realloc_check_at((p), (bytes), __FILE__, __LINE__)
 #define fopen_check(path, mode) fopen_check_at((path), (mode), __FILE__, __LINE__)
 #define fread_check(ptr, size, n, f, path) fread_check_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)
 #define fwrite_check(ptr, size, n, f, path) fwrite_check_at((ptr), (size), (n), (f), (path), __FILE__, __LINE__)

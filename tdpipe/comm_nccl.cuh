@@ -361,9 +361,8 @@ static inline void comm_nccl_link_post(CommNcclLink* l, int channel, void* buf, 
     if (send) ncclCheck(ncclSend(buf, bytes, ncclChar, peer, l->comm[d], l->stream[d]));
     else ncclCheck(ncclRecv(buf, bytes, ncclChar, peer, l->comm[d], l->stream[d]));
     if (l->n_free == 0) { // more requests in flight than ever before: one more event (no device sync)
-        l->done = (cudaEvent_t*)realloc(l->done, (l->cap + 1) * sizeof(cudaEvent_t));
-        l->free_done = (int*)realloc(l->free_done, (l->cap + 1) * sizeof(int));
-        if (!l->done || !l->free_done) td_fatal("out of memory for NCCL link events");
+        l->done = (cudaEvent_t*)realloc_check(l->done, (l->cap + 1) * sizeof(cudaEvent_t));
+        l->free_done = (int*)realloc_check(l->free_done, (l->cap + 1) * sizeof(int));
         cudaCheck(cudaEventCreateWithFlags(&l->done[l->cap], cudaEventDisableTiming));
         l->free_done[l->n_free++] = l->cap++;
     }

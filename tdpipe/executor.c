@@ -704,35 +704,30 @@ static void run_event_driven(Run* r) {
 static void run_reserve(Run* r, int n_slots, int n_steps, int n_mb) {
     int L = r->st->cfg.num_layers, P = r->P;
     if (n_mb > r->cap_mb) {
-        r->slot_of = (int*)realloc(r->slot_of, n_mb * sizeof(int));
-        if (!r->slot_of) td_fatal("out of memory for %d micro-batch slots", n_mb);
+        r->slot_of = (int*)realloc_check(r->slot_of, n_mb * sizeof(int));
         r->cap_mb = n_mb;
     }
     if (n_slots > r->cap_slots) {
-        r->slots = (Slot*)realloc(r->slots, n_slots * sizeof(Slot));
-        r->free_slots = (int*)realloc(r->free_slots, n_slots * sizeof(int));
-        if (!r->slots || !r->free_slots) td_fatal("out of memory for %d activation slots", n_slots);
+        r->slots = (Slot*)realloc_check(r->slots, n_slots * sizeof(Slot));
+        r->free_slots = (int*)realloc_check(r->free_slots, n_slots * sizeof(int));
         memset(r->slots + r->cap_slots, 0, (n_slots - r->cap_slots) * sizeof(Slot));
         r->cap_slots = n_slots;
     }
     if (P > r->cap_P) {
-        r->rep_bubble = (double*)realloc(r->rep_bubble, P * sizeof(double));
-        r->rep_stale = (int*)realloc(r->rep_stale, P * sizeof(int));
-        r->rep_dp_bytes = (double*)realloc(r->rep_dp_bytes, P * sizeof(double));
-        r->rep_dp_wait = (double*)realloc(r->rep_dp_wait, P * sizeof(double));
-        r->rep_dp_span = (double*)realloc(r->rep_dp_span, P * sizeof(double));
-        if (!r->rep_bubble || !r->rep_stale || !r->rep_dp_bytes || !r->rep_dp_wait || !r->rep_dp_span) td_fatal("out of memory for %d stages' reports", P);
+        r->rep_bubble = (double*)realloc_check(r->rep_bubble, P * sizeof(double));
+        r->rep_stale = (int*)realloc_check(r->rep_stale, P * sizeof(int));
+        r->rep_dp_bytes = (double*)realloc_check(r->rep_dp_bytes, P * sizeof(double));
+        r->rep_dp_wait = (double*)realloc_check(r->rep_dp_wait, P * sizeof(double));
+        r->rep_dp_span = (double*)realloc_check(r->rep_dp_span, P * sizeof(double));
         for (int t = 0; t < r->cap_steps; t++) { // the per-step arrays sized by P grow with it
-            r->steps[t].peer = (StepStats*)realloc(r->steps[t].peer, P * sizeof(StepStats));
-            r->steps[t].peer_req = (CommRequest*)realloc(r->steps[t].peer_req, P * sizeof(CommRequest));
-            if (!r->steps[t].peer || !r->steps[t].peer_req) td_fatal("out of memory for %d stages' step statistics", P);
+            r->steps[t].peer = (StepStats*)realloc_check(r->steps[t].peer, P * sizeof(StepStats));
+            r->steps[t].peer_req = (CommRequest*)realloc_check(r->steps[t].peer_req, P * sizeof(CommRequest));
         }
         r->cap_P = P;
     }
     if (n_steps > r->cap_steps) {
-        r->steps = (StepState*)realloc(r->steps, n_steps * sizeof(StepState));
-        r->data_at = (DataLoaderState*)realloc(r->data_at, n_steps * sizeof(DataLoaderState));
-        if (!r->steps || !r->data_at) td_fatal("out of memory for %d steps", n_steps);
+        r->steps = (StepState*)realloc_check(r->steps, n_steps * sizeof(StepState));
+        r->data_at = (DataLoaderState*)realloc_check(r->data_at, n_steps * sizeof(DataLoaderState));
         for (int t = r->cap_steps; t < n_steps; t++) {
             StepState* ss = &r->steps[t];
             memset(ss, 0, sizeof(*ss));

@@ -31,8 +31,7 @@ void stage_create(Stage* st, const StageDevice* device, const StageInit* init) {
 
 static void grow_ints(int*** bufs, int have, int n, size_t count) {
     if (n <= have) return;
-    *bufs = (int**)realloc(*bufs, n * sizeof(int*));
-    if (!*bufs) td_fatal("out of memory for %d token slots", n);
+    *bufs = (int**)realloc_check(*bufs, n * sizeof(int*));
     for (int i = have; i < n; i++) (*bufs)[i] = (int*)calloc_check(count, sizeof(int));
 }
 
@@ -53,8 +52,7 @@ static void staging_free(const Stage* st, void* p) {
 // that has no such message)
 static void grow_staging_bufs(const Stage* st, void*** bufs, int have, int n, size_t bytes) {
     if (n <= have) return;
-    *bufs = (void**)realloc(*bufs, n * sizeof(void*));
-    if (!*bufs) td_fatal("out of memory for %d message buffers", n);
+    *bufs = (void**)realloc_check(*bufs, n * sizeof(void*));
     for (int i = have; i < n; i++) (*bufs)[i] = bytes ? staging_alloc(st, bytes) : NULL;
 }
 
@@ -78,9 +76,8 @@ void stage_reserve(Stage* st, int n_slots, int n_gacts, int n_grad_slots, int n_
     if (n_gacts > st->n_gacts) st->n_gacts = n_gacts;
     if (n_grad_slots > st->n_grad_slots) st->n_grad_slots = n_grad_slots;
     if (n_stash > st->n_stash) {
-        st->stash_version = (int*)realloc(st->stash_version, n_stash * sizeof(int));
-        st->stash_ahead = (int*)realloc(st->stash_ahead, n_stash * sizeof(int));
-        if (!st->stash_version || !st->stash_ahead) td_fatal("out of memory for %d weight stashes", n_stash);
+        st->stash_version = (int*)realloc_check(st->stash_version, n_stash * sizeof(int));
+        st->stash_ahead = (int*)realloc_check(st->stash_ahead, n_stash * sizeof(int));
         for (int i = st->n_stash; i < n_stash; i++) st->stash_version[i] = -1, st->stash_ahead[i] = 0;
         st->n_stash = n_stash;
     }
@@ -260,10 +257,9 @@ static int tied_direct(const Stage* st) { return st->be->host_memory || st->devi
 static void host_slots_grow(Stage* st) {
     if (st->n_host_grads >= st->n_grad_slots) return;
     int n = st->n_grad_slots;
-    st->host_grads = (float**)realloc(st->host_grads, n * sizeof(float*));
-    st->host_dwte_head = (float**)realloc(st->host_dwte_head, n * sizeof(float*));
-    st->host_tied = (float**)realloc(st->host_tied, n * sizeof(float*));
-    if (!st->host_grads || !st->host_dwte_head || !st->host_tied) td_fatal("out of memory for %d host gradient slots", n);
+    st->host_grads = (float**)realloc_check(st->host_grads, n * sizeof(float*));
+    st->host_dwte_head = (float**)realloc_check(st->host_dwte_head, n * sizeof(float*));
+    st->host_tied = (float**)realloc_check(st->host_tied, n * sizeof(float*));
     for (int i = st->n_host_grads; i < n; i++) st->host_grads[i] = st->host_dwte_head[i] = st->host_tied[i] = NULL;
     st->n_host_grads = n;
 }

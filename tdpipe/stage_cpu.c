@@ -92,8 +92,7 @@ float* stage_cpu_dwte_head(Stage* st, int k) {
 
 // n pointers in *arr (holding have), grown to n; new entries NULL
 static void grow_ptrs(void*** arr, int have, int n) {
-    *arr = (void**)realloc(*arr, n * sizeof(void*));
-    if (!*arr) td_fatal("out of memory for %d CPU stage buffers", n);
+    *arr = (void**)realloc_check(*arr, n * sizeof(void*));
     for (int i = have; i < n; i++) (*arr)[i] = NULL;
 }
 
@@ -103,9 +102,8 @@ static void cpu_reserve(Stage* st) {
     const GPT2Range* r = &st->range;
     int pipelined = !(r->has_embed && r->has_head); // a stage of P > 1 exchanges messages and tied shares
     if (st->n_slots > c->n_acts) {
-        c->acts = (GPT2Acts*)realloc(c->acts, st->n_slots * sizeof(GPT2Acts));
+        c->acts = (GPT2Acts*)realloc_check(c->acts, st->n_slots * sizeof(GPT2Acts));
         grow_ptrs((void***)&c->dx_send, c->n_acts, st->n_slots);
-        if (!c->acts) td_fatal("out of memory for %d activation slots", st->n_slots);
         for (int i = c->n_acts; i < st->n_slots; i++) {
             gpt2_acts_alloc(&c->acts[i], cfg, r, st->B, st->T);
             if (!r->has_embed) c->dx_send[i] = (float*)malloc_check(cpu_btc(st, 0) * sizeof(float));
@@ -117,8 +115,7 @@ static void cpu_reserve(Stage* st) {
         c->has_sample = 1;
     }
     if (st->n_gacts > c->n_gacts) {
-        c->gacts = (GPT2GradActs*)realloc(c->gacts, st->n_gacts * sizeof(GPT2GradActs));
-        if (!c->gacts) td_fatal("out of memory for %d activation-gradient buffers", st->n_gacts);
+        c->gacts = (GPT2GradActs*)realloc_check(c->gacts, st->n_gacts * sizeof(GPT2GradActs));
         for (int i = c->n_gacts; i < st->n_gacts; i++) gpt2_grad_acts_alloc(&c->gacts[i], cfg, r, st->B, st->T);
         c->n_gacts = st->n_gacts;
     }
@@ -127,10 +124,8 @@ static void cpu_reserve(Stage* st) {
         grow_ptrs((void***)&c->grads, c->n_grads, n);
         grow_ptrs((void***)&c->dwte_head, c->n_grads, n);
         grow_ptrs((void***)&c->tied_other, c->n_grads, n);
-        c->state = (unsigned char*)realloc(c->state, n);
-        if (!c->state) td_fatal("out of memory for %d gradient slots", n);
-        c->gviews = (ParameterTensors*)realloc(c->gviews, n * sizeof(ParameterTensors));
-        if (!c->gviews) td_fatal("out of memory for %d gradient slots", n);
+        c->state = (unsigned char*)realloc_check(c->state, n);
+        c->gviews = (ParameterTensors*)realloc_check(c->gviews, n * sizeof(ParameterTensors));
         for (int k = c->n_grads; k < n; k++) {
             c->grads[k] = (float*)calloc_check(st->num_params, sizeof(float));
             gpt2_point_params(&c->gviews[k], c->grads[k], st->sizes);
@@ -142,8 +137,7 @@ static void cpu_reserve(Stage* st) {
     }
     if (st->n_stash > c->n_stash) {
         grow_ptrs((void***)&c->stash, c->n_stash, st->n_stash);
-        c->sviews = (ParameterTensors*)realloc(c->sviews, st->n_stash * sizeof(ParameterTensors));
-        if (!c->sviews) td_fatal("out of memory for %d weight stashes", st->n_stash);
+        c->sviews = (ParameterTensors*)realloc_check(c->sviews, st->n_stash * sizeof(ParameterTensors));
         c->n_stash = st->n_stash;
     }
 }

@@ -42,7 +42,7 @@ static size_t cuda_btc(const Stage* st, int slot) { return (size_t)(slot == STAG
 static void cuda_reserve(Stage* st) {
     CudaStage* c = cuda_of(st);
     if (st->n_slots > c->n_acts) {
-        c->acts = (GPT2CudaActs*)realloc(c->acts, st->n_slots * sizeof(GPT2CudaActs));
+        c->acts = (GPT2CudaActs*)realloc_check(c->acts, st->n_slots * sizeof(GPT2CudaActs));
         for (int i = c->n_acts; i < st->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, st->B, st->T);
         c->n_acts = st->n_slots;
     }
@@ -51,18 +51,18 @@ static void cuda_reserve(Stage* st) {
         c->has_sample = 1;
     }
     if (st->n_gacts > c->n_ga) {
-        c->ga = (GPT2CudaGradActs*)realloc(c->ga, st->n_gacts * sizeof(GPT2CudaGradActs));
+        c->ga = (GPT2CudaGradActs*)realloc_check(c->ga, st->n_gacts * sizeof(GPT2CudaGradActs));
         for (int i = c->n_ga; i < st->n_gacts; i++) gpt2_cuda_grad_acts_alloc(&c->ga[i], &c->m, st->B, st->T);
         c->n_ga = st->n_gacts;
     }
     if (st->n_stash > c->n_stash) {
-        c->stash = (floatX**)realloc(c->stash, st->n_stash * sizeof(floatX*));
+        c->stash = (floatX**)realloc_check(c->stash, st->n_stash * sizeof(floatX*));
         for (int i = c->n_stash; i < st->n_stash; i++) cudaCheck(cudaMalloc((void**)&c->stash[i], c->m.num_params * sizeof(floatX)));
         c->n_stash = st->n_stash;
     }
     if (st->n_grad_slots > c->n_ring) {
-        c->grad_ring = (float**)realloc(c->grad_ring, st->n_grad_slots * sizeof(float*));
-        c->dwte_ring = (float**)realloc(c->dwte_ring, st->n_grad_slots * sizeof(float*));
+        c->grad_ring = (float**)realloc_check(c->grad_ring, st->n_grad_slots * sizeof(float*));
+        c->dwte_ring = (float**)realloc_check(c->dwte_ring, st->n_grad_slots * sizeof(float*));
         size_t vc = st->range.has_head ? (size_t)st->cfg.padded_vocab_size * st->cfg.channels : 0;
         for (int k = c->n_ring; k < st->n_grad_slots; k++) {
             if (k == 0) {
@@ -81,7 +81,7 @@ static void cuda_reserve(Stage* st) {
         c->n_ring = st->n_grad_slots;
     }
     if (st->device_msgs && !st->range.has_embed && st->n_slots > c->n_dx_send) {
-        c->dx_send = (floatX**)realloc(c->dx_send, st->n_slots * sizeof(floatX*));
+        c->dx_send = (floatX**)realloc_check(c->dx_send, st->n_slots * sizeof(floatX*));
         for (int i = c->n_dx_send; i < st->n_slots; i++) cudaCheck(cudaMalloc((void**)&c->dx_send[i], cuda_btc(st, 0) * sizeof(floatX)));
         c->n_dx_send = st->n_slots;
     }
@@ -93,8 +93,8 @@ static void cuda_reserve(Stage* st) {
     }
     if (st->comp && (st->comp->methods & STALE_DCASGD) && st->n_grad_slots > c->n_dc) {
         if (!c->dc_g) cudaCheck(cudaMalloc((void**)&c->dc_g, n_dc * sizeof(float)));
-        c->dc_a = (float**)realloc(c->dc_a, st->n_grad_slots * sizeof(float*));
-        c->dc_b = (float**)realloc(c->dc_b, st->n_grad_slots * sizeof(float*));
+        c->dc_a = (float**)realloc_check(c->dc_a, st->n_grad_slots * sizeof(float*));
+        c->dc_b = (float**)realloc_check(c->dc_b, st->n_grad_slots * sizeof(float*));
         for (int k = c->n_dc; k < st->n_grad_slots; k++) {
             cudaCheck(cudaMalloc((void**)&c->dc_a[k], n_dc * sizeof(float)));
             cudaCheck(cudaMalloc((void**)&c->dc_b[k], n_dc * sizeof(float)));
@@ -104,7 +104,7 @@ static void cuda_reserve(Stage* st) {
         c->n_dc = st->n_grad_slots;
     }
     if (st->device_tied && st->n_grad_slots > c->n_tied) {
-        c->tied = (float**)realloc(c->tied, st->n_grad_slots * sizeof(float*));
+        c->tied = (float**)realloc_check(c->tied, st->n_grad_slots * sizeof(float*));
         for (int k = c->n_tied; k < st->n_grad_slots; k++) cudaCheck(cudaMalloc((void**)&c->tied[k], st->sizes[0] * sizeof(float)));
         c->n_tied = st->n_grad_slots;
     }

@@ -15,8 +15,7 @@ void trace_add(Trace* t, const TraceEvent* e) {
     if (!t->enabled) return;
     if (t->n == t->cap) { // grows geometrically; tracing is opt-in, off the default hot path
         t->cap = t->cap ? 2 * t->cap : 4096;
-        t->events = (TraceEvent*)realloc(t->events, t->cap * sizeof(TraceEvent));
-        if (!t->events) td_fatal("out of memory for %zu trace events", t->cap);
+        t->events = (TraceEvent*)realloc_check(t->events, t->cap * sizeof(TraceEvent));
     }
     t->events[t->n++] = *e;
 }
