@@ -466,6 +466,22 @@ int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err
     return rc;
 }
 
+int ckpt_keep_aside(const char* path, char* kept, size_t cap, char* err, size_t errlen) {
+    struct stat st;
+    kept[0] = 0;
+    if (lstat(path, &st) != 0) return 0;
+    errno = EEXIST; // (when all 1000 names are taken)
+    for (int k = 1; k <= 1000; k++) {
+        int n = k == 1 ? snprintf(kept, cap, "%s.kept", path) : snprintf(kept, cap, "%s.kept-%d", path, k);
+        if (n < 0 || (size_t)n >= cap) break;
+        if (lstat(kept, &st) == 0) continue;
+        if (errno == ENOENT && rename(path, kept) == 0) return 1;
+        break;
+    }
+    kept[0] = 0;
+    return td_error(err, errlen, "%s is there already and cannot be kept aside: %s", path, strerror(errno));
+}
+
 void ckpt_writer_abort(CkptWriter* w) {
     if (!w) return;
     if (!w->failed) unlink(w->tmp_path);

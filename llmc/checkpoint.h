@@ -83,6 +83,10 @@ int ckpt_writer_end(CkptWriter* w, char* err, size_t errlen);
 // Finishes the header, fsyncs, renames to ckpt_path(dir, step), fsyncs the directory, frees w.
 // path_out (may be NULL) receives the final path. -1 + err on failure (temp file removed).
 int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err, size_t errlen);
+// Whatever holds path (a checkpoint resume passed over as damaged or foreign, a FIFO, a folder) is
+// renamed to "<path>.kept" (or .kept-2, ...), which neither resume nor pruning reads, so that a
+// commit to path replaces nothing. 1 with its new name in kept, 0 when path is free, -1 + err.
+int ckpt_keep_aside(const char* path, char* kept, size_t cap, char* err, size_t errlen);
 // Drops an unfinished checkpoint: removes the temp file, frees w. NULL is fine.
 void ckpt_writer_abort(CkptWriter* w);
 

@@ -208,10 +208,14 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     for (int i = 0; i < 3; i++) failed = save_section(pl, 0, w, names[i], mine[i], NULL, PIPELINE_TIED_LAST, n_full, 1, failed, err, sizeof(err));
     if (has_ef(ef)) failed = save_ef(pl, ef, w, failed, err, sizeof(err));
     if (root) {
+        // a file of this step's name is one resume passed over: kept aside, never written over
+        char kept[1300] = "";
+        if (!failed && ckpt_path(path, sizeof(path), rc->dir, step) == 0) failed = ckpt_keep_aside(path, kept, sizeof(kept), err, sizeof(err)) < 0;
         if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
         else if (w) ckpt_writer_abort(w);
         if (failed) fprintf(stderr, "[rank 0] checkpoint at step %d not written: %s (earlier checkpoints are untouched)\n", step, err);
         else {
+            if (kept[0]) fprintf(stderr, "note: %s was there already (a file resume passed over): kept as %s, not written over\n", path, kept);
             if (ckpt_prune(rc->dir, rc->keep, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
             printf("checkpoint: %s\n", path);
         }

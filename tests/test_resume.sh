@@ -50,11 +50,15 @@ check "SIGINT: exit 0 with a checkpoint" test $rc -eq 0 -a -n "$(ls "$TMP/int"/c
 
 # --- damaged checkpoints: the newest truncated -> fall back and say so; all damaged -> refuse
 mkdir -p "$TMP/d" && cp "$TMP/a"/ckpt_*.tdck "$TMP/d/"
-truncate -s 5000 "$TMP/d/ckpt_00000020.tdck"
+truncate -s 5000 "$TMP/d/ckpt_00000020.tdck" && cp "$TMP/d/ckpt_00000020.tdck" "$TMP/d20.damaged"
 check "newest truncated: resumes from the older one" $BIN -x 20 $Q -y 1 -o "$TMP/d"
-cp "$TMP/out" "$TMP/d.out"
+cp "$TMP/out" "$TMP/d.out"; cp "$TMP/err" "$TMP/d.err"
 check "and says it skipped the newest" grep -q "skipping checkpoint .*ckpt_00000020.tdck: .*truncated" "$TMP/err"
 check "and resumed at step 10" grep -q "at step 10" "$TMP/d.out"
+# its own step-20 checkpoint does not write over the damaged file (it was renamed over it)
+check "the damaged file is kept aside, byte for byte, not written over" cmp "$TMP/d20.damaged" "$TMP/d/ckpt_00000020.tdck.kept"
+check "  saying so, and the new step-20 checkpoint is there" \
+    bash -c "grep -q 'ckpt_00000020.tdck was there already .*kept as .*ckpt_00000020.tdck.kept' '$TMP/d.err' && test \$(stat -c %s '$TMP/d/ckpt_00000020.tdck') -gt 5000"
 mkdir -p "$TMP/f" && cp "$TMP/a/ckpt_00000010.tdck" "$TMP/f/"
 size=$(stat -c %s "$TMP/f/ckpt_00000010.tdck")
 for off in 2000 $((size / 2)) $((size - 100)); do  # a flipped bit in the config section, params, adam_v
