@@ -909,11 +909,14 @@ static int train(Trainer* tr) {
         }
         int stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got
         if (!tr->synthetic) consistency_point(tr, step, step == a->steps, &stopping);
-        if (stopping) {
+        if (stopping && step < a->steps) {
             if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", stopping, step);
             free(windows);
             return !tr->synthetic;
         }
+        // at the last step there is nothing to resume (-y 1 would be refused, as past -x): the run ends
+        // as it would have, with its model.bin
+        if (stopping && g_rank == 0) fprintf(stderr, "signal %d at the last step (%d): the run ends as it would have\n", stopping, step);
     }
     free(windows);
     return 0;

@@ -140,6 +140,13 @@ check "SIGINT during a validation of a million batches: exit $rc (a graceful sto
     test $rc -eq 0 -a "$(echo "$t1 - $t0 < 20" | bc)" -eq 1
 check "  says which signal and how to resume" grep -q "stopped by signal 2 after step 10; resume with the same flags and -y 1" "$TMP/sv.err"
 check "  and wrote the step-10 checkpoint" test -s "$TMP/sigval/ckpt_00000010.tdck"
+# a signal at the last step (here in its validation): nothing is left to resume (-y 1 would be refused,
+# as past -x), so the run ends as it would have, with model.bin (it used to skip it and say to resume)
+$BIN $S -x 1 -v 1 --val-batches 1000000 -o "$TMP/siglast" >/dev/null 2>"$TMP/sl.err" & pid=$!
+for _ in $(seq 200); do [ "$(losses "$TMP/siglast" 2>/dev/null | wc -l)" -ge 1 ] && break; sleep 0.1; done
+kill -TERM $pid; wait $pid; rc=$?
+check "SIGTERM during the last step's validation: exit $rc, and model.bin is written" test $rc -eq 0 -a -s "$TMP/siglast/model.bin"
+check "  says the run ends as it would have, not how to resume" bash -c "grep -q 'signal 15 at the last step (1): the run ends' '$TMP/sl.err' && ! grep -q 'resume with' '$TMP/sl.err'"
 # a second SIGINT ends a run at once, even when the first is being honoured
 # (a step of d8 at B = 16, T = 128 takes seconds here, so the first is still being honoured)
 $BIN -e d8 -b 16 -t 128 -x 1000 -v 0 -s 0 -n 1 -o "$TMP/sig2" >/dev/null 2>"$TMP/s2.err" & pid=$!
