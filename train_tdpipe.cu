@@ -601,7 +601,13 @@ static void open_outputs(Trainer* tr) {
                                                sizeof(path), err, sizeof(err));
         fatal_any(tr, tr->start_step < 0, err);
         if (tr->dsync) dp_sync_cuda_residuals_from_host(tr->dsync, plan->ef_replica, plan->ef_owner);
-        if (tr->start_step >= a->steps)
+        // a run killed after its last checkpoint, before model.bin was in place: nothing to train, the model to write
+        char model_path[1200];
+        snprintf(model_path, sizeof(model_path), "%s/model.bin", a->out_dir);
+        int unfinished = tr->start_step == a->steps && comm_any(&tr->comm, g_rank == 0 && access(model_path, F_OK) != 0);
+        if (unfinished && g_rank == 0)
+            fprintf(stderr, "note: %s is at -x %d's step but has no model.bin (a run ended before writing it): written from %s\n", a->out_dir, a->steps, path);
+        if (tr->start_step >= a->steps && !unfinished)
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
                       a->steps);
         if (g_rank == 0) printf("resumed from %s at step %d\n", path, tr->start_step);

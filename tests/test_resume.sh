@@ -17,6 +17,12 @@ check "steps 11..20 bitwise equal to the unbroken run" same
 check "final checkpoints bitwise equal" cmp "$TMP/a/ckpt_00000020.tdck" "$TMP/b/ckpt_00000020.tdck"
 check "final models bitwise equal" cmp "$TMP/a/model.bin" "$TMP/b/model.bin"
 
+# --- a run killed after its last checkpoint, before model.bin was in place: -y 1 with the same -x
+# writes it (the resume was refused as past -x: the model could not be had as model.bin at all)
+mkdir -p "$TMP/nm" && cp "$TMP/a/ckpt_00000020.tdck" "$TMP/nm/"
+check "the last step's checkpoint without model.bin: -y 1 with the same -x writes it" $BIN -x 20 -n 10 $Q -y 1 -o "$TMP/nm"
+check "  the unbroken run's model, bitwise" cmp "$TMP/a/model.bin" "$TMP/nm/model.bin"
+
 # --- --keep: only the newest K stay
 check "--keep 2 with a checkpoint every 5 steps" $BIN -x 20 -n 5 --keep 2 $Q -o "$TMP/k"
 check "--keep 2 leaves the two newest" test "$(ls "$TMP/k"/ckpt_*.tdck | xargs -n1 basename | xargs)" = "ckpt_00000015.tdck ckpt_00000020.tdck"
