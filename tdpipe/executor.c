@@ -326,42 +326,51 @@ static int sync_overlaps(const Run* r, const Op* op) {
            op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
 }
 
-// B or BI: the gradient of the output in (off the last stage); the input-gradient half of backward
-// with the weights the forward used; the gradient of the input on its way upstream before the
-// weight-gradient half, so the stage upstream goes on sooner. B then accumulates the weight gradient
-// into its step's gradient slot; zero-bubble's BW does that alone, later.
-static OpMarks op_backward(Run* r, const Op* op) {
+// the input-gradient half of backward, with the weights the forward used; the gradient of the input
+// on its way upstream (not off the first stage) before the weight-gradient half, so the stage upstream
+// goes on sooner. Returns when it left (0: nothing sent)
+static double backward_input(Run* r, const Op* op, int slot, int ga) {
     Stage* st = r->st;
+    if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
+    if (r->first) return 0.0;
+    link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
+    return now_seconds();
+}
+
+// the weight-gradient half: accumulated into the step's gradient slot (DC-ASGD reads the weights here
+// too); where the step's last one lets it, the replicas' average starts inside it, bucket by bucket
+static void backward_weight(Run* r, const Op* op, int slot, int ga) {
+    if (r->halted) return;
+    Stage* st = r->st;
+    const Executor* ex = r->ex;
+    GPT2UnitHook hook = ex->sync ? (GPT2UnitHook){dp_sync_unit_done, ex->sync, dp_sync_between}
+                                 : (GPT2UnitHook){ex->device_sync.unit_done, ex->device_sync.ctx, NULL};
+    int overlap = sync_overlaps(r, op), k = stage_grad_slot(st, op->step);
+    if (overlap && ex->sync) dp_sync_begin(ex->sync, k, op->step);
+    else if (overlap) ex->device_sync.begin(ex->device_sync.ctx, st, k, op->step);
+    double* gns_small = ex->gns ? pipe_sums_gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL;
+    stage_backward_weight(st, op, slot, ga, gns_small, overlap ? &hook : NULL);
+}
+
+// B: the gradient of the output in (off the last stage), then both halves of backward. Zero-bubble
+// splits them: BI the input half (the slot's weights are then done with), BW the weight half, later
+static OpMarks op_backward(Run* r, const Op* op) {
     int g = mb_of(r, op), slot = r->slot_of[g];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
-    int ga = gacts_of(r, slot);
-    if (op->kind != OP_BW && !r->last) {
+    int ga = gacts_of(r, slot), input_half = op->kind != OP_BW, weight_half = op->kind != OP_BI;
+    if (input_half && !r->last) {
         expect_grad(r, g);
         await_incoming(r, &r->grad);
     }
     double t0 = now_seconds(), sent = 0.0;
-    if (op->kind != OP_BW) {
-        if (!r->halted) stage_backward_input(st, op, slot, ga, 1.0f / ((float)st->B * st->T * r->sch->M));
-        if (!r->first) {
-            link_send(r, stage_dx_in_buf(st, ga, slot), stage_msg_bytes(st, slot), r->s - 1, &r->slots[slot].dx_send);
-            sent = now_seconds();
-        }
-    }
-    if (op->kind != OP_BI && !r->halted) { // DC-ASGD reads the weights here too
-        const Executor* ex = r->ex;
-        GPT2UnitHook hook = ex->sync ? (GPT2UnitHook){dp_sync_unit_done, ex->sync, dp_sync_between}
-                                     : (GPT2UnitHook){ex->device_sync.unit_done, ex->device_sync.ctx, NULL};
-        int overlap = sync_overlaps(r, op), k = stage_grad_slot(st, op->step);
-        if (overlap && ex->sync) dp_sync_begin(ex->sync, k, op->step);
-        else if (overlap) ex->device_sync.begin(ex->device_sync.ctx, st, k, op->step);
-        stage_backward_weight(st, op, slot, ga, r->ex->gns ? pipe_sums_gns_small(step_of(r, op->step)->mine, st->cfg.num_layers) : NULL, overlap ? &hook : NULL);
-    }
-    if (op->kind != OP_BW) weights_done(r, slot);
+    if (input_half) sent = backward_input(r, op, slot, ga);
+    if (weight_half) backward_weight(r, op, slot, ga);
+    if (input_half) weights_done(r, slot);
     OpMarks span = computed(r, op, t0);
-    if (op->kind != OP_BW && !r->last) marks_of(&span, &r->grad);
+    if (input_half && !r->last) marks_of(&span, &r->grad);
     span.sent = sent;
     if (op->kind == OP_B && sent > 0 && span.end > t0) times_add(&r->ex->stats.b_send, (sent - t0) / (span.end - t0));
-    if (op->kind != OP_BI) grad_done(r, op, slot);
+    if (weight_half) grad_done(r, op, slot);
     return span;
 }
 
