@@ -414,8 +414,7 @@ int ckpt_writer_end(CkptWriter* w, char* err, size_t errlen) {
 
     if (w->num_sections == w->cap_sections) {
         w->cap_sections = w->cap_sections ? 2 * w->cap_sections : 16;
-        w->names = (char(*)[CKPT_NAME_CAP])realloc(w->names, (size_t)w->cap_sections * CKPT_NAME_CAP);
-        if (!w->names) td_fatal("realloc of %d section names failed: out of memory", w->cap_sections);
+        w->names = (char(*)[CKPT_NAME_CAP])realloc_check(w->names, (size_t)w->cap_sections * CKPT_NAME_CAP);
     }
     snprintf(w->names[w->num_sections++], CKPT_NAME_CAP, "%s", o->name);
     o->open = 0;
@@ -868,8 +867,7 @@ static int list_ckpts(const char* dir, CkptEntry** out, int* n, char* err, size_
         if (step < 0) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
-            *out = (CkptEntry*)realloc(*out, (size_t)cap * sizeof(CkptEntry));
-            if (!*out) td_fatal("realloc of %d checkpoint entries failed: out of memory", cap);
+            *out = (CkptEntry*)realloc_check(*out, (size_t)cap * sizeof(CkptEntry));
         }
         (*out)[*n].step = step;
         snprintf((*out)[*n].path, PATH_CAP, "%s/%s", dir, e->d_name);

@@ -187,8 +187,7 @@ static int list_files(const char* dir, NameFilter want, char*** names, int* n, t
         if (!want(e->d_name) || join(path, sizeof path, dir, e->d_name) != 0 || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
-            *names = (char**)realloc(*names, (size_t)cap * sizeof(char*));
-            if (!*names) td_fatal("realloc of %d names failed: out of memory", cap);
+            *names = (char**)realloc_check(*names, (size_t)cap * sizeof(char*));
         }
         (*names)[(*n)++] = strdup(e->d_name);
         if (!(*names)[*n - 1]) td_fatal("strdup failed: out of memory");
