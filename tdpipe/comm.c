@@ -64,10 +64,6 @@ static int wait_expired(const Comm* c, WaitClock* w, double* waited) {
 // handle[0] holds the MPI_Request; handle[1] the bytes a receive expects (-1 for sends and collectives)
 _Static_assert(sizeof(MPI_Request) <= sizeof(int64_t), "MPI_Request must fit in CommRequest.handle[0]");
 
-static float* g_dp_recv = NULL;    // (D, chunk) the D replicas' copies of this replica's chunk; grows on demand
-static size_t g_dp_recv_cap = 0;   // floats allocated in g_dp_recv
-static int g_tag_ub = 32767;       // largest tag MPI accepts (the standard's minimum until queried)
-
 static MPI_Comm comm_of(void* p, const char* what) {
     if (!p) td_fatal("%s used before comm_grid", what);
     return *(MPI_Comm*)p;
@@ -122,16 +118,18 @@ typedef struct {
     const char* kind; // "stage" or "replica"
     int count, me;    // P and this stage, or D and this replica
     void* group;      // (MPI_Comm*) the group they are ranked in
+    int tag_ub;       // the largest tag MPI accepts
 } PeerGroup;
-static PeerGroup pipe_peers(const Comm* c) { return (PeerGroup){"stage", c->P, c->stage, c->pipe_comm}; }
-static PeerGroup dp_peers(const Comm* c) { return (PeerGroup){"replica", c->D, c->replica, c->dp_comm}; }
-static PeerGroup world_peers(const Comm* c) { return (PeerGroup){"rank", c->world_size, c->world_rank, c->world_comm}; }
+static int tag_ub(const Comm* c) { return c->tag_ub > 0 ? c->tag_ub : 32767; }
+static PeerGroup pipe_peers(const Comm* c) { return (PeerGroup){"stage", c->P, c->stage, c->pipe_comm, tag_ub(c)}; }
+static PeerGroup dp_peers(const Comm* c) { return (PeerGroup){"replica", c->D, c->replica, c->dp_comm, tag_ub(c)}; }
+static PeerGroup world_peers(const Comm* c) { return (PeerGroup){"rank", c->world_size, c->world_rank, c->world_comm, tag_ub(c)}; }
 
 static void check_peer(PeerGroup g, int peer, int tag, size_t bytes, const char* what) {
     if (peer < 0 || peer >= g.count) td_fatal("%s: %s %d does not exist (%d of them)", what, g.kind, peer, g.count);
     if (peer == g.me) td_fatal("%s: %s %d addressed itself (messages go to other %ss)", what, g.kind, peer, g.kind);
 #ifdef TD_MPI
-    if (tag < 0 || tag > g_tag_ub) td_fatal("%s: tag %d outside [0, %d]", what, tag, g_tag_ub);
+    if (tag < 0 || tag > g.tag_ub) td_fatal("%s: tag %d outside [0, %d]", what, tag, g.tag_ub);
 #else
     (void)tag;
 #endif
@@ -207,7 +205,7 @@ void comm_init(Comm* c, int* argc, char*** argv) {
         int* ub = NULL;
         int flag = 0;
         MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
-        if (flag && ub) g_tag_ub = *ub;
+        if (flag && ub) c->tag_ub = *ub;
         c->mpi = 1;
         // the ranks sharing this host's memory, whatever launched them (mpirun, Hydra, srun)
         MPI_Comm host;
@@ -298,9 +296,9 @@ void comm_finalize(Comm* c) {
         comm_unbox(&c->pipe_comm);
         comm_unbox(&c->dp_comm);
         comm_unbox(&c->world_comm);
-        free(g_dp_recv);
-        g_dp_recv = NULL;
-        g_dp_recv_cap = 0;
+        free(c->dp_recv);
+        c->dp_recv = NULL;
+        c->dp_recv_cap = 0;
         MPI_CHECK(MPI_Finalize());
         c->mpi = 0;
     }
@@ -609,16 +607,16 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
             roffs[q] = q * mine;
         }
         size_t need = (size_t)D * (size_t)mine;
-        if (need > g_dp_recv_cap) {
-            free(g_dp_recv);
-            g_dp_recv = (float*)malloc_check(need * sizeof(float));
-            g_dp_recv_cap = need;
+        if (need > c->dp_recv_cap) {
+            free(c->dp_recv);
+            c->dp_recv = (float*)malloc_check(need * sizeof(float));
+            c->dp_recv_cap = need;
         }
         MPI_Request req;
-        MPI_CHECK(MPI_Ialltoallv(buf + off, sizes, offs, MPI_FLOAT, g_dp_recv, rsizes, roffs, MPI_FLOAT, dp, &req));
+        MPI_CHECK(MPI_Ialltoallv(buf + off, sizes, offs, MPI_FLOAT, c->dp_recv, rsizes, roffs, MPI_FLOAT, dp, &req));
         wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-to-all)");
         float* own = buf + off + offs[me]; // (mine) this replica's chunk, averaged in place
-        COMM_ORDERED_AVERAGE(float, own, g_dp_recv, mine, mine, D);
+        COMM_ORDERED_AVERAGE(float, own, c->dp_recv, mine, mine, D);
         MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf + off, sizes, offs, MPI_FLOAT, dp, &req));
         wait_mpi(c, &req, MPI_STATUS_IGNORE, "the replicas' gradient average (its all-gather)");
     }

@@ -23,6 +23,9 @@ typedef struct {
     void* world_comm;   // (MPI_Comm*) all ranks
     double timeout;     // --comm-timeout: seconds any wait may take before this rank says what it waits for and exits (0: forever)
     size_t chunk_bytes; // the largest message comm_world_send splits a transfer into (1 GiB, under MPI's int count; tests set less)
+    int tag_ub;         // the largest tag MPI accepts (asked at comm_init; 0 in a Comm made without it: the standard's minimum, 32767)
+    float* dp_recv;     // (D, chunk) comm_dp_average's copies of this replica's chunk from the D replicas; grows on demand
+    size_t dp_recv_cap; // floats allocated in dp_recv
 } Comm;
 
 struct CommLink;
