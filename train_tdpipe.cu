@@ -25,6 +25,7 @@
 #include "tdpipe/dp_sync_cuda.cuh"
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
+#include "tdpipe/fatal.h"
 #include "tdpipe/partition.h"
 #include "tdpipe/layer_costs.h"
 #include "tdpipe/pipeline.h"
@@ -39,28 +40,6 @@
 #include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
 #include "tdpipe/trace.h"
-
-// A rank that exits 1 without saying why first gives the rank that says it two seconds: the launcher
-// ends the job at the first exit, and that rank, still a little behind (reading a checkpoint, say),
-// would be killed before saying why.
-static __attribute__((noreturn)) void exit_after_the_teller(void) {
-    struct timespec wait_ = {2, 0};
-    nanosleep(&wait_, NULL);
-    exit(1);
-}
-
-// an error every rank detects alike (flags, shapes, rank counts): rank 0 says it, all exit 1
-#define fatal_all(...)                                          \
-    do {                                                        \
-        if (g_rank == 0) {                                      \
-            fprintf(stderr, "train_tdpipe: ");                  \
-            fprintf(stderr, __VA_ARGS__);                       \
-            fputc('\n', stderr);                                \
-            fflush(stderr);                                     \
-            exit(1);                                            \
-        }                                                       \
-        exit_after_the_teller();                                \
-    } while (0)
 
 // ----------------------------------------------------------------------------------------------
 // the run: what the phases make, handed from one to the next
@@ -110,20 +89,6 @@ typedef struct {
     int snap_step;          // the step it was taken before; -1 none for the chunk running
     RunState snap_state;    // the run's state then (the guard's window of losses, the noise scale's estimate)
 } Trainer;
-
-// An error that not every rank may meet (each reads its own slice of the data, the model file and the
-// checkpoint; a NaN in layer 5 is seen by the stage that holds it): the lowest rank that met it says
-// it, naming itself where there are several, and every rank exits 1 (the others after giving it two
-// seconds). Collective: every rank calls it, bad or not.
-static void fatal_any(Trainer* tr, int bad, const char* err) {
-    int n = tr->comm.world_size, first = comm_max(&tr->comm, bad ? n - g_rank : 0); // n - (the lowest bad rank)
-    if (!first) return;
-    if (g_rank != n - first) exit_after_the_teller();
-    if (n > 1) fprintf(stderr, "train_tdpipe: rank %d (stage %d, replica %d): %s\n", g_rank, tr->comm.stage, tr->comm.replica, err);
-    else fprintf(stderr, "train_tdpipe: %s\n", err);
-    fflush(stderr);
-    exit(1);
-}
 
 // The first SIGINT or SIGTERM asks the run to stop at the next consistency point (it finishes the
 // chunk, or the validation batch, writes a checkpoint and exits 0); a second one ends the process at
@@ -371,10 +336,10 @@ static void make_stage(Trainer* tr) {
     GPT2Range range = tr->ranges[s];
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
     char err[1024];
-    fatal_any(tr, run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err)) != 0, err);
+    fatal_any(&tr->comm, run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err)) != 0, err);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
     float* slice = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, &range, err, sizeof(err));
-    fatal_any(tr, !tr->synthetic && !slice, err);
+    fatal_any(&tr->comm, !tr->synthetic && !slice, err);
     init.slice = slice;
     if (tr->synthetic) { // the cost model: 2 ms per forward of a stage-width of layers, backward twice that
         init.syn_f = 2e-3 * P / tr->cfg.num_layers * (range.l1 - range.l0);
@@ -599,7 +564,7 @@ static void open_outputs(Trainer* tr) {
         char path[1200];
         tr->start_step = run_checkpoint_resume(&tr->ckpt, &tr->stage, tr->data.has_train ? &tr->data.train : NULL, &tr->state, plan, path,
                                                sizeof(path), err, sizeof(err));
-        fatal_any(tr, tr->start_step < 0, err);
+        fatal_any(&tr->comm, tr->start_step < 0, err);
         if (tr->dsync) dp_sync_cuda_residuals_from_host(tr->dsync, plan->ef_replica, plan->ef_owner);
         // a run killed after its last checkpoint, before model.bin was in place: nothing to train, the model to write
         char model_path[1200];
