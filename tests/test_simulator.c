@@ -270,6 +270,33 @@ static void test_interleaved(void) {
                     schedule_free(&sch);
                 }
     CHECK(ok_valid, "interleaved lists build and validate: P 2..6, v 2..4, M = P, 2P, 3P, 1 and 2 steps");
+    // the warmup as Megatron-LM counts it (get_num_warmup_microbatches in its schedules.py: 2 (P - s - 1)
+    // + (v - 1) P forwards before the first backward, at most all v M of them, all of them when M = P),
+    // in Megatron's order (forward k: chunk (k mod P v) / P, micro-batch (k / P v) P + k mod P); the
+    // lists run forwards alone that long and one more, which the steady phase opens with
+    int ok_warm = 1, warm_cases = 0;
+    for (int P = 2; P <= 6; P++)
+        for (int v = 2; v <= 4; v++)
+            for (int M = P; M <= 3 * P; M += P) {
+                Schedule sch;
+                if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_INTERLEAVED, .P = P, .M = M, .n_steps = 1, .chunks = v}, err, sizeof(err))) {
+                    ok_warm = 0;
+                    continue;
+                }
+                for (int s = 0; s < P; s++) {
+                    int want = M == P ? v * M : 2 * (P - s - 1) + (v - 1) * P, got = 0;
+                    if (want > v * M) want = v * M;
+                    while (got < sch.n_ops[s] && sch.ops[s][got].kind == OP_F) {
+                        const Op* o = &sch.ops[s][got];
+                        ok_warm &= o->chunk == (got % (P * v)) / P && o->mb == got / (P * v) * P + got % P;
+                        got++;
+                    }
+                    ok_warm &= got == (want < v * M ? want + 1 : v * M); // (the steady phase opens with one more forward)
+                    warm_cases++;
+                }
+                schedule_free(&sch);
+            }
+    CHECK(ok_warm, "interleaved warmup: Megatron-LM's count of forwards before the first backward, in its order (%d stage lists)", warm_cases);
     CHECK(ok_bubble, "interleaved, no jitter, no communication: bubble = (P - 1) / (v M) of the ideal, exactly (%d cases)", n);
     Schedule sch;
     CHECK(schedule_build(&sch, &(ScheduleShape){.kind = SCHED_INTERLEAVED, .P = 4, .M = 6, .n_steps = 1, .chunks = 2}, err, sizeof(err)) &&
