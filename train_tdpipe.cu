@@ -278,12 +278,19 @@ static void partition_profile(Trainer* tr) {
         // the ranks of a host take turns, so that none times its passes while another shares its
         // cores or GPU (on an H100 shared by two ranks, timed together, one rank's layer read 3.1 ms
         // and the other's 0.39: the first's passes overlapped the second's start-up)
+        // The others wait meanwhile, each wait allowed the passes' FLOPs at 10 GFLOP/s (the slowest
+        // device this allows for) beyond --comm-timeout: 4 passes each of a layer, the embeddings and
+        // the head, 6 FLOPs a parameter and token forward and backward
         LayerCosts mine;
+        double C = tr->cfg.channels, layer_params = 12.0 * C * C + 13.0 * C, head_params = (double)tr->cfg.padded_vocab_size * C;
+        double flops = 4.0 * 6.0 * a->B * a->T * (3.0 * layer_params + 2.0 * head_params);
+        comm_timeout_allow(&tr->comm, flops / 10e9, "a rank's timed passes (--partition auto)");
         int turns = comm_max(&tr->comm, tr->comm.local_ranks);
         for (int turn = 0; turn < turns; turn++) {
             if (tr->comm.local_rank == turn) layer_costs_measure(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
             comm_barrier(&tr->comm);
         }
+        comm_timeout_allow(&tr->comm, 0, NULL);
         double in[3] = {mine.layer, mine.embed, mine.head};
         double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
         comm_allgather_double(&tr->comm, in, 3, all);

@@ -31,9 +31,16 @@ static int env_int(const char* name, int fallback) {
 // --comm-timeout: a rank that has waited this long says for what, and exits (the launcher then ends
 // every rank); 0 waits forever
 static void timed_out(const Comm* c, double waited, const char* what) {
-    td_fatal("stage %d (replica %d) waited %.0f s for %s (--comm-timeout %g): a rank may be stopped, hung or gone; every rank stops "
+    char allowed[160] = "";
+    if (c->allowance > 0) snprintf(allowed, sizeof allowed, " + %.0f s for %s", c->allowance, c->allowance_for ? c->allowance_for : "a long task");
+    td_fatal("stage %d (replica %d) waited %.0f s for %s (--comm-timeout %g%s): a rank may be stopped, hung or gone; every rank stops "
              "(checkpoints already written are intact)",
-             c->stage, c->replica, waited, what, c->timeout);
+             c->stage, c->replica, waited, what, c->timeout, allowed);
+}
+
+void comm_timeout_allow(Comm* c, double seconds, const char* what) {
+    c->allowance = seconds > 0 ? seconds : 0.0;
+    c->allowance_for = seconds > 0 ? what : NULL;
 }
 
 // A wait's clock for --comm-timeout: the seconds this process spent waiting, less any pause of more
@@ -57,7 +64,7 @@ static double wait_clock_read(WaitClock* w) {
 static int wait_expired(const Comm* c, WaitClock* w, double* waited) {
     if (c->timeout <= 0) return 0;
     *waited = wait_clock_read(w);
-    return *waited > c->timeout;
+    return *waited > c->timeout + c->allowance;
 }
 
 #ifdef TD_MPI

@@ -22,6 +22,8 @@ typedef struct {
     void* dp_comm;      // (MPI_Comm*) this stage's D replicas, ranked by replica
     void* world_comm;   // (MPI_Comm*) all ranks
     double timeout;     // --comm-timeout: seconds any wait may take before this rank says what it waits for and exits (0: forever)
+    double allowance;   // seconds every wait may take beyond timeout while one rank works alone at what allowance_for says (comm_timeout_allow)
+    const char* allowance_for;
     size_t chunk_bytes; // the largest message comm_world_send splits a transfer into (1 GiB, under MPI's int count; tests set less)
     int tag_ub;         // the largest tag MPI accepts (asked at comm_init; 0 in a Comm made without it: the standard's minimum, 32767)
     float* dp_recv;     // (D, chunk) comm_dp_average's copies of this replica's chunk from the D replicas; grows on demand
@@ -70,6 +72,12 @@ int comm_grid_check(const Comm* c, int P, char* err, size_t errlen);
 // launch rank there), to every rank; before comm_grid or after
 void comm_host_map(Comm* c, int* host);
 void comm_finalize(Comm* c);
+
+// While one rank does a long piece of work the others wait for (rank 0 writing a checkpoint or
+// model.bin: seconds, where a message takes milliseconds), every wait of this rank may take `seconds`
+// more than --comm-timeout, so that a short timeout meant to catch a hung rank does not end a healthy
+// run there; `what` names that work in a timeout's message. comm_timeout_allow(c, 0, NULL) ends it.
+void comm_timeout_allow(Comm* c, double seconds, const char* what);
 
 // every rank's flag OR-ed (a collective over all ranks): lets all ranks agree to stop together
 int comm_any(Comm* c, int flag);

@@ -11,6 +11,10 @@
 // byte shuffle + Huffman-only deflate: the smallest and fastest of the modes measured on a trained
 // 124M checkpoint (README, make bench-checkpoint)
 #define CKPT_ZLIB_LEVEL CKPT_LEVEL_HUFFMAN
+// the slowest write this allows for: while rank 0 writes a file of B bytes the other ranks wait for it,
+// and each of their waits may take B / WRITE_FLOOR_BYTES_PER_S seconds beyond --comm-timeout (a slow
+// network disk's 10 MB/s; this machine writes a 1.5 GB checkpoint in about 7 s)
+#define WRITE_FLOOR_BYTES_PER_S 10e6
 
 // The "config" section: what a resume must match, one table for save and resume. The layout does not
 // depend on P or D (micro-batches count over all replicas), so a run may resume in another shape.
@@ -185,6 +189,8 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
     CkptWriter* w = NULL;
     int failed = 0;
+    double bytes = 4.0 * ((has_ef(ef) ? 5.0 : 3.0) * (double)n_full); // weights, AdamW's moments, the residuals
+    comm_timeout_allow(pl->comm, bytes / WRITE_FLOOR_BYTES_PER_S, "rank 0's checkpoint write");
     if (root) {
         w = ckpt_writer_open(rc->dir, step, CKPT_ZLIB_LEVEL, 1, err, sizeof(err));
         int32_t config[CKPT_CONFIG_INTS];
@@ -220,17 +226,24 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
             printf("checkpoint: %s\n", path);
         }
     }
-    return comm_any(pl->comm, failed) ? -1 : 0;
+    failed = comm_any(pl->comm, failed);
+    comm_timeout_allow(pl->comm, 0, NULL);
+    return failed ? -1 : 0;
 }
 
 int run_checkpoint_save_model(Pipeline* pl, const char* path, char* err, size_t errlen) {
     ModelFileWriter mw;
     int root = pl->comm->world_rank == 0, failed = root && model_file_writer_open(&mw, path, &pl->stage->cfg, err, errlen) != 0;
     FileSink k = {model_put, &mw, "parameter", 1, 0, failed, err, errlen};
+    GPT2Range all = {0, pl->stage->cfg.num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    comm_timeout_allow(pl->comm, 4.0 * (double)gpt2_param_sizes(&pl->stage->cfg, &all, sizes) / WRITE_FLOOR_BYTES_PER_S, "rank 0's write of model.bin");
     pipeline_stream(pl, 0, pl->stage->params, NULL, PIPELINE_TIED_LAST, (PipelineSink){file_put, &k});
     if (root && !k.failed) k.failed = model_file_writer_commit(&mw, err, errlen) != 0;
     if (root && k.failed) model_file_writer_abort(&mw);
-    return comm_any(pl->comm, k.failed) ? -1 : 0;
+    failed = comm_any(pl->comm, k.failed);
+    comm_timeout_allow(pl->comm, 0, NULL);
+    return failed ? -1 : 0;
 }
 
 

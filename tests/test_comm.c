@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 static Comm C;
 
@@ -417,6 +418,14 @@ static void fatal_mode(const char* kind) {
             comm_irecv(&C, buf, expected, 0, 3, &r);
             comm_wait(&C, &r);
         }
+    } else if (strcmp(kind, "slow-root") == 0 || strcmp(kind, "slow-root-allowed") == 0) {
+        // rank 0 busy for 3 s (as writing a checkpoint) while the others wait in a collective under a
+        // 1 s --comm-timeout: they time out, unless comm_timeout_allow gave that work its seconds
+        C.timeout = 1.0;
+        if (strcmp(kind, "slow-root-allowed") == 0) comm_timeout_allow(&C, 30.0, "rank 0's test work");
+        if (C.world_rank == 0) nanosleep(&(struct timespec){3, 0}, NULL);
+        comm_any(&C, 0);
+        comm_timeout_allow(&C, 0, NULL);
     } else {
         td_fatal("--fatal %s: unknown kind, or it needs P >= 2", kind);
     }
