@@ -204,7 +204,9 @@ static void free_names(char** names, int n) {
 }
 
 static int is_temp(const char* name) { return ckpt_is_temp_name(name) || is_named(name, TEMP_FILES); }
-static int is_run_file(const char* name) { return ckpt_name_step(name) >= 0 || is_named(name, RUN_FILES); }
+// a file a resume passed over, which a later checkpoint of its step kept aside (ckpt_keep_aside: ckpt_N.tdck.kept[-k])
+static int is_kept_ckpt(const char* name) { return strncmp(name, "ckpt_", 5) == 0 && strstr(name, ".tdck.kept") != NULL; }
+static int is_run_file(const char* name) { return ckpt_name_step(name) >= 0 || is_kept_ckpt(name) || is_named(name, RUN_FILES); }
 
 int outdir_remove_temps(const OutDir* od, int* removed, char* err, size_t errlen) {
     char** names;
@@ -287,7 +289,7 @@ int outdir_archive_earlier(const OutDir* od, char* note, size_t notelen, char* e
         free_names(names, n);
         return -1;
     }
-    int moved = 0, ckpts = 0, rc = 0;
+    int moved = 0, ckpts = 0, kept = 0, rc = 0;
     char others[64] = ""; // ", log.jsonl, model.bin" as far as they moved
     for (int i = 0; i < n && rc == 0; i++) {
         char from[OUTDIR_PATH_CAP], to[OUTDIR_PATH_CAP];
@@ -298,13 +300,16 @@ int outdir_archive_earlier(const OutDir* od, char* note, size_t notelen, char* e
         }
         moved++;
         if (ckpt_name_step(names[i]) >= 0) ckpts++;
+        else if (is_kept_ckpt(names[i])) kept++;
         else snprintf(others + strlen(others), sizeof others - strlen(others), ", %s", names[i]);
     }
     if (rc == 0 && (fsync_dir(od->dir) != 0 || fsync_dir(sub) != 0))
         rc = td_error(err, errlen, "%s: the earlier run's files moved to %s, but fsync of the folders failed: %s", od->dir, sub, strerror(errno));
+    char kept_aside[48] = "";
+    if (kept) snprintf(kept_aside, sizeof kept_aside, ", %d kept aside", kept);
     if (rc == 0 && note && notelen)
-        snprintf(note, notelen, "%s: an earlier run's files (%d checkpoint%s%s) moved to %s/ (nothing deleted)", od->dir, ckpts,
-                 ckpts == 1 ? "" : "s", others, sub);
+        snprintf(note, notelen, "%s: an earlier run's files (%d checkpoint%s%s%s) moved to %s/ (nothing deleted)", od->dir, ckpts,
+                 ckpts == 1 ? "" : "s", kept_aside, others, sub);
     free_names(names, n);
     return rc == 0 ? moved : -1;
 }

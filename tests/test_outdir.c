@@ -238,19 +238,20 @@ static void test_archive(void) {
     CHECK(outdir_archive_earlier(&od, note, sizeof note, err, sizeof err) == 0 && note[0] == 0 &&
               find_prefixed(dir, OUTDIR_ARCHIVE_PREFIX, sub, sizeof sub) == 0,
           "an empty folder: nothing to move, no subfolder");
-    const char* files[] = {"ckpt_00000005.tdck", "ckpt_00000010.tdck", "log.jsonl", "model.bin"};
-    for (int i = 0; i < 4; i++) snprintf(p, sizeof p, "%s/%s", dir, files[i]), spit(p, files[i]);
+    const char* files[] = {"ckpt_00000005.tdck", "ckpt_00000010.tdck", "log.jsonl", "model.bin", "ckpt_00000010.tdck.kept"};
+    for (int i = 0; i < 5; i++) snprintf(p, sizeof p, "%s/%s", dir, files[i]), spit(p, files[i]);
     snprintf(p, sizeof p, "%s/notes.txt", dir);
     spit(p, "mine");
     snprintf(p, sizeof p, "%s/ckpt_00000020.tdck", dir);
     mkdir(p, 0755);
     struct utimbuf t = {1700000000, 1700000000}; // the newest file names the subfolder
-    for (int i = 0; i < 4; i++) snprintf(p, sizeof p, "%s/%s", dir, files[i]), utime(p, &t);
+    for (int i = 0; i < 5; i++) snprintf(p, sizeof p, "%s/%s", dir, files[i]), utime(p, &t);
     int n = outdir_archive_earlier(&od, note, sizeof note, err, sizeof err);
-    CHECK(n == 4 && strstr(note, "2 checkpoints, log.jsonl, model.bin") && strstr(note, "nothing deleted"), "4 files moved: %s", note);
+    CHECK(n == 5 && strstr(note, "2 checkpoints, 1 kept aside, log.jsonl, model.bin") && strstr(note, "nothing deleted"),
+          "5 files moved (a checkpoint kept aside by a resume among them): %s", note);
     CHECK(find_prefixed(dir, OUTDIR_ARCHIVE_PREFIX, sub, sizeof sub) == 1 && strstr(note, sub), "into one subfolder %s", sub);
     int ok = 1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         snprintf(p, sizeof p, "%s/%s", sub, files[i]);
         const char* got = slurp(p);
         ok &= got && strcmp(got, files[i]) == 0;
