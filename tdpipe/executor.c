@@ -553,9 +553,43 @@ static void guard_remember(Executor* ex, float loss) {
     if (w->n < GUARD_WINDOW) w->n++;
 }
 
-// U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute); the tied
-// embedding's sum on the last stage; the current weights stashed if an in-flight micro-batch still
-// needs them; clipping; AdamW; the gradient slot zeroed for a later step
+// the guard's verdict on step t, once its loss and norm are known: a refused step halts the chunk
+// (nothing of it or later in the chunk is applied); a step after one is skipped
+static void guard_step(Run* r, StepState* ss, int t) {
+    Executor* ex = r->ex;
+    if (ex->gradient_only) return; // (the drift monitor's exact pass keeps the gradient in slot k)
+    ss->refused = !r->halted && guard_refuses(ex, ss->loss, ss->norm);
+    ss->skipped = r->halted;
+    if (ss->refused) {
+        r->halted = 1;
+        ex->halted_step = t;
+    }
+}
+
+// the update, as llm.c's step ends it: the weights the update replaces kept where something still
+// needs them (the drift monitor, an in-flight micro-batch's stash), then clip, AdamW, the gradient
+// slot zeroed for a later step; then the guard's window and the predicted weights move on
+static void apply_update(Run* r, StepState* ss, int t, int k) {
+    Executor* ex = r->ex;
+    Stage* st = r->st;
+    const OptimConfig* o = &ex->optim;
+    if (ex->gns) ss->lr *= (float)noise_scale_step(r, ss); // (after the guard: a refused step's figures are not folded in)
+    if (t == ex->drift_step) { // the drift monitor's copies: what is applied, and (a stash) the weights it applies to
+        if (!ex->drift_applied) ex->drift_applied = (float*)malloc_check(st->num_params * sizeof(float));
+        memcpy(ex->drift_applied, stage_host_grads(st, k, NULL), st->num_params * sizeof(float));
+        stage_stash_current(st);
+    } else if (weights_needed(r, st->version, 0)) {
+        stage_stash_current(st); // weight stashing
+    }
+    float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
+    stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
+    stage_zero_grad(st, k);
+    guard_remember(ex, ss->loss);
+    predict_weights(r);
+}
+
+// U(t): the step's pipeline-wide sums (waiting for them is bubble, not compute), the tied
+// embedding's sum on the last stage, the guard, the update; the step's figures on their way to rank 0
 static OpMarks op_update(Run* r, const Op* op) {
     Executor* ex = r->ex;
     Stage* st = r->st;
@@ -571,29 +605,8 @@ static OpMarks op_update(Run* r, const Op* op) {
     if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, r->s, t);
     ss->b_simple = NAN;
     if (r->last && !r->first) tied_finish(r, t);
-    if (!ex->gradient_only) { // (the drift monitor's exact pass keeps the gradient in slot k)
-        ss->refused = !r->halted && guard_refuses(ex, ss->loss, ss->norm);
-        ss->skipped = r->halted;
-        if (ss->refused) { // nothing of this step or later in the chunk is applied
-            r->halted = 1;
-            ex->halted_step = t;
-        }
-    }
-    if (!r->halted && !ex->gradient_only) {
-        if (ex->gns) ss->lr *= (float)noise_scale_step(r, ss); // (after the guard: a refused step's figures are not folded in)
-        if (t == ex->drift_step) { // the drift monitor's copies: what is applied, and (a stash) the weights it applies to
-            if (!ex->drift_applied) ex->drift_applied = (float*)malloc_check(st->num_params * sizeof(float));
-            memcpy(ex->drift_applied, stage_host_grads(st, k, NULL), st->num_params * sizeof(float));
-            stage_stash_current(st);
-        } else if (weights_needed(r, st->version, 0)) {
-            stage_stash_current(st); // weight stashing
-        }
-        float scale = (o->clip > 0 && ss->norm > o->clip) ? o->clip / ss->norm : 1.0f;
-        stage_update(st, k, &o->adamw, ss->lr, t + 1, scale);
-        stage_zero_grad(st, k);
-        guard_remember(ex, ss->loss);
-        predict_weights(r);
-    }
+    guard_step(r, ss, t);
+    if (!r->halted && !ex->gradient_only) apply_update(r, ss, t, k);
     double now = now_seconds();
     ss->stats.busy = r->busy; // (its dp_ figures came at post)
     ss->stats.span = now - r->last_u;
