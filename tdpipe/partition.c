@@ -27,7 +27,6 @@ void partition_free(Partition* part) {
     free(part->first);
     free(part->time);
     free(part->mem);
-    free(part->group);
     memset(part, 0, sizeof(*part));
 }
 
@@ -232,17 +231,6 @@ int partition_place(int* group, const PlacementCost* c, double* worst, char* err
         }
     free(cand);
     return rc ? td_error(err, errlen, "no placement of %d stages on nodes of %d", P, cap) : 0;
-}
-
-int partition_solve_placed(Partition* part, const PartitionCost* cost, const PlacementCost* links, char* err, size_t errlen) {
-    if (links->P != cost->P) return td_error(err, errlen, "the placement has %d stages, the partition %d", links->P, cost->P);
-    if (partition_solve(part, cost, err, errlen)) return -1;
-    part->group = (int*)malloc_check((size_t)cost->P * sizeof(int));
-    if (partition_place(part->group, links, &part->link_time, err, errlen)) {
-        partition_free(part);
-        return -1;
-    }
-    return 0;
 }
 
 int partition_uniform(Partition* part, int L, int P, char* err, size_t errlen) {

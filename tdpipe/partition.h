@@ -29,8 +29,6 @@ typedef struct {
     double* time; // (P) predicted time of each stage (set by partition_evaluate / partition_solve)
     double* mem;  // (P) predicted bytes of each stage
     int has_cost; // whether time and mem were computed from a cost model
-    int* group;   // (P) node group of each stage (partition_solve_placed), NULL otherwise
-    double link_time; // partition_solve_placed: the costliest boundary's time under that placement
 } Partition;
 
 // Links between consecutive stages: boundary b (stage b to b+1) costs near[b] when both stages share
@@ -52,13 +50,11 @@ int partition_solve(Partition* part, const PartitionCost* cost, char* err, size_
 // stages, at most `groups` groups. Messages run on their own stream beside compute (as the executor's
 // and the simulator's do), so a boundary is a pipeline stage of its own: the grouping minimises the
 // costliest boundary, then the sum over boundaries, then cuts as early as possible. *worst = that cost.
+// It does not interact with partition_solve's split: the pipeline's period is the larger of the
+// slowest stage and the costliest boundary, so each is optimal alone and together (the simulator
+// calls both, tdpipe/cluster.c).
 // Returns 0, or -1 with a message (bad inputs, or too few nodes for P stages).
 int partition_place(int* group, const PlacementCost* links, double* worst, char* err, size_t errlen);
-// The split of partition_solve (slowest stage under memory limits) and the placement of
-// partition_place: with messages on their own stream the pipeline's period is the larger of the
-// slowest stage and the costliest boundary, and the two do not interact, so each is optimal alone
-// and together. layer_time may be measured (seconds per layer) or from a cost model.
-int partition_solve_placed(Partition* part, const PartitionCost* cost, const PlacementCost* links, char* err, size_t errlen);
 // L / P layers each; the L % P extra layers go to the middle stages (nearest the centre first),
 // then to stage 0, then to stage P-1, since the end stages carry the embeddings and the LM head.
 int partition_uniform(Partition* part, int L, int P, char* err, size_t errlen);

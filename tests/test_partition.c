@@ -265,14 +265,6 @@ static void test_place(void) {
     tight.near = tight.far = n4;
     rc = partition_place(group, &tight, &worst, err, sizeof(err));
     CHECK(rc != 0 && strstr(err, "5 stages do not fit on 2 nodes of 2 stages each"), "too few nodes refused: %s", err);
-    // together with the split: the layers follow partition_solve, the groups partition_place
-    double lt[6] = {1, 1, 1, 1, 1, 1};
-    PartitionCost pc = {6, 4, lt, 0, 0, NULL, 0, 0, NULL, NULL};
-    Partition part;
-    rc = partition_solve_placed(&part, &pc, &c, err, sizeof(err));
-    CHECK(rc == 0 && part.group && part.group[3] == 1 && part.link_time == 5 && partition_max_time(&part) == 2,
-          "partition_solve_placed: slowest stage 2, costliest boundary 5, groups from the placement");
-    if (rc == 0) partition_free(&part);
 }
 
 // issue 15: a speed so small that a stage's time overflows is not a memory problem
