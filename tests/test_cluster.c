@@ -85,6 +85,72 @@ static void test_hand_figures(void) {
     if (rc == 0) cluster_costs_free(&c);
 }
 
+// figures the audit's mutants of cluster.c showed untested, each against a hand derivation
+static void test_hand_figures_more(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel a = {.name = "A", .L = 2, .C = 64, .NH = 4, .V = 128, .T = 16};
+    ClusterModel bm = {.name = "B", .L = 3, .C = 96, .NH = 6, .V = 200, .T = 32};
+    double hbm = 2039e9 * 0.85; // the preset's streaming rate (HBM at mem_eff)
+    char err[512];
+    ClusterCosts c;
+    // Korthikanti et al. at tp 2: T b C (10 + 24/2 + 5 NH T / (C 2)) = 2048 (10 + 12 + 2.5) = 50176
+    ClusterLayer l2;
+    cluster_layer(&hw, &a, 2, 0, 2, &l2);
+    CHECK(l2.act_bytes == 50176.0, "activation bytes per layer at tp 2 by hand: 50176 (got %.0f)", l2.act_bytes);
+    // memory-bound (peak FLOP/s unbounded): the forward is its bytes at HBM's streaming rate. Shape A,
+    // b 2, tp 1 (bt 32, hd 16, 8 heads, E = 8 x 16 x 16 = 2048 scores), bf16 = 2 bytes per element
+    // of each matmul's two operands and its result, 2 (mk + kn + mn) per matmul:
+    //   QKV (32x64)(64x192): 2 (2048 + 12288 + 6144) = 40960; Q K^T and A V, 8 x (16x16)(16x16):
+    //   2 x 8 x 768 = 12288 each; projection (32x64)(64x64): 2 x 8192 = 16384; MLP up (32x64)(64x256)
+    //   and down (32x256)(256x64): 2 x 26624 = 53248 each; matmuls 188416 bytes.
+    // Element-wise (no dropout; x = b T C = 2048, u = 4 b T C = 8192): two LayerNorms 2 x 4x, softmax
+    // 4 E, two residual adds 2 x 6x, bias + GeLU 4u: 16384 + 8192 + 24576 + 32768 = 81920.
+    ClusterHw mb = hw;
+    mb.gpu.peak_flops = 1e300;
+    ClusterLayer lm;
+    cluster_layer(&mb, &a, 1, 0, 2, &lm);
+    CHECK(close_rel(lm.f, (188416.0 + 81920.0) / hbm, 1e-12), "memory-bound forward: 270336 bytes at 1.733 TB/s = %.6g s (got %.6g)",
+          270336.0 / hbm, lm.f);
+
+    // shape B over P = 3 (one layer each), D = 2, ZeRO-1: stage 1's 111840 parameters (test_hand_figures)
+    ClusterLayout z = {.gpus = 6, .tp = 1, .P = 3, .D = 2, .b = 1, .M = 3, .kind = SCHED_1F1B, .scatter_gather = 1, .zero1 = 1};
+    int rc = cluster_costs(&c, &hw, &bm, &z, err, sizeof(err));
+    // optimizer state 12 bytes a value on 1/D of them; AdamW streams 30 bytes a value of the shard,
+    // the global norm reads the whole fp32 gradient (4 bytes a value)
+    CHECK(rc == 0 && c.mem_optim[1] == 12.0 * 111840 / 2, "ZeRO-1, D 2: optimizer state 12 x 111840 / 2 bytes (got %.0f)", rc ? -1.0 : c.mem_optim[1]);
+    double tu = (30.0 * 111840 / 2 + 4.0 * 111840) / hbm;
+    CHECK(rc == 0 && close_rel(c.t_u[1], tu, 1e-12), "ZeRO-1, D 2: update streams 30 x 111840 / 2 + 4 x 111840 bytes = %.6g s (got %.6g)", tu,
+          rc ? -1.0 : c.t_u[1]);
+    // weights: stage 0 its layer, wte (V C) and wpe (T C): 111840 + 19200 + 3072; the last stage its
+    // layer, its copy of the tied wte and the final LayerNorm (2 C): 111840 + 19200 + 192
+    CHECK(rc == 0 && c.mem_weights[0] == 2.0 * 134112 && c.mem_weights[2] == 2.0 * 131232,
+          "bf16 weights: stage 0 2 x 134112, last stage 2 x 131232 (its own wte copy) (got %.0f, %.0f)", rc ? -1.0 : c.mem_weights[0],
+          rc ? -1.0 : c.mem_weights[2]);
+    if (rc == 0) cluster_costs_free(&c);
+
+    // replicas first with tp x D = a node (tp 8, D 1): each stage on a node of its own, so the message
+    // between them crosses nodes: 1/tp of b T C bf16 (262144 bytes) over one GPU's NIC share
+    // (8 NICs x 24 GB/s / 8 GPUs), its latency, then an NVLink all-gather of the rest
+    ClusterModel m = {.L = 8, .C = 1024, .NH = 16, .V = 1000, .T = 128};
+    ClusterLayout x = {.gpus = 16, .tp = 8, .P = 2, .D = 1, .b = 1, .M = 2, .kind = SCHED_1F1B, .scatter_gather = 1};
+    rc = cluster_costs(&c, &hw, &m, &x, err, sizeof(err));
+    double tm = 262144.0 / 8 / 24e9 + 1e-6 + 7.0 / 8 * 262144 / 216.5e9 + 7 * 2e-6;
+    CHECK(rc == 0 && c.msg_cross[0] == 1 && close_rel(c.t_msg_f[0], tm, 1e-12),
+          "stages on separate nodes: the message crosses the network, %.6g s (got %s, %.6g s)", tm, rc == 0 && c.msg_cross[0] ? "across" : "inside",
+          rc ? -1.0 : c.t_msg_f[0]);
+    if (rc == 0) cluster_costs_free(&c);
+
+    // the data-parallel ring across nodes: tp 2, P 1, D 8, replicas first: 4 replicas a node, so
+    // each GPU gets the NICs' share of 4 GPUs of its group, 8 x 24e9 x 4 / 8 = 96 GB/s (under NVLink's).
+    // Shape A at tp 2 holds 2 (12 C^2 + 13 C) / 2 + V C / 2 + T C + 2 C = 49984 + 4096 + 1024 + 128 = 55232
+    // values; fp32 ring: 2 (D - 1) / D x 4 x 55232 bytes / 96e9 + 2 (D - 1) NIC latencies
+    ClusterLayout d = {.gpus = 16, .tp = 2, .P = 1, .D = 8, .b = 2, .M = 4, .kind = SCHED_1F1B, .scatter_gather = 1};
+    rc = cluster_costs(&c, &hw, &a, &d, err, sizeof(err));
+    double tdp = 2.0 * 7 / 8 * 4 * 55232 / 96e9 + 14e-6;
+    CHECK(rc == 0 && close_rel(c.t_dp[0], tdp, 1e-12), "DP ring across nodes, 4 replicas a node: %.6g s (got %.6g)", tdp, rc ? -1.0 : c.t_dp[0]);
+    if (rc == 0) cluster_costs_free(&c);
+}
+
 // with unbounded memory bandwidth every matmul is compute-bound: the forward takes its FLOPs at
 // matmul_eff of peak, and both backward halves twice that
 static void test_roofline(void) {
@@ -245,6 +311,50 @@ static void test_simulate(void) {
     CHECK(rc != 0 && strstr(err, "at least 3 steps"), "fewer than 3 steps refused: %s", err);
 }
 
+// what cluster_simulate reduces, where its mutants survived: FLOPs without recomputation, the
+// worst stage's memory, the pipeline-wide sum's network latency, the early input gradient's share
+static void test_simulate_more(void) {
+    ClusterHw hw = hw_a100();
+    ClusterModel m = {.L = 8, .C = 1024, .NH = 16, .V = 1000, .T = 512};
+    ClusterLayout y = one_gpu(4, 2);
+    ClusterResult r;
+    ClusterCosts c;
+    char err[512];
+    // without recomputation Eq. 3 counts 3 passes: 72 B T L C^2 (1 + T / 6C) + 6 B T C V at B = 8
+    // = 2705225416704 FLOPs a step
+    int rc = cluster_simulate(&hw, &m, &y, 0.0, 1, 3, &r, NULL, err, sizeof(err));
+    CHECK(rc == 0 && close_rel(r.tflops_per_gpu * 1e12 * r.step_s, 2705225416704.0, 1e-12),
+          "TFLOP/s without recomputation: 3 passes, 2.705e12 FLOPs a step (got %.6g)", rc ? -1.0 : r.tflops_per_gpu * 1e12 * r.step_s);
+    // P 3: the last stage holds the logits, so the stages' memory differs; the figure is the largest
+    ClusterLayout p3 = {.gpus = 3, .tp = 1, .P = 3, .D = 1, .b = 1, .M = 3, .kind = SCHED_1F1B, .scatter_gather = 1};
+    ClusterModel m6 = m;
+    m6.L = 6;
+    rc = cluster_simulate(&hw, &m6, &p3, 0.0, 1, 3, &r, &c, err, sizeof(err));
+    double mx = 0, mn = 1e300;
+    for (int s = 0; rc == 0 && s < 3; s++) mx = fmax(mx, c.mem[s]), mn = fmin(mn, c.mem[s]);
+    CHECK(rc == 0 && mn < mx && r.mem_gib_per_gpu == mx / (1024.0 * 1024 * 1024), "memory per GPU: the largest stage's (%.4f GiB, got %.4f)",
+          mx / (1024.0 * 1024 * 1024), rc ? -1.0 : r.mem_gib_per_gpu);
+    if (rc == 0) cluster_costs_free(&c);
+    // the stages share a node (stages first: messages over NVLink, D 1: no average), so the NIC's
+    // latency enters only through the pipeline-wide sum before each update: a slower one, a longer step
+    ClusterLayout p2 = {.gpus = 2, .tp = 1, .P = 2, .D = 1, .b = 1, .M = 2, .kind = SCHED_1F1B, .scatter_gather = 1,
+                        .placement = PLACE_STAGES_FIRST};
+    ClusterHw slow = hw;
+    slow.net.nic_lat = 1e-3;
+    double t0 = step_of(&hw, &m, &p2), t1 = step_of(&slow, &m, &p2);
+    CHECK(t0 > 0 && t1 > t0, "P 2 on one node: the pipeline-wide sum's network latency lengthens the step (%.6g -> %.6g s)", t0, t1);
+    // gpipe P 2, M 1: stage 0's backward waits for stage 1's input gradient; with early_dx it leaves
+    // once stage 1's input-gradient half is done, so each step is shorter by stage 1's BW exactly
+    ClusterLayout g2 = {.gpus = 2, .tp = 1, .P = 2, .D = 1, .b = 1, .M = 1, .kind = SCHED_GPIPE, .recompute = 1, .scatter_gather = 1};
+    ClusterLayout g2e = g2;
+    g2e.early_dx = 1;
+    rc = cluster_costs(&c, &hw, &m, &g2, err, sizeof(err));
+    double late = step_of(&hw, &m, &g2), early = step_of(&hw, &m, &g2e);
+    CHECK(rc == 0 && c.t_bi[1] != c.t_bw[1] && close_rel(late - early, c.t_bw[1], 1e-9),
+          "early_dx: gpipe P 2 M 1 shorter by stage 1's BW, %.6g s (got %.6g s)", rc ? -1.0 : c.t_bw[1], late - early);
+    if (rc == 0) cluster_costs_free(&c);
+}
+
 // --placement auto (placement_choose, the trainer's rule): the layout with fewer bytes between nodes,
 // and then exactly that layout's costs; a tie (every TP group a node of its own) keeps stages first
 static void test_placement_auto(void) {
@@ -277,11 +387,13 @@ static void test_placement_auto(void) {
 
 int main(void) {
     test_hand_figures();
+    test_hand_figures_more();
     test_roofline();
     test_monotonic();
     test_refusals();
     test_presets();
     test_simulate();
+    test_simulate_more();
     test_placement_auto();
     return test_summary();
 }
