@@ -79,6 +79,17 @@ static void test_textbook_bubble(void) {
         }
     CHECK(ok_zb, "zbh1 F=BI=BW=1, one step: makespan 3M + P - 1 (bubble P-1 against 1F1B's 3(P-1))");
     CHECK(ok_zb_smaller, "zbh1's bubble is smaller than 1f1b's for every P >= 2");
+    // a cost model without BI and BW times (simulator.h: NULL is B / 2 each): F = 1, B = 2 gives BI = BW = 1,
+    // so zbh1 takes the same 3M + P - 1 as with them given, P 4, M 8: 27
+    Schedule zs;
+    SimResult zr;
+    char zerr[512];
+    int zrc = schedule_build(&zs, &(ScheduleShape){.kind = SCHED_ZBH1, .P = 4, .M = 8, .n_steps = 1}, zerr, sizeof(zerr));
+    SimCost halves = {.t_f = T_F, .t_b = T_B};
+    zrc = zrc || simulator_run(&zr, &zs, &halves, zerr, sizeof(zerr));
+    CHECK(zrc == 0 && zr.makespan == 27.0, "zbh1 from F and B alone: BI = BW = B / 2, makespan 3M + P - 1 = 27 (got %g)", zrc ? -1.0 : zr.makespan);
+    if (zrc == 0) simulator_free(&zr);
+    schedule_free(&zs);
     double z = simulate(SCHED_ZBH1, 8, 16, 0, 1, 0.0, 0, NULL);
     printf("     P=8 M=16: zbh1 bubble %.4f vs 1f1b %.4f\n", 1.0 - 48.0 / z, 7.0 / 23.0);
 }
