@@ -200,6 +200,15 @@ static void test_tdpipe(void) {
     for (int s = 0; s < 4; s++) slots = schedule_stage_grad_slots(&b, s) > slots ? schedule_stage_grad_slots(&b, s) : slots;
     CHECK(slots == 2, "tdpipe P=4 M=4 W=2: some stage accumulates two steps' gradients at once (max %d)", slots);
     schedule_free(&b);
+    // a window wider than the run: P 2, M 2, 2 steps, W 8 lets all 2 x 2 = 4 micro-batches of the run in
+    // at once, so stage 0's activation slots are 4, not (P - s) + W = 10 (cluster.c sizes memory by them)
+    schedule_build(&b, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 2, .M = 2, .W = 8, .n_steps = 2}, err, sizeof(err));
+    int act = 0;
+    schedule_stage_stats(&b, 0, &inflight, NULL);
+    schedule_stage_limits(&b, 0, &act, NULL, NULL);
+    CHECK(act == 4 && inflight == 4, "tdpipe P=2 M=2 W=8, 2 steps: stage 0 holds the run's 4 micro-batches, 4 slots (got %d in flight, %d slots)",
+          inflight, act);
+    schedule_free(&b);
 }
 
 // hand-broken lists: validation must say what is wrong
