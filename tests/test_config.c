@@ -44,6 +44,38 @@ static void test_accepted(void) {
     CHECK(rc == 0 && a.B == 2 && a.val_every == 3, "different sections with different keys (%s)", err);
 }
 
+// README's example config ("Config file"), verbatim: every key lands on its flag's field
+static void test_readme_example(void) {
+    TrainArgs a;
+    char err[1024];
+    int rc = load("pipeline: {stages: 4, micro_batch: 8, aew_window: 2, grad_cache: 0, schedule: tdpipe}\n"
+                  "model: {init: d4, batch: 8, seq_len: 64}\n"
+                  "optimizer: {lr: 0.003, warmup: 20, steps: 300, clip: 1.0}\n"
+                  "data: {train: \"data/tinyshakespeare/ts_train.bin\", val: \"data/tinyshakespeare/ts_val.bin\"}\n"
+                  "checkpoint: {out_dir: out, every: 100, keep: 3}\n"
+                  "logging: {val_every: 50, sample_every: 100}\n",
+                  &a, err, sizeof err);
+    CHECK(rc == 0, "README's example config loads (%s)", err);
+    // the defaults differ from the example where it can tell (clip 1.0 and keep 3 are defaults: set apart below)
+    CHECK(a.stages == 4 && a.grad_accum == 8 && !strcmp(a.aew, "2") && !strcmp(a.grad_cache, "0") && !strcmp(a.schedule, "tdpipe"),
+          "  pipeline section: stages 4, micro_batch 8, aew_window 2, grad_cache 0, schedule tdpipe");
+    CHECK(!strcmp(a.init, "d4") && a.B == 8 && a.T == 64 && a.lr == 0.003f && a.warmup == 20 && a.steps == 300,
+          "  model and optimizer sections: init d4, batch 8, seq_len 64, lr 0.003, warmup 20, steps 300");
+    CHECK(!strcmp(a.train_pattern, "data/tinyshakespeare/ts_train.bin") && !strcmp(a.val_pattern, "data/tinyshakespeare/ts_val.bin") &&
+              !strcmp(a.out_dir, "out") && a.ckpt_every == 100 && a.val_every == 50 && a.sample_every == 100,
+          "  data, checkpoint and logging sections: train, val, out_dir, every 100, val_every 50, sample_every 100");
+    rc = load("optimizer: {clip: 0.25}\ncheckpoint: {keep: 7}\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.clip == 0.25f && a.keep == 7, "  optimizer.clip and checkpoint.keep set their flags (%s)", err);
+    // ranges shared with the flags: beta2 = 1 makes AdamW's bias correction 1 - beta2^t zero; keep 0
+    // would leave no checkpoint to resume from; a seed past 2^53 stays exact (a long, not a double)
+    rc = load("optimizer: {beta2: 1}\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "optimizer.beta2: 1 is out of range"), "beta2 1 refused: %s", err);
+    rc = load("checkpoint: {keep: 0}\n", &a, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "checkpoint.keep: 0 is out of range"), "keep 0 refused: %s", err);
+    rc = load("optimizer: {seed: 9007199254740993}\n", &a, err, sizeof err);
+    CHECK(rc == 0 && a.seed == 9007199254740993L, "seed 2^53 + 1 kept exactly (got %ld)", a.seed);
+}
+
 static void test_duplicates(void) {
     TrainArgs a;
     char err[1024];
@@ -115,6 +147,7 @@ int main(void) {
     test_dir_make("test_config");
     test_window_values();
     test_accepted();
+    test_readme_example();
     test_duplicates();
     test_documents();
     test_other_refusals();
