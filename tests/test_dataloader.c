@@ -130,6 +130,34 @@ static void test_order(void) {
     CHECK(dl.epoch == 1, "after 24 windows the loader is in epoch 1 (it wraps on the 13th)");
     dataloader_free(&dl);
 
+    // window j is tokens [j B T, j B T + B T] (dataloader.h): at B*T = 8, 16 tokens hold one window (a
+    // second would need token 16), 17 hold two
+    uint16_t ramp[17];
+    for (int i = 0; i < 17; i++) ramp[i] = (uint16_t)i;
+    DataLoader m16, m17;
+    int r16 = dataloader_init_memory(&m16, ramp, 16, 2, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    int r17 = dataloader_init_memory(&m17, ramp, 17, 2, 4, 0, 1, 0, 0, 65536, err, sizeof err);
+    CHECK(r16 == 0 && r17 == 0 && m16.num_windows == 1 && m17.num_windows == 2, "16 tokens: 1 window of 9, 17 tokens: 2 (got %lld, %lld)",
+          r16 ? -1LL : (long long)m16.num_windows, r17 ? -1LL : (long long)m17.num_windows);
+    if (r16 == 0) dataloader_free(&m16);
+    if (r17 == 0) dataloader_free(&m17);
+
+    // shuffled, epoch e draws the shard order from seed + e: over seeds 1..10 some epoch 1 visits the
+    // 3 shards in another order than its epoch 0 (all ten alike: 1 in 6^10 for independent draws)
+    int moved = 0;
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        DataLoader e;
+        if (dataloader_init(&e, pattern, 2, 4, 0, 1, 1, seed, 65536, err, sizeof err)) break;
+        int64_t first[3], buf[13];
+        memcpy(first, e.shard_order, sizeof first);
+        collect(&e, buf, 12);
+        int in[8], tg[8];
+        dataloader_next(&e, in, tg); // the 13th window: epoch 1
+        moved |= e.epoch == 1 && memcmp(first, e.shard_order, sizeof first) != 0;
+        dataloader_free(&e);
+    }
+    CHECK(moved, "shuffled: the shard order is drawn again each epoch");
+
     // shuffled: same seed same order, other seed other order, each epoch a permutation of all windows
     int64_t a[24], b[24], c[24];
     DataLoader d1, d2, d3;
@@ -243,6 +271,9 @@ static void test_resume(void) {
     DataLoaderState bad = st;
     bad.seed = 100;
     CHECK(dataloader_set_state(&b, &bad, err, sizeof err) == -1 && strstr(err, "seed"), "refuses another seed: %s", err);
+    bad = st;
+    bad.shuffle = !st.shuffle;
+    CHECK(dataloader_set_state(&b, &bad, err, sizeof err) == -1 && strstr(err, "shuffle"), "refuses a state of the other shuffle setting: %s", err);
     bad = st;
     bad.window_tokens = 16;
     CHECK(dataloader_set_state(&b, &bad, err, sizeof err) == -1 && strstr(err, "B*T"), "refuses another B*T: %s", err);
