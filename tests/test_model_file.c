@@ -143,6 +143,39 @@ int main(void) {
         model_file_writer_abort(&w); // (after a failure: nothing left to do)
     }
 
+    // a bf16 file past the reader's 2^20-value chunk: V 10240 x C 128 of wte alone is 1.31M values
+    // (3 MB). Value i is bf16 0x3F80 + i % 128 (1 to 2, finite); each must come back as those bits << 16
+    GPT2Config big = {16, 10240, 10240, 1, 2, 128};
+    GPT2Range big_all = {0, 1, 1, 1};
+    size_t nb = gpt2_param_sizes(&big, &big_all, sizes);
+    int hb[256] = {MODEL_FILE_MAGIC, MODEL_FILE_VERSION_BF16, big.max_seq_len, big.vocab_size, big.num_layers, big.num_heads,
+                   big.channels, big.padded_vocab_size};
+    snprintf(path16, sizeof(path16), "%s/big16.bin", dir);
+    uint16_t* vb = (uint16_t*)malloc(nb * sizeof(uint16_t));
+    for (size_t i = 0; i < nb; i++) vb[i] = (uint16_t)(0x3F80 + i % 128);
+    f = fopen(path16, "wb");
+    fwrite(hb, 4, 256, f);
+    fwrite(vb, 2, nb, f);
+    fclose(f);
+    float* qb = NULL;
+    int rcb = model_file_load(path16, &got, &qb, err, sizeof(err));
+    size_t badb = 0;
+    for (size_t i = 0; rcb == 0 && i < nb; i++) {
+        uint32_t bits;
+        memcpy(&bits, qb + i, 4);
+        badb += bits != (uint32_t)vb[i] << 16;
+    }
+    CHECK(nb > ((size_t)1 << 20) && rcb == 0 && badb == 0, "bf16 file of %zu values (past one 2^20 chunk): every value its bits << 16 (%zu mismatches) %s",
+          nb, badb, rcb ? err : "");
+    free(qb);
+    free(vb);
+    // a header past the reader's limits (maxT at most 2^20) is refused before any allocation
+    hb[2] = (1 << 20) + 1;
+    f = fopen(path16, "wb");
+    fwrite(hb, 4, 256, f);
+    fclose(f);
+    CHECK(model_file_read_config(path16, &got, err, sizeof(err)) == -1 && strstr(err, "implausible"), "maxT 2^20 + 1 refused: %s", err);
+
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd)) return 1;
     free(p);
