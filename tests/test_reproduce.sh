@@ -86,4 +86,13 @@ refuse "sim_cluster: a simulation too large to hold" "would be 1e\\+09 ops per s
 refuse "sim_cluster: --recompute 2" "--recompute 2: expected an integer from 0 to 1" $S $SMALL --recompute 2
 refuse "sim_cluster: --stage-speed with inf" "--stage-speed 1,1,1,1,1,1,1,inf: expected 8 speeds in \\(0, 1e6\\]" $S $SMALL --stage-speed 1,1,1,1,1,1,1,inf
 refuse "sim_cluster: M below P, in its own flags' words" "--global-batch 4 gives M = 4 micro-batches per replica .* fewer than --pp 8" $S ${SMALL/--global-batch 8/--global-batch 4}
+# flags the audit's mutants of sim_cluster.c showed untested
+refuse "sim_cluster: --dropout 2 (a switch)" "--dropout 2: expected an integer from 0 to 1" $S $SMALL --dropout 2
+refuse "sim_cluster: a global batch D x b does not divide" "--global-batch 10 is not a multiple of data-parallel 2 x --micro-batch 4 = 8" \
+    $S --layers 16 --hidden 768 --heads 12 --gpus 16 --pp 8 --global-batch 10 --micro-batch 4
+# --nic-bw in GB/s: tp 8 x pp 2 on 16 GPUs puts each stage on a node of its own, so the 2 b T C = 4194304-byte
+# message leaves 1/8 from each TP rank over its NIC, then an NVLink all-gather:
+# 4194304 / 8 / (12e9 x 8 NICs / 8 GPUs) + 1 us + 7/8 x 4194304 / 216.5e9 + 7 x 2 us = 0.07564 ms
+check "sim_cluster --nic-bw 12: a cross-node message by hand, 0.07564 ms" bash -c "
+    $S --layers 16 --hidden 1024 --heads 16 --gpus 16 --tp 8 --pp 2 --global-batch 8 --nic-bw 12 | grep -q ' msg_ms=0.07564 '"
 finish
