@@ -520,6 +520,34 @@ static void test_shared_cores(void) {
     schedule_free(&sch);
 }
 
+// --aew auto's choice (simulator_choose_window): each W's figure is simulator_window_utilisation's;
+// the choice is the smallest W within `within` of the best (0: the first best; 1: W = 0, as every
+// figure is within a whole of any other); under jitter the best window is well above 1F1B
+static void test_choose_window(void) {
+    enum { P = 4, M = 8, WMAX = 8 };
+    double t_f[P], t_b[P], util[WMAX + 1], again[WMAX + 1];
+    for (int s = 0; s < P; s++) t_f[s] = 1.0, t_b[s] = 2.0;
+    char err[256];
+    int w0 = simulator_choose_window(P, M, t_f, t_b, NULL, 0.3, WMAX, 0.0, util, err, sizeof err);
+    int same = w0 >= 0, first_best = w0 >= 0;
+    for (int W = 0; W <= WMAX && same; W++) same = util[W] == simulator_window_utilisation(P, M, t_f, t_b, NULL, 0.3, W, err, sizeof err);
+    for (int W = 0; W <= WMAX && first_best; W++) first_best = W < w0 ? util[W] < util[w0] : util[W] <= util[w0];
+    CHECK(same, "each window's figure is simulator_window_utilisation's (P 4, M 8, beta 0.3, W 0..8)");
+    CHECK(first_best && w0 > 0 && util[w0] > util[0], "within 0: the first best window, %d, above 1F1B's (%.4f against %.4f)", w0, w0 >= 0 ? util[w0] : 0.0,
+          util[0]);
+    int w1 = simulator_choose_window(P, M, t_f, t_b, NULL, 0.3, WMAX, 1.0, again, err, sizeof err);
+    int wmid = simulator_choose_window(P, M, t_f, t_b, NULL, 0.3, WMAX, 0.01, again, err, sizeof err), smallest = 1;
+    for (int W = 0; W < wmid && wmid >= 0; W++) smallest &= again[W] < util[w0] - 0.01;
+    CHECK(w1 == 0, "within 1: W 0 (every figure is within 1 of the best)");
+    CHECK(wmid >= 0 && wmid <= w0 && again[wmid] >= util[w0] - 0.01 && smallest, "within 0.01: the smallest window a point from the best, %d", wmid);
+    // without jitter 1F1B keeps its flush between steps, 3 (P - 1) of every 3 M + 3 (P - 1) time units
+    // idle (F = 1, B = 2), and a window of P - 1 micro-batches is the smallest that fills it
+    int calm = simulator_choose_window(P, M, t_f, t_b, NULL, 0.0, WMAX, 0.0, util, err, sizeof err);
+    CHECK(calm == P - 1 && fabs(util[calm] - 1.0) < 1e-12 && fabs(util[0] - (3.0 * M) / (3.0 * M + 3.0 * (P - 1))) < 1e-12 && util[P - 2] < 1.0 - 1e-9,
+          "no jitter, equal stages: 1F1B at M / (M + P - 1) = %.6f, W = P - 1 = %d the first at 1 (got W %d at %.6f; W %d %.6f)", util[0], P - 1, calm,
+          calm >= 0 ? util[calm] : 0.0, P - 2, util[P - 2]);
+}
+
 int main(void) {
     unit_costs();
     test_textbook_bubble();
@@ -529,5 +557,6 @@ int main(void) {
     test_interleaved();
     test_comm();
     test_shared_cores();
+    test_choose_window();
     return test_summary();
 }
