@@ -169,13 +169,18 @@ static void read_model_config(Trainer* tr) {
         fprintf(stderr, "note: -g %d: samples are at most -t %d tokens long\n", tr->a.gen_tokens, tr->a.T);
 }
 
-// phase 1: flags, schedule, model shape, partition. --print-schedule prints and exits here, for any P
-// from one process (it needs no ranks).
+// phase 1: flags, schedule, model shape, partition. --print-config and --print-schedule print and exit
+// here, for any P from one process (they need no ranks).
 static void parse(Trainer* tr, int argc, char** argv) {
     TrainArgs* a = &tr->a;
     char err[1024];
     args_defaults(a);
     args_parse(a, argc, argv);
+    if (a->print_config) { // (before anything is checked: the settings as given, for a file to edit)
+        if (g_rank == 0) args_print_yaml(a, stdout);
+        comm_finalize(&tr->comm);
+        exit(0);
+    }
     if (g_rank == 0 && a->train_pattern[0] && !a->val_pattern[0] && a->val_every > 0 && !a->print_schedule)
         fprintf(stderr, "note: -v %d: no validation shards (-j), so no validation runs\n", a->val_every);
     if (a->comm_timeout > 0 && a->comm_timeout < 1) // (a start-up barrier alone takes longer: a healthy run would be blamed)

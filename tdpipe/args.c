@@ -55,6 +55,7 @@ static const ArgSpec SPECS[] = {
     {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps (one line; control bytes and invalid UTF-8 as \\xNN); 0 = never"},
     {"logging", 'g', "gen-tokens", "logging.gen_tokens", A_INT, F(gen_tokens), 1, 1e6, "48", "tokens per sample"},
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
+    {"logging", 0, "print-config", NULL, A_BOOL, F(print_config), 0, 1, "0", "print the settings (flags, --config's file, defaults) as a YAML config file and exit"},
     {"logging", 0, "trace", "logging.trace", A_STR, F(trace_path), 0, 0, "", "write a Chrome trace (Perfetto) of every pipeline op to FILE"},
     {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
     {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "", "gpipe | 1f1b | zbh1 | tdpipe (default: 1f1b; tdpipe when --aew is a window other than 0, which is 1f1b)"},
@@ -123,6 +124,54 @@ static int set_value(TrainArgs* a, const ArgSpec* s, const char* value, const ch
     else if (s->type == A_LONG) *(long*)p = strtol(value, NULL, 10);
     else *(float*)p = (float)v;
     return 0;
+}
+
+// a setting's value as a YAML scalar: numbers as the flag takes them, strings double-quoted with backslash, quote and control bytes escaped
+static void print_yaml_value(FILE* f, const TrainArgs* a, const ArgSpec* s) {
+    const char* p = (const char*)a + s->offset;
+    if (s->type == A_INT) fprintf(f, "%d", *(const int*)p);
+    else if (s->type == A_LONG) fprintf(f, "%ld", *(const long*)p);
+    else if (s->type == A_FLOAT) { // the fewest digits that read back to the same float (9 always do)
+        float v = *(const float*)p;
+        char buf[32];
+        for (int digits = 1; digits <= 9; digits++) {
+            snprintf(buf, sizeof buf, "%.*g", digits, v);
+            if ((float)strtod(buf, NULL) == v) break;
+        }
+        fputs(buf, f);
+    }
+    else if (s->type == A_BOOL) fputs(*(const int*)p ? "true" : "false", f);
+    else {
+        fputc('"', f);
+        for (const unsigned char* c = (const unsigned char*)p; *c; c++) {
+            if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+            else if (*c < 0x20 || *c == 0x7f) fprintf(f, "\\x%02x", *c);
+            else fputc(*c, f);
+        }
+        fputc('"', f);
+    }
+}
+
+// the length of a "section.key"'s section
+static size_t yaml_section_len(const char* key) { return (size_t)(strchr(key, '.') - key); }
+
+void args_print_yaml(const TrainArgs* a, FILE* f) {
+    fprintf(f, "# train_tdpipe's settings (--print-config): flags, --config's file and defaults; run them with --config FILE\n");
+    for (int i = 0; i < NSPECS; i++) { // each section where its first key stands in the table, all its keys together
+        const char* key = SPECS[i].yaml;
+        if (!key) continue;
+        size_t n = yaml_section_len(key);
+        int printed = 0;
+        for (int j = 0; j < i && !printed; j++) printed = SPECS[j].yaml && yaml_section_len(SPECS[j].yaml) == n && !strncmp(SPECS[j].yaml, key, n);
+        if (printed) continue;
+        fprintf(f, "%.*s:\n", (int)n, key);
+        for (int j = i; j < NSPECS; j++) {
+            if (!SPECS[j].yaml || yaml_section_len(SPECS[j].yaml) != n || strncmp(SPECS[j].yaml, key, n)) continue;
+            fprintf(f, "  %s: ", SPECS[j].yaml + n + 1);
+            print_yaml_value(f, a, &SPECS[j]);
+            fputc('\n', f);
+        }
+    }
 }
 
 void args_defaults(TrainArgs* a) {

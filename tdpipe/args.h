@@ -54,6 +54,7 @@ typedef struct {
     char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
     int consistency_every;    // --consistency-every K  TD-Pipe flushes (and checks) every K steps
     int print_schedule;       // --print-schedule  print each stage's op list and exit
+    int print_config;         // --print-config  print the settings as a YAML config file and exit
     char trace_path[1024];    // --trace FILE  Chrome trace of every op
     float jitter;             // --jitter beta  extra op time with coefficient of variation beta
     int synthetic;            // --synthetic-compute  timed waits from a cost model instead of the model
@@ -80,6 +81,9 @@ void args_defaults(TrainArgs* a);
 // prints a message naming the flag and exits 1 on a bad flag or value; exits 0 after --help
 void args_parse(TrainArgs* a, int argc, char** argv);
 void args_print_help(FILE* f);
+// the settings in a as a YAML config file (--print-config): every flag that has a key, by section,
+// strings double-quoted; args_load_config reads it back to the same settings
+void args_print_yaml(const TrainArgs* a, FILE* f);
 // --grad-cache: a count (gradient-cache slots: *slots, *bucket_bytes 0) or a size with a unit, B, KB,
 // MB, GB (powers of 1024; KiB, MiB, GiB too): the gradient sync's bucket size (*bucket_bytes, *slots
 // 0). 0, or -1 with a message naming the value.
