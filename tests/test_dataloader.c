@@ -74,6 +74,11 @@ static void test_shard_refusals(void) {
     rc = shard_read_header(p, &info, err, sizeof err);
     CHECK(rc == -1 && strstr(err, p) && strstr(err, "101 tokens"), "refuses a count the file length disagrees with: %s",
           err);
+    // the other way: the file runs 2 bytes past the header's 99 tokens (1024 + 2 x 99 = 1222 bytes)
+    patch_int(p, 8, 99);
+    rc = shard_read_header(p, &info, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, p) && strstr(err, "99 tokens (1222 bytes) but the file has 1224 bytes"),
+          "refuses a count the file runs past: %s", err);
 
     p = test_path("bad_tokenizer.bin");
     write_ramp(p, 0, 100, 1);
