@@ -17,6 +17,15 @@ check "steps 11..20 bitwise equal to the unbroken run" same
 check "final checkpoints bitwise equal" cmp "$TMP/a/ckpt_00000020.tdck" "$TMP/b/ckpt_00000020.tdck"
 check "final models bitwise equal" cmp "$TMP/a/model.bin" "$TMP/b/model.bin"
 
+# validation is a function of the weights alone: each evaluation reads the same validation batches
+# from the start, so a resumed run's step-20 val loss is the unbroken run's, bitwise (a loader left
+# where the step-10 evaluation stopped reads other batches in the unbroken run only)
+check "unbroken run with validation at 10 and 20" $BIN -x 20 -n 10 -s 0 -v 10 -o "$TMP/va"
+mkdir -p "$TMP/vb" && cp "$TMP/va/ckpt_00000010.tdck" "$TMP/vb/"
+check "  resumed from step 10" $BIN -x 20 -n 10 -s 0 -v 10 -y 1 -o "$TMP/vb"
+val20() { grep -o '"step": 20, "val_loss": [^,}]*' "$1/log.jsonl"; }
+check "  step 20's val loss bitwise the unbroken run's" bash -c "[ -n \"\$1\" ] && [ \"\$1\" = \"\$2\" ]" _ "$(val20 "$TMP/va")" "$(val20 "$TMP/vb")"
+
 # --- a run killed after its last checkpoint, before model.bin was in place: -y 1 with the same -x
 # writes it (the resume was refused as past -x: the model could not be had as model.bin at all)
 mkdir -p "$TMP/nm" && cp "$TMP/a/ckpt_00000020.tdck" "$TMP/nm/"
