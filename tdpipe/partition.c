@@ -165,7 +165,9 @@ int partition_solve(Partition* part, const PartitionCost* c, char* err, size_t e
 // The grouping with the least sum over boundaries among those whose every boundary costs at most
 // `limit`: best[(k * (cap + 1) + u) * (G + 1) + g] for stages 0..k placed, stage k the u-th of its
 // node, g nodes used; from: the u of stage k-1 (u > 1: the same node). Fills group and returns the
-// sum, INFINITY when no grouping stays within limit. Ties: the earliest cut, then the fewest nodes.
+// sum, INFINITY when no grouping stays within limit. Ties (partition.h): the fewest nodes, then the
+// fewest stages on the last node (the final state's loop), then on each node before it going back
+// (the strict < over v, the previous node's count, ascending).
 static double place_within(const PlacementCost* c, int G, double limit, int* group) {
     int P = c->P, cap = c->per_group;
     size_t n = (size_t)P * (cap + 1) * (G + 1);

@@ -49,7 +49,9 @@ int partition_solve(Partition* part, const PartitionCost* cost, char* err, size_
 // Which consecutive stages share a node: group (P) non-decreasing from 0, each group at most per_group
 // stages, at most `groups` groups. Messages run on their own stream beside compute (as the executor's
 // and the simulator's do), so a boundary is a pipeline stage of its own: the grouping minimises the
-// costliest boundary, then the sum over boundaries, then cuts as early as possible. *worst = that cost.
+// costliest boundary, then the sum over boundaries; ties go to the fewest nodes, then the fewest
+// stages on the last node, then on each node before it going back (3 stages on nodes of 2 at equal
+// links: 0,0,1, the first node filled). *worst = that cost.
 // It does not interact with partition_solve's split: the pipeline's period is the larger of the
 // slowest stage and the costliest boundary, so each is optimal alone and together (the simulator
 // calls both, tdpipe/cluster.c).

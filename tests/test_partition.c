@@ -260,6 +260,13 @@ static void test_place(void) {
     CHECK(rc == 0 && group[0] == 0 && group[1] == 0 && group[2] == 0 && group[3] == 1 && worst == 5,
           "the node boundary avoids the slow link: groups 0,0,0,1, worst boundary 5 (got %d,%d,%d,%d, %g)", group[0], group[1],
           group[2], group[3], worst);
+    // the tie rule (partition.h): 3 stages on 2 nodes of 2 at equal links cost the same either way;
+    // the fewest stages on the last node wins, so the first node is filled
+    double eq_near[2] = {1, 1}, eq_far[2] = {2, 2};
+    PlacementCost eq = {3, 2, 2, eq_near, eq_far};
+    rc = partition_place(group, &eq, &worst, err, sizeof(err));
+    CHECK(rc == 0 && group[0] == 0 && group[1] == 0 && group[2] == 1 && worst == 2, "a tie: groups 0,0,1, the first node filled (got %d,%d,%d)", group[0],
+          group[1], group[2]);
     PlacementCost tight = {5, 2, 2, near, far};
     double n4[4] = {1, 1, 1, 1};
     tight.near = tight.far = n4;
