@@ -721,6 +721,12 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     int save = last || *stopping || is_boundary(step, a->ckpt_every);
     if (save || is_boundary(step, a->consistency_every)) {
         stage_to_host(st);
+        if (step == a->inject_diverge && g_rank == tr->comm.world_size - 1) { // (tests) its tied copy at P > 1, else a replica's weights
+            uint32_t bits;
+            memcpy(&bits, &st->p.wte[0], sizeof bits);
+            bits ^= 1u;
+            memcpy(&st->p.wte[0], &bits, sizeof bits);
+        }
         char msg[256];
         if (!pipeline_check_consistency(&tr->pl, msg, sizeof(msg))) fatal_all("step %d: %s", step, msg);
         if (g_rank == 0 && (tr->comm.P > 1 || tr->comm.D > 1)) printf("step %d: %s\n", step, msg);

@@ -86,6 +86,7 @@ static const ArgSpec SPECS[] = {
     {"asynchrony", 0, "spike-z", "pipeline.spike_z", A_FLOAT, F(spike_z), 0, 1e6, "0", "roll back a step whose loss is this many standard deviations above the recent mean; 0 = off"},
     {"asynchrony", 0, "max-rollbacks", "pipeline.max_rollbacks", A_INT, F(max_rollbacks), 1, 1e6, "3", "rollbacks in a row at W = 0; a step refused after them stops the run"},
     {"asynchrony", 0, "inject-nan", NULL, A_INT, F(inject_nan), 0, 1e9, "0", "for tests: a NaN in stage 0's gradient of this step (its first attempt); 0 = none"},
+    {"asynchrony", 0, "inject-diverge", NULL, A_INT, F(inject_diverge), 0, 1e9, "0", "for tests: one bit of the last rank's wte flipped before this step's consistency check, which must fail; 0 = none"},
 };
 #undef F
 #define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))

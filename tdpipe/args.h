@@ -74,6 +74,7 @@ typedef struct {
     float spike_z;            // --spike-z  a loss this many deviations above the running mean is a spike (0 = off)
     int max_rollbacks;        // --max-rollbacks  rollbacks in a row at W = 0 before the run stops
     int inject_nan;           // --inject-nan STEP  (tests) a NaN in stage 0's gradient at STEP's first attempt (0 = none)
+    int inject_diverge;       // --inject-diverge STEP  (tests) one bit of the last rank's wte flipped before STEP's consistency check
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);

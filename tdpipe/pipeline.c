@@ -151,22 +151,23 @@ void pipeline_stream(Pipeline* pl, int replica, const float* mine, const float* 
 int pipeline_check_consistency(Pipeline* pl, char* msg, size_t msglen) {
     Stage* st = pl->stage;
     Comm* c = pl->comm;
-    int s = c->stage, ok = 1;
+    int s = c->stage, tied_ok = 1;
     uint32_t tied = 0;
     if (pl->P > 1 && (s == 0 || s == pl->P - 1)) {
         uint32_t mine = ckpt_crc32(0, st->p.wte, st->sizes[0] * sizeof(float));
         if (s == pl->P - 1) send_blocking(c, &mine, sizeof(mine), 0, TAG_CRC);
         else {
             comm_recv(c, &tied, sizeof(tied), pl->P - 1, TAG_CRC);
-            ok = tied == mine;
+            tied_ok = tied == mine;
         }
     }
     // replicas: the average of equal values is that value; any disagreement moves it off someone's
     double crc = (double)ckpt_crc32(0, st->params, st->num_params * sizeof(float)), avg = crc;
     comm_dp_average_double(c, &avg, 1);
-    if (avg != crc) ok = 0;
-    int bad = comm_any(c, !ok);
-    if (bad) snprintf(msg, msglen, "consistency check FAILED: %s", pl->P > 1 && s == 0 && !ok ? "the tied embedding's copies differ" : "weights differ between the first and last stage's wte or between replicas");
+    int tied_bad = comm_any(c, !tied_ok), replicas_bad = comm_any(c, avg != crc), bad = tied_bad || replicas_bad;
+    if (bad)
+        snprintf(msg, msglen, "consistency check FAILED: %s%s%s", tied_bad ? "the tied embedding's copies on the first and last stage differ" : "",
+                 tied_bad && replicas_bad ? ", and " : "", replicas_bad ? "the replicas' weights differ" : "");
     else if (pl->P > 1) snprintf(msg, msglen, "consistency: tied embedding copies bitwise equal (crc %08x), %d replica(s) agree", (unsigned)tied, c->D);
     else snprintf(msg, msglen, "consistency: %d replica(s) agree", c->D);
     return !bad;

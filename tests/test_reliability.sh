@@ -176,4 +176,14 @@ check "  the stopped rank (stage 1) does not report a wait of its own" bash -c "
 sleep 1
 check "  a resume afterwards goes on from the newest checkpoint" $MPI -np 2 $BIN $S -x 100 --stages 2 --micro-batches 2 -n 50 -y 1 -o "$TMP/hang"
 refuse "--comm-timeout -1" "--comm-timeout: -1 is out of range" $BIN --comm-timeout -1
+
+# --- consistency points catch copies that drifted apart (--inject-diverge: one bit of the last rank's
+# wte): the run stops there, with no checkpoint of the diverged weights
+DV="$S -x 6 --consistency-every 2 -n 2 --inject-diverge 4"
+refuse "a bit flipped in the last stage's tied wte at P = 2: step 4's check fails" \
+    "step 4: consistency check FAILED: the tied embedding's copies on the first and last stage differ$" \
+    $MPI -np 2 $BIN $DV --stages 2 --micro-batches 2 -o "$TMP/dvp"
+check "  the checkpoint of step 2 stays, none of step 4 is written" bash -c "[ -e '$TMP/dvp/ckpt_00000002.tdck' ] && ! ls '$TMP/dvp'/ckpt_00000004* 2>/dev/null"
+refuse "a bit flipped in replica 1's weights at D = 2: step 4's check fails" "step 4: consistency check FAILED: the replicas' weights differ$" \
+    $MPI -np 2 $BIN $DV -o "$TMP/dvd"
 finish
