@@ -271,42 +271,17 @@ static void make_grid(Trainer* tr) {
 }
 
 // phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
-// on the run's device (layer_costs_measure: 3 passes of one micro-batch at the run's B and T after a
-// warm-up; a host's ranks one at a time) and solves over those seconds; every rank gathers every rank's times, so all solve the
-// same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
+// on the run's device (layer_costs_per_stage: 3 passes of one micro-batch at the run's B and T after
+// a warm-up; a host's ranks one at a time) and solves over those seconds; every rank has every
+// stage's times, so all solve the same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
 // run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
 // timed waits follow.
 static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
-    int P = tr->comm.P, R = tr->comm.world_size;
+    int P = tr->comm.P;
     if (!strcmp(a->partition, "auto") && P > 1 && !tr->synthetic) {
-        // the ranks of a host take turns, so that none times its passes while another shares its
-        // cores or GPU (on an H100 shared by two ranks, timed together, one rank's layer read 3.1 ms
-        // and the other's 0.39: the first's passes overlapped the second's start-up)
-        // The others wait meanwhile, each wait allowed the passes' FLOPs at 10 GFLOP/s (the slowest
-        // device this allows for) beyond --comm-timeout: 4 passes each of a layer, the embeddings and
-        // the head, 6 FLOPs a parameter and token forward and backward
-        LayerCosts mine;
-        double C = tr->cfg.channels, layer_params = 12.0 * C * C + 13.0 * C, head_params = (double)tr->cfg.padded_vocab_size * C;
-        double flops = 4.0 * 6.0 * a->B * a->T * (3.0 * layer_params + 2.0 * head_params);
-        comm_timeout_allow(&tr->comm, flops / 10e9, "a rank's timed passes (--partition auto)");
-        int turns = comm_max(&tr->comm, tr->comm.local_ranks);
-        for (int turn = 0; turn < turns; turn++) {
-            if (tr->comm.local_rank == turn) layer_costs_measure(tr->device, &tr->comm, &tr->cfg, a->B, a->T, 3, &mine);
-            comm_barrier(&tr->comm);
-        }
-        comm_timeout_allow(&tr->comm, 0, NULL);
-        double in[3] = {mine.layer, mine.embed, mine.head};
-        double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
-        comm_allgather_double(&tr->comm, in, 3, all);
         tr->profiled = (LayerCosts*)calloc_check(P, sizeof(LayerCosts));
-        for (int r = 0; r < R; r++) { // world rank r holds stage r % P (comm_grid); replicas averaged
-            LayerCosts* c = &tr->profiled[r % P];
-            c->layer += all[3 * r] * P / R;
-            c->embed += all[3 * r + 1] * P / R;
-            c->head += all[3 * r + 2] * P / R;
-        }
-        free(all);
+        layer_costs_per_stage(tr->device, &tr->comm, &tr->cfg, a->B, a->T, tr->profiled);
         partition_free(&tr->part);
         char err[1024];
         if (run_model_partition(&tr->part, a, &tr->cfg, P, tr->profiled, err, sizeof(err))) fatal_all("%s", err);

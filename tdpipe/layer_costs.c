@@ -1,8 +1,10 @@
-// --partition auto's timed passes (see profile.h), on the run's device with random tokens.
+// --partition auto's timed passes (see layer_costs.h), on the run's device with random tokens, and
+// every stage's from the ranks that hold it.
 #include "layer_costs.h"
 #include <stdlib.h>
 #include "llmc/common.h"
 #include "llmc/rng.h"
+#include "tdpipe/comm.h"
 #include "tdpipe/stage.h"
 
 // median seconds of forward + backward of one micro-batch through a one-layer stage of range r on
@@ -49,4 +51,32 @@ void layer_costs_measure(const StageDevice* device, void* comm, const GPT2Config
     out->layer = layer;
     out->embed = with_embed > layer ? with_embed - layer : 0.0;
     out->head = with_head > layer ? with_head - layer : 0.0;
+}
+
+void layer_costs_per_stage(const StageDevice* device, Comm* comm, const GPT2Config* cfg, int B, int T, LayerCosts* per_stage) {
+    int P = comm->P, R = comm->world_size;
+    // The others wait meanwhile, each wait allowed the passes' FLOPs at 10 GFLOP/s (the slowest
+    // device this allows for) beyond --comm-timeout: 4 passes each of a layer, the embeddings and
+    // the head, 6 FLOPs a parameter and token forward and backward
+    double C = cfg->channels, layer_params = 12.0 * C * C + 13.0 * C, head_params = (double)cfg->padded_vocab_size * C;
+    double flops = 4.0 * 6.0 * B * T * (3.0 * layer_params + 2.0 * head_params);
+    comm_timeout_allow(comm, flops / 10e9, "a rank's timed passes (--partition auto)");
+    LayerCosts mine;
+    int turns = comm_max(comm, comm->local_ranks);
+    for (int turn = 0; turn < turns; turn++) {
+        if (comm->local_rank == turn) layer_costs_measure(device, comm, cfg, B, T, 3, &mine);
+        comm_barrier(comm);
+    }
+    comm_timeout_allow(comm, 0, NULL);
+    double in[3] = {mine.layer, mine.embed, mine.head};
+    double* all = (double*)malloc_check((size_t)R * 3 * sizeof(double)); // (R, 3)
+    comm_allgather_double(comm, in, 3, all);
+    for (int s = 0; s < P; s++) per_stage[s] = (LayerCosts){0.0, 0.0, 0.0};
+    for (int r = 0; r < R; r++) { // world rank r holds stage r % P (comm_grid); replicas averaged
+        LayerCosts* c = &per_stage[r % P];
+        c->layer += all[3 * r] * P / R;
+        c->embed += all[3 * r + 1] * P / R;
+        c->head += all[3 * r + 2] * P / R;
+    }
+    free(all);
 }
