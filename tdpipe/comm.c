@@ -32,7 +32,7 @@ static int env_int(const char* name, int fallback) {
 // every rank); 0 waits forever
 static void timed_out(const Comm* c, double waited, const char* what) {
     char allowed[160] = "";
-    if (c->allowance > 0) snprintf(allowed, sizeof allowed, " + %.0f s for %s", c->allowance, c->allowance_for ? c->allowance_for : "a long task");
+    if (c->allowance > 0) snprintf(allowed, sizeof allowed, " + %.3g s for %s", c->allowance, c->allowance_for ? c->allowance_for : "a long task");
     td_fatal("stage %d (replica %d) waited %.0f s for %s (--comm-timeout %g%s): a rank may be stopped, hung or gone; every rank stops "
              "(checkpoints already written are intact)",
              c->stage, c->replica, waited, what, c->timeout, allowed);

@@ -60,7 +60,7 @@ void layer_costs_per_stage(const StageDevice* device, Comm* comm, const GPT2Conf
     // the head, 6 FLOPs a parameter and token forward and backward
     double C = cfg->channels, layer_params = 12.0 * C * C + 13.0 * C, head_params = (double)cfg->padded_vocab_size * C;
     double flops = 4.0 * 6.0 * B * T * (3.0 * layer_params + 2.0 * head_params);
-    comm_timeout_allow(comm, flops / 10e9, "a rank's timed passes (--partition auto)");
+    comm_timeout_allow(comm, flops / 10e9, "a rank's timed passes for --partition auto");
     LayerCosts mine;
     int turns = comm_max(comm, comm->local_ranks);
     for (int turn = 0; turn < turns; turn++) {
