@@ -222,6 +222,28 @@ static void test_shuffle_helps(void) {
     rm_tree(dir);
 }
 
+// the levels code differently, not just label the file: Huffman-only coding (what the trainer writes)
+// spends at least 1 bit on every byte, since it has no LZ77 matches and a Huffman code's shortest word is
+// 1 bit, so 1 MiB of a repeated 4-byte pattern stays above 1/8 of its size; level 1 finds the repeats
+// and keeps it below 1/64 (it is a few KB)
+static void test_levels_code(void) {
+    char dir[64], p1[512], ph[512], err[512];
+    make_tmpdir(dir);
+    size_t n = 1u << 20;
+    unsigned char* x = (unsigned char*)malloc(n);
+    for (size_t i = 0; i < n; i++) x[i] = "abcd"[i % 4];
+    Sec s[] = {{"bytes", 1, n, x}};
+    Ckpt a, h;
+    int ok = write_ckpt(dir, 1, 1, 1, s, 1, p1, err) == 0 && write_ckpt(dir, 2, CKPT_LEVEL_HUFFMAN, 1, s, 1, ph, err) == 0 &&
+             ckpt_read(p1, &a, err, sizeof err) == 0 && ckpt_read(ph, &h, err, sizeof err) == 0;
+    CHECK(ok && a.sections[0].comp_bytes < n / 64 && h.sections[0].comp_bytes >= n / 8,
+          "a repeated pattern: level 1 finds its repeats (%zu bytes), Huffman-only codes every byte (%zu bytes, at least 1/8 of %zu)",
+          ok ? a.sections[0].comp_bytes : 0, ok ? h.sections[0].comp_bytes : 0, n);
+    if (ok) ckpt_free(&a), ckpt_free(&h);
+    free(x);
+    rm_tree(dir);
+}
+
 static void test_writer_misuse(void) {
     char dir[64], err[512], tmp[600];
     make_tmpdir(dir);
@@ -444,6 +466,14 @@ static void test_sinks(void) {
     CHECK(ef && eb && ef->data == NULL && eb->data == NULL && ef->bytes == nf * 4 && eb->bytes == nb && ckpt_section(&c, "floats", NULL) == NULL,
           "keep_max 1 MiB: the larger ones are listed with their sizes but not kept");
     ckpt_free(&c);
+    // keep_max is "at most": a section of exactly keep_max bytes is kept, one of a byte more is not
+    rc = ckpt_find_latest(dir, sizeof config, &c, got, sizeof got, note, sizeof note);
+    int at_max = rc == 0 && ckpt_section(&c, "config", NULL) != NULL;
+    ckpt_free(&c);
+    rc = ckpt_find_latest(dir, sizeof config - 1, &c, got, sizeof got, note, sizeof note);
+    CHECK(at_max && rc == 0 && ckpt_section_entry(&c, "config") && ckpt_section(&c, "config", NULL) == NULL,
+          "keep_max %zu: the %zu-byte section is kept; keep_max %zu: it is not", sizeof config, sizeof config, sizeof config - 1);
+    ckpt_free(&c);
 
     Collect kf = {(unsigned char*)calloc(nf * 4, 1), nf * 4, 0, 0, 1}, kb = {(unsigned char*)calloc(nb, 1), nb, 0, 0, 1};
     CkptSink sinks[2] = {{"bytes", collect_put, &kb}, {"floats", collect_put, &kf}};
@@ -568,6 +598,13 @@ static void test_refusals(void) {
     put32(v + 8, 9); // claims more sections than it holds, CRC fixed
     put32(v + 1020, ckpt_crc32(0, v, 1020));
     expect_refusal(bad, v, n, "truncated (descriptor of section 6 of 9", "section count too high");
+    // a raw size beyond deflate's best ratio (1032:1) from the compressed bytes: refused from the descriptor
+    // alone, by ckpt_verify as well (which never inflates), before a reader allocates what it claims
+    memcpy(v, b, n);
+    uint64_t claim = ((uint64_t)loc[0].comp + 2) * 1032;
+    for (int k = 0; k < 8; k++) v[loc[0].desc + 40 + k] = (unsigned char)(claim >> (8 * k));
+    put32(v + loc[0].desc + 76, ckpt_crc32(0, v + loc[0].desc, 76));
+    expect_refusal(bad, v, n, "descriptor of section 1 of 5 invalid", "a raw size past deflate's ratio");
 
     Ckpt c;
     snprintf(bad, sizeof bad, "%s/ckpt_00000099.tdck", dir);
@@ -813,6 +850,7 @@ int main(void) {
     make_small();
     test_round_trip();
     test_shuffle_helps();
+    test_levels_code();
     test_writer_misuse();
     test_prune();
     test_prune_impostors();
