@@ -54,18 +54,21 @@ static void loader(DataLoader* dl) {
 // the reference's version of micro-batch g: max(0, floor((g - W) / M))
 static int ref_version(int W, int g) { return g < W ? 0 : (g - W) / M; }
 
-// LR scaling's factor for update t: the mean over its micro-batches of 1 / (1 + delta) for those
-// compensated, counting one update less where prediction ran them ahead, and 1 for the rest
-static double ref_lr_factor(int W, const StaleComp* comp, int t) {
+// LR scaling's factor for update first + t of a run (or chunk) whose pipeline starts empty at step
+// first: the mean over its micro-batches of 1 / (1 + delta) for those compensated, counting one
+// update less where prediction ran them ahead (from version 1 on: version 0 has no moments), and 1
+// for the rest
+static double ref_lr_factor_from(int first, int W, const StaleComp* comp, int t) {
     if (!comp || !(comp->methods & STALE_LR)) return 1.0;
     double sum = 0.0;
     for (int m = 0; m < M; m++) {
         int v = ref_version(W, t * M + m), delta = t - v, on = delta > comp->tau;
-        int predict = on && (comp->methods & STALE_PREDICT) && v > 0;
+        int predict = on && (comp->methods & STALE_PREDICT) && first + v > 0;
         sum += on ? 1.0 / (1.0 + delta - predict) : 1.0;
     }
     return sum / M;
 }
+static double ref_lr_factor(int W, const StaleComp* comp, int t) { return ref_lr_factor_from(0, W, comp, t); }
 
 // weights version v extrapolated `ahead` updates along AdamW's direction, tensor by tensor, by the
 // rates those updates apply (the reference's weight prediction, from that version's weights and
@@ -224,6 +227,28 @@ static void test_kernels(void) {
 }
 
 // the drift monitor's figures of one unit: cosine and |a - e| / |e|, against values worked by hand
+// LR scaling in a chunk that starts at a later step (a resume, or a checkpoint's consistency point):
+// the pipeline starts empty there, so update first_step + k has the factor of step k of a run from step
+// 0 (1 at k = 0, nothing stale yet), except that prediction runs version first_step on as well (it has
+// moments). The resume test
+// cannot see a factor that forgets first_step: the unbroken run splits into the same chunks.
+static void test_lr_factor_late_chunk(void) {
+    const unsigned methods[2] = {STALE_LR, STALE_PREDICT | STALE_LR};
+    int same = 1, cases = 0;
+    for (int W = 2; W <= 2 * M; W += 2)
+        for (int mi = 0; mi < 2; mi++) {
+            StaleComp comp = {methods[mi], 0, 0.0f, 0};
+            Schedule sch;
+            char err[256];
+            if (schedule_build(&sch, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 1, .M = M, .W = W, .first_step = 5, .n_steps = STEPS}, err, sizeof err))
+                td_fatal("%s", err);
+            for (int k = 0; k < STEPS; k++, cases++) same &= staleness_lr_factor(&comp, &sch, 0, 5 + k) == ref_lr_factor_from(5, W, &comp, k);
+            schedule_free(&sch);
+        }
+    CHECK(same, "LR scaling in a chunk from step 5: update 5 + k has the reference's factor (%d cases, W 2..%d, with and without prediction)",
+          cases, 2 * M);
+}
+
 static void test_drift_figures(void) {
     const float a[3] = {6, 8, 0}, e[3] = {0, 4, 3}, zero[3] = {0, 0, 0}; // |a| 10, |e| 5, a.e 32, |a - e|^2 61
     DriftUnit u = {0}, ze = {0}, az = {0}, zz = {0};
@@ -410,6 +435,7 @@ int main(int argc, char** argv) {
     CHECK(memcmp(no_stash, stale_run, sizeof(no_stash)) != 0 && no_stash[0] == stale_run[0],
           "W = M differs from W = 0 after the first step (%.7f vs %.7f at step 2): staleness is visible", stale_run[1], no_stash[1]);
     test_kernels();
+    test_lr_factor_late_chunk();
     test_drift_figures();
     test_clip_and_guard(&comm, init, n);
     free(init);
