@@ -105,6 +105,48 @@ static int plan_covers(const DpSync* ds, Stage* st, size_t n, size_t vc, char* w
     return ok;
 }
 
+// the floats in the stage's slices, and the blocks of `block` they and the head share (vc) cut into, each slice's last one short
+static size_t slice_floats(Stage* st) {
+    StageSlice* sl = (StageSlice*)malloc_check(STAGE_MAX_SLICES(st->range.l1 - st->range.l0) * sizeof(StageSlice));
+    size_t total = 0;
+    for (int i = 0, ns = stage_slices(st, sl); i < ns; i++) total += sl[i].n;
+    free(sl);
+    return total;
+}
+static double n_blocks(Stage* st, size_t vc, int block) {
+    StageSlice* sl = (StageSlice*)malloc_check(STAGE_MAX_SLICES(st->range.l1 - st->range.l0) * sizeof(StageSlice));
+    size_t total = (vc + block - 1) / block;
+    for (int i = 0, ns = stage_slices(st, sl); i < ns; i++) total += (sl[i].n + block - 1) / block;
+    free(sl);
+    return (double)total;
+}
+
+// --grad-cache's bucket size: whole units in backward's order until the bucket holds that many fp32
+// bytes. Three layers alone (no embeddings, no head), each 12 C^2 + 13 C floats: a bucket of exactly a
+// layer's bytes holds one layer (3 buckets), a byte more two (2 buckets: layers 3 and 2, then 1), and 0
+// all three in one
+static void test_bucket_bytes(void) {
+    const GPT2Config cfg = {64, 1000, 1024, 3, 4, 128};
+    const size_t C = 128, layer = 4 * (12 * C * C + 13 * C);
+    Stage st;
+    StageInit init = {.cfg = &cfg, .range = {0, 3, 0, 0}, .B = 1, .T = 64};
+    stage_init_common(&st, &init, NULL, NULL); // shapes only
+    Comm c;
+    memset(&c, 0, sizeof c);
+    c.D = 2;
+    const size_t sizes[3] = {layer, layer + 1, 0};
+    const int want[3] = {3, 2, 1}, want_first[3] = {1, 2, 3}; // buckets, and the units in the first
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        DpSyncConfig dcfg = {GRAD_QUANT_NONE, 256, 0, sizes[i]};
+        DpSync ds;
+        dp_sync_init_plan(&ds, &dcfg, &c, &st, 1);
+        ok &= ds.n_buckets == want[i] && ds.buckets[0].n_units == want_first[i];
+        dp_sync_free(&ds);
+    }
+    CHECK(ok, "buckets of a layer's %zu bytes: one layer each; of a byte more: two; of 0: the stage's three in one", layer);
+}
+
 // the plan alone against the full sync's: the same buckets, blocks and segments; no message buffers;
 // the residuals (int8 with error feedback) all the same
 static int same_plan(const DpSync* a, const DpSync* p) {
@@ -152,7 +194,7 @@ int main(void) {
                   {"small last", &small, {2, 3, 0, 1}},  {"124M whole", &gpt2, {0, 12, 1, 1}},  {"124M last half", &gpt2, {6, 12, 0, 1}}};
     const int blocks[] = {256, 100, 7, 1};
     const size_t buckets[] = {0, 64 << 10, 4 << 20};
-    int cases = 0, covered = 0, equal = 0, host_ok = 0, dev_ok = 0, bytes_ok = 0;
+    int cases = 0, covered = 0, equal = 0, host_ok = 0, dev_ok = 0, bytes_ok = 0, d2_cases = 0, d2_ok = 0;
     double worst_host = 0.0, worst_dev = 0.0; // the largest held / planned, to print
     char why[256] = "";
     for (size_t si = 0; si < sizeof stages / sizeof stages[0]; si++) {
@@ -160,6 +202,7 @@ int main(void) {
         StageInit init = {.cfg = stages[si].cfg, .range = stages[si].range, .B = 1, .T = 64};
         stage_init_common(&st, &init, NULL, NULL); // shapes only
         size_t n = st.num_params, vc = st.range.has_head ? st.sizes[0] : 0;
+        double elems = (double)slice_floats(&st) + (double)vc; // (a last stage's wte copy is in no slice: the tied exchange's)
         int big = stages[si].cfg == &gpt2;
         for (int D = 2; D <= 4; D++)
             for (int me = 0; me < D; me += D - 1)
@@ -181,6 +224,10 @@ int main(void) {
                             else snprintf(why, sizeof why, "%s D=%d me=%d block %d: %s", stages[si].name, D, me, blocks[bi], w);
                             equal += same_plan(&full, &plan);
                             bytes_ok += dp_sync_step_bytes(&full) == dp_sync_step_bytes(&plan);
+                            if (D == 2) { // each replica sends the other's half and receives its own, then the reverse: the whole buffer twice
+                                d2_cases++;
+                                d2_ok += dp_sync_step_bytes(&full) == 2.0 * (mode ? elems + 4.0 * n_blocks(&st, vc, blocks[bi]) : 4.0 * elems);
+                            }
                             double held = dp_sync_held_bytes(&full), planned = dp_sync_planned_bytes(&cfg, &st, D);
                             double dev = dp_sync_device_sizes(&plan).total, dev_planned = dp_sync_device_planned_bytes(&cfg, &st, D);
                             host_ok += held <= planned;
@@ -197,11 +244,14 @@ int main(void) {
     CHECK(covered == cases, "every element in exactly one block, owners' blocks in order, in %d of %d plans %s", covered, cases, why);
     CHECK(equal == cases, "dp_sync_init_plan's plan is the full sync's, without message buffers, in %d of %d", equal, cases);
     CHECK(bytes_ok == cases, "the same bytes a step, in %d of %d", bytes_ok, cases);
+    CHECK(d2_ok == d2_cases, "dp_sync_step_bytes at D = 2: twice the whole buffer, 2 (n + 4 blocks) int8, 8 n fp32 (n the slices' and the head "
+                             "share's floats, blocks cut per slice), in %d of %d", d2_ok, d2_cases);
     CHECK(host_ok == cases, "dp_sync_planned_bytes bounds what the host sync holds, in %d of %d (at most %.1f%% of it used)", host_ok, cases,
           100.0 * worst_host);
     CHECK(dev_ok == cases, "dp_sync_device_planned_bytes bounds what the GPU sync allocates, in %d of %d (at most %.1f%% of it used)", dev_ok, cases,
           100.0 * worst_dev);
     test_unit_hook();
     test_clear_residuals();
+    test_bucket_bytes();
     return test_summary();
 }
