@@ -20,6 +20,12 @@ ev = json.load(open('$TMP/trace.json'))['traceEvents']
 bad = [e['name'] for e in ev if not (e['ts'] - 1e-3 <= e['args']['compute_ts'] and
        e['args']['compute_ts'] + e['args']['compute_dur'] <= e['ts'] + e['dur'] + 1e-3 and e['args']['compute_dur'] >= 0)]
 sys.exit(f'outside their spans: {bad[:5]}' if bad else 0)"
+# trace.h: times from the earliest start: the first op at 0, none before it (a t0 taken as the latest
+# start instead put every op but the last at negative times, which the relative checks above never see)
+check "  the trace's times start at the earliest op: the least ts is 0, none negative" $PY -c "
+import json, sys
+ts = [e['ts'] for e in json.load(open('$TMP/trace.json'))['traceEvents']]
+sys.exit(0 if min(ts) == 0 else f'least ts {min(ts)}')"
 check "plot_trace --op-times gives the simulator each op kind's compute" $PY scripts/plot_trace.py "$TMP/trace.json" --op-times
 check "  stages=1, f=, b=, u=" bash -c "grep -qx 'stages=1' '$TMP/out' && grep -Eq '^f=[0-9.]+$' '$TMP/out' && grep -Eq '^b=[0-9.]+$' '$TMP/out' && grep -Eq '^u=[0-9.]+$' '$TMP/out'"
 # two stages computing [0, 2] ms at once, then stage 1 alone [2, 3]: on one shared core the first two
