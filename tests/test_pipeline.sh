@@ -67,6 +67,15 @@ staged_same() { diff <(losses "$1") <(losses "$TMP/sc1") >/dev/null && [ "$(loss
     diff <(vals "$1") <(vals "$TMP/sc1") >/dev/null && cmp -s "$1/model.bin" "$2/model.bin"; }
 check "  P = 1: losses, validation losses and model bitwise equal to the CPU path" staged_same "$TMP/st1" "$TMP/sc1"
 check "  P = 4, D = 1: losses, validation losses and model bitwise equal to the CPU path" staged_same "$TMP/st41" "$TMP/sc1"
+# its checkpoint comes from the backend's memory (to_host: weights and both AdamW moments) and goes
+# back into it (from_host): a resume is bitwise the unbroken run (no test resumed a cpu-staged run, so
+# a checkpoint without the backend's adam_v passed)
+SR="-e d4 -b 2 -t 16 -x 8 -v 0 -s 0 --micro-batches 4 --device cpu-staged -n 4"
+check "--device cpu-staged, P = 1, checkpoints at steps 4 and 8" $BIN $SR -o "$TMP/stn"
+mkdir -p "$TMP/stres" && cp "$TMP/stn/ckpt_00000004.tdck" "$TMP/stres/"
+check "  resumed from step 4" $BIN $SR -y 1 -o "$TMP/stres"
+staged_resumed() { diff <(losses "$TMP/stn" | tail -4) <(losses "$TMP/stres") >/dev/null && cmp -s "$TMP/stn/model.bin" "$TMP/stres/model.bin"; }
+check "  steps 5..8 and the model bitwise the unbroken run's" staged_resumed
 staged_same2() { diff <(losses "$1") <(losses "$TMP/sc2") >/dev/null && [ "$(losses "$1" | wc -l)" -eq 20 ] && [ "$(vals "$1" | wc -l)" -eq 2 ] &&
     diff <(vals "$1") <(vals "$TMP/sc2") >/dev/null && cmp -s "$1/model.bin" "$TMP/sc2/model.bin"; }
 d2_ref() { $MPI -np 2 $BIN $STG -o "$TMP/sc2" >/dev/null 2>&1 && staged_same2 "$TMP/st22"; }
