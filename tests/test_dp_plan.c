@@ -121,6 +121,14 @@ static double n_blocks(Stage* st, size_t vc, int block) {
     return (double)total;
 }
 
+// a stage's shapes only (range of cfg, B = 1, T), and a grid of D = 2 replicas around it: what a plan reads
+static void shapes_d2(Stage* st, Comm* c, const GPT2Config* cfg, GPT2Range range, int T) {
+    StageInit init = {.cfg = cfg, .range = range, .B = 1, .T = T};
+    stage_init_common(st, &init, NULL, NULL);
+    memset(c, 0, sizeof *c);
+    c->D = 2;
+}
+
 // --grad-cache's bucket size: whole units in backward's order until the bucket holds that many fp32
 // bytes. Three layers alone (no embeddings, no head), each 12 C^2 + 13 C floats: a bucket of exactly a
 // layer's bytes holds one layer (3 buckets), a byte more two (2 buckets: layers 3 and 2, then 1), and 0
@@ -129,11 +137,8 @@ static void test_bucket_bytes(void) {
     const GPT2Config cfg = {64, 1000, 1024, 3, 4, 128};
     const size_t C = 128, layer = 4 * (12 * C * C + 13 * C);
     Stage st;
-    StageInit init = {.cfg = &cfg, .range = {0, 3, 0, 0}, .B = 1, .T = 64};
-    stage_init_common(&st, &init, NULL, NULL); // shapes only
     Comm c;
-    memset(&c, 0, sizeof c);
-    c.D = 2;
+    shapes_d2(&st, &c, &cfg, (GPT2Range){0, 3, 0, 0}, 64);
     const size_t sizes[3] = {layer, layer + 1, 0};
     const int want[3] = {3, 2, 1}, want_first[3] = {1, 2, 3}; // buckets, and the units in the first
     int ok = 1;
@@ -166,11 +171,8 @@ static int same_plan(const DpSync* a, const DpSync* p) {
 static void test_clear_residuals(void) {
     const GPT2Config cfg = {16, 64, 64, 2, 2, 16};
     Stage st;
-    StageInit init = {.cfg = &cfg, .range = {0, 2, 1, 1}, .B = 1, .T = 8};
-    stage_init_common(&st, &init, NULL, NULL); // shapes only
     Comm c;
-    memset(&c, 0, sizeof c);
-    c.D = 2;
+    shapes_d2(&st, &c, &cfg, (GPT2Range){0, 2, 1, 1}, 8);
     DpSyncConfig dcfg = {GRAD_QUANT_INT8, 64, 1, 0};
     DpSync ds;
     dp_sync_init(&ds, &dcfg, &c, &st);
