@@ -1,5 +1,6 @@
 // llm.c model files: fp32 export and import round trip bitwise, bf16 (version 5) import equals the
-// rounded-down fp32 values, and the refusals of bad headers, lengths and non-finite weights.
+// rounded-down fp32 values, and the refusals of bad headers, lengths and non-finite weights; -e dN's
+// fresh shapes and parameter counts, and the initialisation's statistics.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,7 +8,79 @@
 #include <unistd.h>
 #include "llmc/gpt2.h"
 #include "llmc/model_file.h"
+#include "tdpipe/run_model.h"
 #include "tests/test.h"
+
+// -e dN's fresh shapes against GPT-2's published ones (Radford et al. 2019, Table 2: 12/24/36/48
+// layers of width 768/1024/1280/1600, head size 64) and parameter counts (Hugging Face's gpt2,
+// gpt2-medium, gpt2-large, gpt2-xl: 124,439,808, 354,823,168, 774,030,080 and 1,557,611,200 at V = 50257; llm.c pads V to
+// 50304, 47 more rows of wte: + 47 C, giving llm.c's 124,475,904 for d12). Below 12 layers, C = 64 N.
+static void test_fresh_shapes(void) {
+    static const struct { const char* e; int L, C, NH; size_t params; } cases[] = {
+        {"d12", 12, 768, 12, 124439808 + 47 * 768}, {"d24", 24, 1024, 16, 354823168 + 47 * 1024},
+        {"d36", 36, 1280, 20, 774030080 + 47 * 1280}, {"d48", 48, 1600, 25, 1557611200 + 47 * 1600},
+        {"d1", 1, 64, 1, 0}, {"d11", 11, 704, 11, 0}, {"d13", 13, 1024, 16, 0}};
+    char err[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        GPT2Config c;
+        memset(&c, 0, sizeof c);
+        int rc = run_model_fresh_config(cases[i].e, 50257, &c, err, sizeof err);
+        GPT2Range all = {0, c.num_layers, 1, 1};
+        size_t sizes[GPT2_NUM_PARAM_TENSORS], n = rc == 1 ? gpt2_param_sizes(&c, &all, sizes) : 0;
+        CHECK(rc == 1 && c.num_layers == cases[i].L && c.channels == cases[i].C && c.num_heads == cases[i].NH && c.max_seq_len == 1024 &&
+                  c.vocab_size == 50257 && c.padded_vocab_size == 50304 && (cases[i].params == 0 || n == cases[i].params),
+              "-e %s: L %d, C %d, NH %d, maxT %d, Vp %d, %zu parameters", cases[i].e, c.num_layers, c.channels, c.num_heads, c.max_seq_len,
+              c.padded_vocab_size, n);
+    }
+    GPT2Config c;
+    CHECK(run_model_fresh_config("d2", 256, &c, err, sizeof err) == 1 && c.padded_vocab_size == 256 && c.channels == 128 && c.num_heads == 2,
+          "-e d2 on bytes: V 256 is already a multiple of 128, C 128, 2 heads");
+    CHECK(run_model_fresh_config("d0", 256, &c, err, sizeof err) == -1 && run_model_fresh_config("d49", 256, &c, err, sizeof err) == -1,
+          "-e d0 and d49 refused: %s", err);
+}
+
+// the root mean square of n floats (about 0: their mean is 0)
+static double rms(const float* x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s / n);
+}
+
+// GPT-2's initialisation (Radford et al. 2019, section 2.3; llm.c's train_gpt2.py): weights N(0, 0.02),
+// the residual projections attprojw and fcprojw N(0, 0.02 / sqrt(2 L)), LayerNorm weights 1, biases 0,
+// and wte's padded rows (V..Vp) 0. Offsets from llm.c's layout written out here (as test_gradcheck's).
+static void test_init_statistics(void) {
+    enum { MT = 32, V = 100, VP = 128, L = 4, C = 64 };
+    GPT2Config c = {MT, V, VP, L, 1, C};
+    GPT2Range all = {0, L, 1, 1};
+    const size_t ref[GPT2_NUM_PARAM_TENSORS] = {VP * C, MT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+                                                L * C, L * C, L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C, C, C};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS], n = gpt2_param_sizes(&c, &all, sizes);
+    float* p = (float*)malloc(n * sizeof(float));
+    gpt2_init_full(&c, p, 11);
+    const float* t = p;
+    for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; t += ref[i], i++) {
+        const char* name = gpt2_param_name(i);
+        size_t m = i == 0 ? (size_t)V * C : ref[i]; // wte: its real rows
+        int ln_weight = i == 2 || i == 8 || i == 14, bias = i >= 3 && i % 2 == 1; // ln1w, ln2w, lnfw; ln1b, qkvb, ..., lnfb
+        if (ln_weight || bias) {
+            float want = ln_weight ? 1.0f : 0.0f;
+            size_t bad = 0;
+            for (size_t j = 0; j < m; j++) bad += t[j] != want;
+            CHECK(bad == 0, "init: %s all %g (%zu of %zu differ)", name, want, bad, m);
+            continue;
+        }
+        // the sample RMS of m normal draws has a relative standard error 1 / sqrt(2 m) (1.6% at wpe's
+        // 2048, the fewest); 6% is 3.8 of those, and the seed is fixed. A wrong std (sqrt 2 off for a
+        // residual projection scaled by 1 / sqrt(L) instead of 1 / sqrt(2 L)) is 29% or more off.
+        double want = (i == 6 || i == 12) ? 0.02 / sqrt(2.0 * L) : 0.02, got = rms(t, m);
+        CHECK(fabs(got / want - 1.0) < 0.06, "init: %s's %zu draws have RMS %.5f, want %.5f", name, m, got, want);
+    }
+    size_t nonzero = 0;
+    for (size_t j = (size_t)V * C; j < (size_t)VP * C; j++) nonzero += p[j] != 0.0f;
+    CHECK(nonzero == 0 && n == (size_t)(t - p), "init: wte's %d padded rows are 0 (%zu are not); %zu floats in all", VP - V, nonzero, n);
+    free(p);
+}
 
 int main(void) {
     char dir[] = "/tmp/tdpipe_mf_XXXXXX", path[256], path16[256], err[512];
@@ -179,5 +252,7 @@ int main(void) {
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd)) return 1;
     free(p);
+    test_fresh_shapes();
+    test_init_statistics();
     return test_summary();
 }
