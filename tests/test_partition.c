@@ -1,8 +1,10 @@
 // Tests of tdpipe/partition: the dynamic program against brute force over every contiguous split
 // on random small instances (speeds, memory limits, infeasible ones), the memory-limit message,
 // uniform splits, --partition parsing and its refusals, the printed table; the placement of stages
-// onto nodes against brute force over every grouping, and a speed that overflows.
+// onto nodes against brute force over every grouping, a speed that overflows, and the costs that
+// run_model_partition feeds the split (the FLOP and memory model, --rank-speed) against hand-worked values.
 #include "tdpipe/partition.h"
+#include "tdpipe/run_model.h"
 #include "tests/test.h"
 #include "llmc/rng.h"
 #include <math.h>
@@ -285,8 +287,44 @@ static void test_tiny_speed(void) {
           "--rank-speed 1e-307,1 without --rank-mem: says the time overflows, not that rank 0 has 0 B: %s", err);
 }
 
+// run_model_partition's costs for a fresh d2 on bytes (C 128, 2 heads, V = Vp = 256) at B 1, T 4, split
+// 1,1 over P = 2 with --rank-speed 1,2, worked by hand (BT = 4):
+//   a layer's forward FLOPs: its matmuls 2 BT (3 C^2 + C^2 + 4 C^2 + 4 C^2) = 24 BT C^2 = 1,572,864, and
+//   attention's Q K^T and att V, 2 BT T C each = 8,192; forward + backward = 3x: 4,743,168
+//   stage 0: one layer + the embeddings 3 BT C = 1,536 -> 4,744,704 at speed 1
+//   stage 1: one layer + the LM head 3 (2 BT C Vp) = 786,432 -> 5,529,600 at speed 2 -> 2,764,800
+//   a layer's bytes: 16 per weight (weight, gradient, two AdamW moments) x 12 C^2 = 3,145,728, and
+//   4 bytes x P micro-batches x BT tokens x (16 C + NH T) floats of activations (GPT2Acts' per-layer
+//   arrays per token: ln1, qkv 3C, atty, attproj, residual2, ln2, fch 4C, fch_gelu 4C, fcproj,
+//   residual3 = 16 C, and att's NH T) = 65,792 -> 3,211,520
+//   stage 0: + wte and its gradient and moments 16 Vp C = 524,288 -> 3,735,808
+//   stage 1: + wte's again and the logits and their gradient 2 x 4 BT Vp = 532,480 -> 3,744,000
+static void test_run_model_costs(void) {
+    TrainArgs a;
+    args_defaults(&a);
+    a.B = 1;
+    a.T = 4;
+    snprintf(a.partition, sizeof a.partition, "1,1");
+    snprintf(a.rank_speed, sizeof a.rank_speed, "1,2");
+    GPT2Config cfg;
+    char err[512];
+    Partition part;
+    int fresh = run_model_fresh_config("d2", 256, &cfg, err, sizeof err);
+    int rc = run_model_partition(&part, &a, &cfg, 2, NULL, err, sizeof err);
+    CHECK(fresh == 1 && rc == 0 && part.has_cost && part.time[0] == 4744704.0 && part.time[1] == 2764800.0,
+          "FLOP model, d2 split 1,1 at speeds 1,2: stage times %.0f and %.0f (by hand 4,744,704 and 2,764,800) %s", rc ? 0 : part.time[0],
+          rc ? 0 : part.time[1], rc ? err : "");
+    CHECK(rc == 0 && part.mem[0] == 3735808.0 && part.mem[1] == 3744000.0, "memory model: %.0f and %.0f bytes (by hand 3,735,808 and 3,744,000)",
+          rc ? 0 : part.mem[0], rc ? 0 : part.mem[1]);
+    if (rc == 0) partition_free(&part);
+    snprintf(a.rank_speed, sizeof a.rank_speed, "1,2,3");
+    CHECK(run_model_partition(&part, &a, &cfg, 2, NULL, err, sizeof err) == -1 && strstr(err, "expected 2 positive numbers"),
+          "--rank-speed with one value too many for P = 2 refused: %s", err);
+}
+
 int main(void) {
     rng_init(&rng, 1234567);
+    test_run_model_costs();
     test_dp_vs_brute_force();
     test_solve_cases();
     test_uniform_and_parse();
