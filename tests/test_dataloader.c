@@ -1,9 +1,13 @@
 // Data tests: shard write/read round trip and refusals, the loader's window order, seeded shuffle,
-// disjoint covering rank slices, bitwise resume from a saved state, and its refusals.
+// disjoint covering rank slices, bitwise resume from a saved state, and its refusals; run_data's
+// vocabulary and samples' first token; the built-in Markov source's branches and entropy rate.
 // Tokens are chosen so that each token names its own position, so a window says where it came from.
+#include "llmc/builtin_data.h"
 #include "llmc/dataloader.h"
 #include "llmc/shard.h"
+#include "tdpipe/run_data.h"
 #include "tests/test.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -362,8 +366,90 @@ static void test_loader_refusals(void) {
     if (rc == 0) dataloader_free(&dl);
 }
 
+// the first window's first input of a loader (-1 when there is none)
+static int first_input(DataLoader* dl) {
+    int in[16], tg[16];
+    return dataloader_next(dl, in, tg) == 0 ? in[0] : -1;
+}
+
+// run_data: the vocabulary a fresh model gets, where samples start (the first validation token, else
+// the first training token) and loaders left at their start. Ramps make a token name its position.
+static void test_run_data(void) {
+    TrainArgs a;
+    args_defaults(&a);
+    a.B = 2;
+    a.T = 4;
+    a.shuffle = 0;
+    RunData d;
+    char why[1024];
+    CHECK(run_data_vocab(&a) == 256, "built-in data: a fresh model gets V = 256 (bytes)");
+    int rc = run_data_init(&d, &a, 256, 1, 0, 1, why, sizeof why);
+    int first = rc == 0 ? d.first_token : -1;
+    CHECK(rc == 0 && d.builtin && first == first_input(&d.val) && first >= 0,
+          "built-in data: samples start from the validation split's first token (%d) %s", first, rc ? why : "");
+    if (rc == 0) run_data_free(&d);
+
+    write_ramp(test_path("rd_train.bin"), 100, 1000, SHARD_TOKENIZER_GPT2);
+    write_ramp(test_path("rd_val.bin"), 5000, 500, SHARD_TOKENIZER_GPT2);
+    write_ramp(test_path("rd_bytes.bin"), 10, 200, SHARD_TOKENIZER_BYTES);
+    snprintf(a.train_pattern, sizeof a.train_pattern, "%s", test_path("rd_bytes.bin"));
+    CHECK(run_data_vocab(&a) == 256, "byte shards: V = 256");
+    snprintf(a.train_pattern, sizeof a.train_pattern, "%s", test_path("rd_train.bin"));
+    CHECK(run_data_vocab(&a) == 50257, "GPT-2 shards: V = 50257");
+    snprintf(a.val_pattern, sizeof a.val_pattern, "%s", test_path("rd_val.bin"));
+    rc = run_data_init(&d, &a, 50257, 1, 0, 1, why, sizeof why);
+    CHECK(rc == 0 && d.first_token == 5000 && first_input(&d.val) == 5000 && first_input(&d.train) == 100,
+          "-i and -j: samples start from the first validation token (%d, want 5000), both loaders at their start %s", rc ? -1 : d.first_token,
+          rc ? why : "");
+    if (rc == 0) run_data_free(&d);
+    a.val_pattern[0] = 0;
+    rc = run_data_init(&d, &a, 50257, 1, 0, 1, why, sizeof why);
+    CHECK(rc == 0 && d.first_token == 100 && first_input(&d.train) == 100,
+          "-i alone: samples start from the first training token (%d, want 100), the loader still at its start %s", rc ? -1 : d.first_token,
+          rc ? why : "");
+    if (rc == 0) run_data_free(&d);
+}
+
+// the built-in Markov source: each symbol's 4 successors distinct, taken with probabilities 1/2, 1/4,
+// 1/8, 1/8, so its entropy rate is H(1/2, 1/4, 1/8, 1/8) = 1.75 ln 2 nats/token (builtin_data.h)
+static void test_markov(void) {
+    enum { N = 1 << 20 };
+    MarkovSource m;
+    markov_init(&m, 20241130);
+    int distinct = 1, index[256];
+    for (int i = 0; i < 256; i++) index[i] = -1;
+    for (int i = 0; i < MARKOV_ALPHABET; i++) index[m.symbols[i]] = i;
+    for (int s = 0; s < MARKOV_ALPHABET; s++)
+        for (int j = 0; j < MARKOV_BRANCHING; j++)
+            for (int k = 0; k < j; k++) distinct &= m.succ[s][j] != m.succ[s][k];
+    CHECK(distinct, "every symbol's 4 successors are distinct");
+    CHECK(fabs(m.entropy_rate - 1.75 * log(2.0)) < 1e-15, "entropy rate %.15f = 1.75 ln 2", m.entropy_rate);
+    uint16_t* t = malloc(N * sizeof(uint16_t));
+    markov_generate(&m, t, N, 7);
+    // which successor each step took; the share of branch k has standard error sqrt(p (1 - p) / N) <=
+    // 5e-4 over 2^20 steps, so 0.005 is 10 of them (a branch at 0.6 instead of 0.5 is 0.1 off)
+    long count[MARKOV_BRANCHING + 1] = {0}; // + 1: a step to no successor
+    for (size_t i = 1; i < N; i++) {
+        int a = index[t[i - 1]], c = index[t[i]], k = 0;
+        while (k < MARKOV_BRANCHING && (a < 0 || m.succ[a][k] != c)) k++;
+        count[k]++;
+    }
+    const double want[MARKOV_BRANCHING] = {0.5, 0.25, 0.125, 0.125};
+    int shares_ok = count[MARKOV_BRANCHING] == 0;
+    for (int k = 0; k < MARKOV_BRANCHING; k++) shares_ok &= fabs((double)count[k] / (N - 1) - want[k]) < 0.005;
+    CHECK(shares_ok, "2^20 tokens: branches taken %.4f %.4f %.4f %.4f of the time (1/2 1/4 1/8 1/8), %ld steps to no successor",
+          (double)count[0] / (N - 1), (double)count[1] / (N - 1), (double)count[2] / (N - 1), (double)count[3] / (N - 1), count[MARKOV_BRANCHING]);
+    // the ideal model's loss: the mean of -ln p, whose standard deviation is below 0.7 nats: 0.01 is
+    // over 10 standard errors at 2^20 tokens
+    double score = markov_score(&m, t, N);
+    CHECK(fabs(score - 1.75 * log(2.0)) < 0.01, "markov_score of the source's own tokens %.5f, near 1.75 ln 2 = %.5f", score, 1.75 * log(2.0));
+    free(t);
+}
+
 int main(void) {
     test_dir_make("test_dataloader");
+    test_run_data();
+    test_markov();
     test_shard_round_trip();
     test_shard_refusals();
     test_order();
