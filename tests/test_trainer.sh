@@ -10,11 +10,12 @@ losses() { grep -o ', "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f3; }
 # --- the built-in dataset: S = 200 steps, val loss within X = 0.05 nats of the entropy floor.
 # 32 validation micro-batches = 16384 tokens: the standard error of the mean loss is ~0.005 nats,
 # so 0.05 leaves 10 standard errors for sampling noise; a working trainer reaches ~0.02 (README).
+# Below the floor by as much is no noise either: the floor (the source's exact entropy rate) is wrong.
 check "built-in data: 200 steps train" $BIN -x 200 -v 200 --val-batches 32 -s 0 -o "$TMP/conv"
 cp "$TMP/out" "$TMP/conv.out"
 gap=$(grep -o '"val_gap": [^,}]*' "$TMP/conv/log.jsonl" | tail -1 | cut -d' ' -f2)
-gap_ok() { awk -v g="$gap" 'BEGIN { exit !(g != "" && g < 0.05) }'; }
-check "built-in data: val loss within 0.05 nats of the entropy floor after 200 steps (gap $gap)" gap_ok
+gap_ok() { awk -v g="$gap" 'BEGIN { exit !(g != "" && g < 0.05 && g > -0.05) }'; }
+check "built-in data: val loss within 0.05 nats of the entropy floor after 200 steps, above or below (gap $gap)" gap_ok
 check "start-up table prints the entropy floor" grep -q "entropy floor" "$TMP/conv.out"
 check "the entropy floor is 1.75 ln 2 = 1.213008 nats" grep -q "1.213008 nats/token" "$TMP/conv.out"
 check "validation lines print the gap to the floor" grep -q "gap to floor" "$TMP/conv.out"
