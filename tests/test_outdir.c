@@ -361,6 +361,30 @@ static void test_memory(void) {
     CHECK(rc == 0 && m.bytes == 512 * 1048576ull && strstr(m.source, "cgroup v1") && strstr(m.source, "job/memory.limit_in_bytes"),
           "v1, own cgroup missing: the nearest existing ancestor's limit counts: %.1f MiB, %s", m.bytes / MiB, m.source);
 
+    // a container's view (cgroup namespace): its own cgroup is the mount's root, whose limit counts
+    // also for a process in a cgroup below it
+    mkdirs("m3/proc/self");
+    mkdirs("m3/sys/fs/cgroup/x/y");
+    spit(test_path("m3/proc/meminfo"), "MemAvailable: 4096000 kB\n");
+    spit(test_path("m3/proc/self/cgroup"), "0::/x/y\n");
+    spit(test_path("m3/sys/fs/cgroup/memory.max"), "209715200\n");     // 200 MiB
+    spit(test_path("m3/sys/fs/cgroup/memory.current"), "104857600\n"); // 100 MiB
+    spit(test_path("m3/sys/fs/cgroup/x/y/memory.max"), "max\n");
+    snprintf(p, sizeof p, "%s/m3", g_root);
+    rc = outdir_memory_available_at(p, &m, err, sizeof err);
+    CHECK(rc == 0 && m.bytes == 100 * 1048576ull && strstr(m.source, "m3/sys/fs/cgroup/memory.max"),
+          "v2, a limit at the mount's root and the process two levels below: %.1f MiB, %s", m.bytes / MiB, m.source);
+    // hybrid: cgroup v2 mounted at unified/ beside the v1 controllers
+    mkdirs("m4/proc/self");
+    mkdirs("m4/sys/fs/cgroup/unified/job");
+    spit(test_path("m4/proc/meminfo"), "MemAvailable: 4096000 kB\n");
+    spit(test_path("m4/proc/self/cgroup"), "3:cpu:/job\n0::/job\n");
+    spit(test_path("m4/sys/fs/cgroup/unified/job/memory.max"), "314572800\n"); // 300 MiB, nothing in use
+    snprintf(p, sizeof p, "%s/m4", g_root);
+    rc = outdir_memory_available_at(p, &m, err, sizeof err);
+    CHECK(rc == 0 && m.bytes == 300 * 1048576ull && strstr(m.source, "unified/job/memory.max"), "hybrid, v2 at unified/: %.1f MiB, %s",
+          m.bytes / MiB, m.source);
+
     mkdirs("m0/proc/self");
     spit(test_path("m0/proc/meminfo"), "MemTotal: 1 kB\n");
     snprintf(p, sizeof p, "%s/m0", g_root);
