@@ -160,11 +160,28 @@ consistency_points() { [ "$(grep -c "^step [0-9]*: consistency: tied embedding c
 check "  the copies checked at every consistency point (steps 37, 74, ..., 185, and 200 for the checkpoint)" consistency_points
 
 # --- --synthetic-compute: timed waits instead of the model, so P = 8 fits on two cores (what
-# scripts/bench_schedules.sh measures; its figures are timing, so only completion is tested here)
+# scripts/bench_schedules.sh measures; its figures are timing, so only completion is tested here,
+# and each wait's length from below)
 check "--synthetic-compute, P = 8, tdpipe W = 8, jitter 0.3, 4 steps" $MPI -np 8 $BIN -e d8 --stages 8 --schedule tdpipe --aew 8 --synthetic-compute --jitter 0.3 --micro-batches 16 -x 4 -o "$TMP/syn"
 cp "$TMP/out" "$TMP/syn.txt"
 check "  every micro-batch counted on every rank" grep -q "every rank ran exactly forwards and backwards (expected 64 each)" "$TMP/syn.txt"
 check "  the step lines report bubble and staleness 1" grep -q "bubble .*stale 1" "$TMP/syn.txt"
+# the waits' lengths, one-sided (a wait never ends early, so no timing noise fails it): one stage of
+# the whole model waits f = 2 ms per forward and b = 2 f per backward, b / 2 per zero-bubble half
+# (train_tdpipe.cu); 1% below covers the trace's rounding to 1 ns, and a halved wait is 50% below
+syn_min() { grep -o "\"name\": \"$2[0-9][^}]*\"compute_dur\": [0-9.]*" "$1" | awk -F'"compute_dur": ' 'BEGIN { m = -1 } { if (m < 0 || $2 < m) m = $2 } END { print m }'; }
+syn_waits() { # trace: prefix want_us ... : every op of each prefix computed at least 0.99 want_us
+    local t=$1; shift
+    while [ $# -gt 0 ]; do
+        awk -v m="$(syn_min "$t" "$1")" -v w="$2" 'BEGIN { exit !(m >= 0.99 * w) }' || { echo "$1: shortest $(syn_min "$t" "$1") us, want $2" >&2; return 1; }
+        shift 2
+    done
+}
+SYN1="--synthetic-compute --jitter 0 -e d2 -b 2 -t 16 -x 2 -v 0 -s 0"
+$BIN $SYN1 --trace "$TMP/syn1f1b.json" -o "$TMP/syn1" >/dev/null 2>&1
+$BIN $SYN1 --schedule zbh1 --trace "$TMP/synzb.json" -o "$TMP/synzb" >/dev/null 2>&1
+check "  synthetic waits, 1f1b: forwards 2 ms, backwards 4 ms or more" syn_waits "$TMP/syn1f1b.json" F 2000 B 4000
+check "  synthetic waits, zbh1: input- and weight-gradient halves 2 ms or more" syn_waits "$TMP/synzb.json" BI 2000 BW 2000
 
 # --- --aew auto, the trace and the per-stage memory table
 check "--aew auto measures beta and picks W" $MPI -np 4 $BIN -e d4 --stages 4 --schedule tdpipe --aew auto -b 2 -t 16 -x 6 -v 0 -s 0 --micro-batches 4 --trace "$TMP/trace.json" -o "$TMP/auto"
