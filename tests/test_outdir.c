@@ -326,20 +326,29 @@ static void mkdirs(const char* rel) {
     if (system(cmd) != 0) exit(1);
 }
 
+// a fake root g_root/name with proc/meminfo and proc/self/cgroup as given; p: its path
+static void fake_root(const char* name, const char* meminfo, const char* cgroup, char* p, size_t plen) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/proc/self", name);
+    mkdirs(rel);
+    snprintf(rel, sizeof rel, "%s/proc/meminfo", name);
+    spit(test_path(rel), meminfo);
+    snprintf(rel, sizeof rel, "%s/proc/self/cgroup", name);
+    spit(test_path(rel), cgroup);
+    snprintf(p, plen, "%s/%s", g_root, name);
+}
+
 static void test_memory(void) {
     const double MiB = 1048576.0;
     OutdirMemory m;
     char err[2048], p[1024];
-    mkdirs("m2/proc/self");
+    fake_root("m2", "MemTotal:  2000000 kB\nMemFree: 10 kB\nMemAvailable:    1024000 kB\n", "0::/a/b\n", p, sizeof p);
     mkdirs("m2/sys/fs/cgroup/a/b");
-    spit(test_path("m2/proc/meminfo"), "MemTotal:  2000000 kB\nMemFree: 10 kB\nMemAvailable:    1024000 kB\n");
-    spit(test_path("m2/proc/self/cgroup"), "0::/a/b\n");
     spit(test_path("m2/sys/fs/cgroup/a/memory.max"), "524288000\n");        // 500 MiB
     spit(test_path("m2/sys/fs/cgroup/a/memory.current"), "314572800\n");    // 300 MiB
     spit(test_path("m2/sys/fs/cgroup/a/memory.stat"), "anon 1\nfile 2\ninactive_file 104857600\nactive_file 5\n"); // 100 MiB
     spit(test_path("m2/sys/fs/cgroup/a/b/memory.max"), "max\n");
     spit(test_path("m2/sys/fs/cgroup/a/b/memory.current"), "1000\n");
-    snprintf(p, sizeof p, "%s/m2", g_root);
     int rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.mem_available == 1024000ull * 1024 && m.cgroup_room == 300 * 1048576ull && m.bytes == m.cgroup_room &&
               strstr(m.source, "cgroup v2") && strstr(m.source, "/a/memory.max"),
@@ -348,39 +357,30 @@ static void test_memory(void) {
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == m.mem_available && m.cgroup_room == UINT64_MAX && strstr(m.source, "MemAvailable"), "no limit: MemAvailable (%s)", m.source);
 
-    mkdirs("m1/proc/self");
+    fake_root("m1", "MemAvailable: 4096000 kB\n", "5:devices:/\n4:memory:/job/gone\n0::/\n", p, sizeof p);
     mkdirs("m1/sys/fs/cgroup/memory/job");
-    spit(test_path("m1/proc/meminfo"), "MemAvailable: 4096000 kB\n");
-    spit(test_path("m1/proc/self/cgroup"), "5:devices:/\n4:memory:/job/gone\n0::/\n");
     spit(test_path("m1/sys/fs/cgroup/memory/memory.limit_in_bytes"), "9223372036854771712\n"); // v1's "no limit"
     spit(test_path("m1/sys/fs/cgroup/memory/job/memory.limit_in_bytes"), "1073741824\n");
     spit(test_path("m1/sys/fs/cgroup/memory/job/memory.usage_in_bytes"), "536870912\n");
     spit(test_path("m1/sys/fs/cgroup/memory/job/memory.stat"), "cache 9\ninactive_file 7\ntotal_inactive_file 0\n");
-    snprintf(p, sizeof p, "%s/m1", g_root);
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == 512 * 1048576ull && strstr(m.source, "cgroup v1") && strstr(m.source, "job/memory.limit_in_bytes"),
           "v1, own cgroup missing: the nearest existing ancestor's limit counts: %.1f MiB, %s", m.bytes / MiB, m.source);
 
     // a container's view (cgroup namespace): its own cgroup is the mount's root, whose limit counts
     // also for a process in a cgroup below it
-    mkdirs("m3/proc/self");
+    fake_root("m3", "MemAvailable: 4096000 kB\n", "0::/x/y\n", p, sizeof p);
     mkdirs("m3/sys/fs/cgroup/x/y");
-    spit(test_path("m3/proc/meminfo"), "MemAvailable: 4096000 kB\n");
-    spit(test_path("m3/proc/self/cgroup"), "0::/x/y\n");
     spit(test_path("m3/sys/fs/cgroup/memory.max"), "209715200\n");     // 200 MiB
     spit(test_path("m3/sys/fs/cgroup/memory.current"), "104857600\n"); // 100 MiB
     spit(test_path("m3/sys/fs/cgroup/x/y/memory.max"), "max\n");
-    snprintf(p, sizeof p, "%s/m3", g_root);
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == 100 * 1048576ull && strstr(m.source, "m3/sys/fs/cgroup/memory.max"),
           "v2, a limit at the mount's root and the process two levels below: %.1f MiB, %s", m.bytes / MiB, m.source);
     // hybrid: cgroup v2 mounted at unified/ beside the v1 controllers
-    mkdirs("m4/proc/self");
+    fake_root("m4", "MemAvailable: 4096000 kB\n", "3:cpu:/job\n0::/job\n", p, sizeof p);
     mkdirs("m4/sys/fs/cgroup/unified/job");
-    spit(test_path("m4/proc/meminfo"), "MemAvailable: 4096000 kB\n");
-    spit(test_path("m4/proc/self/cgroup"), "3:cpu:/job\n0::/job\n");
     spit(test_path("m4/sys/fs/cgroup/unified/job/memory.max"), "314572800\n"); // 300 MiB, nothing in use
-    snprintf(p, sizeof p, "%s/m4", g_root);
     rc = outdir_memory_available_at(p, &m, err, sizeof err);
     CHECK(rc == 0 && m.bytes == 300 * 1048576ull && strstr(m.source, "unified/job/memory.max"), "hybrid, v2 at unified/: %.1f MiB, %s",
           m.bytes / MiB, m.source);
