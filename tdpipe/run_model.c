@@ -85,9 +85,13 @@ int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* c
     }
     double *speed, *mem;
     // (a speed of inf took every layer off the others: a share of 0.0%; 1e6 times another rank is already all)
-    if (parse_per_rank("rank-speed", a->rank_speed, P, 1e6, 1.0, &speed, err, errlen)) return -1;
+    if (parse_per_rank("rank-speed", a->rank_speed, P, 1e6, 1.0, &speed, err, errlen)) {
+        if (!solve) partition_free(part); // (the split --partition gave, parsed above)
+        return -1;
+    }
     if (parse_per_rank("rank-mem", a->rank_mem, P, 1e9, 1024.0 * 1024.0 * 1024.0, &mem, err, errlen)) {
         free(speed);
+        if (!solve) partition_free(part);
         return -1;
     }
     double BT = (double)a->B * a->T, C = cfg->channels, T = a->T, Vp = cfg->padded_vocab_size;
