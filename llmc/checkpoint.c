@@ -465,6 +465,10 @@ int ckpt_writer_commit(CkptWriter* w, char* path_out, size_t path_cap, char* err
     return rc;
 }
 
+#define CKPT_KEPT_SUFFIX ".tdck.kept"
+
+int ckpt_name_kept(const char* name) { return strncmp(name, "ckpt_", 5) == 0 && strstr(name, CKPT_KEPT_SUFFIX) != NULL; }
+
 int ckpt_keep_aside(const char* path, char* kept, size_t cap, char* err, size_t errlen) {
     struct stat st;
     kept[0] = 0;

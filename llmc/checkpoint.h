@@ -126,6 +126,8 @@ int ckpt_prune(const char* dir, int keep, char* err, size_t errlen);
 
 // The step of a checkpoint's file name, exactly "ckpt_<1..18 digits>.tdck"; -1 for any other name
 long ckpt_name_step(const char* name);
+// 1 when name is a checkpoint ckpt_keep_aside set aside ("ckpt_N.tdck.kept", "...kept-2", ...)
+int ckpt_name_kept(const char* name);
 // 1 when name is the writer's temporary name for a checkpoint (".ckpt_<digits>.tdck.tmp"), else 0
 int ckpt_is_temp_name(const char* name);
 

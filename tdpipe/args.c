@@ -155,6 +155,8 @@ static void print_yaml_value(FILE* f, const TrainArgs* a, const ArgSpec* s) {
 
 // the length of a "section.key"'s section
 static size_t yaml_section_len(const char* key) { return (size_t)(strchr(key, '.') - key); }
+// 1 when spec s has a YAML key in the section of key, n its section's length
+static int in_section(const ArgSpec* s, const char* key, size_t n) { return s->yaml && yaml_section_len(s->yaml) == n && !strncmp(s->yaml, key, n); }
 
 void args_print_yaml(const TrainArgs* a, FILE* f) {
     fprintf(f, "# train_tdpipe's settings (--print-config): flags, --config's file and defaults; run them with --config FILE\n");
@@ -163,11 +165,11 @@ void args_print_yaml(const TrainArgs* a, FILE* f) {
         if (!key) continue;
         size_t n = yaml_section_len(key);
         int printed = 0;
-        for (int j = 0; j < i && !printed; j++) printed = SPECS[j].yaml && yaml_section_len(SPECS[j].yaml) == n && !strncmp(SPECS[j].yaml, key, n);
+        for (int j = 0; j < i && !printed; j++) printed = in_section(&SPECS[j], key, n);
         if (printed) continue;
         fprintf(f, "%.*s:\n", (int)n, key);
         for (int j = i; j < NSPECS; j++) {
-            if (!SPECS[j].yaml || yaml_section_len(SPECS[j].yaml) != n || strncmp(SPECS[j].yaml, key, n)) continue;
+            if (!in_section(&SPECS[j], key, n)) continue;
             fprintf(f, "  %s: ", SPECS[j].yaml + n + 1);
             print_yaml_value(f, a, &SPECS[j]);
             fputc('\n', f);

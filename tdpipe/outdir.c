@@ -204,9 +204,7 @@ static void free_names(char** names, int n) {
 }
 
 static int is_temp(const char* name) { return ckpt_is_temp_name(name) || is_named(name, TEMP_FILES); }
-// a file a resume passed over, which a later checkpoint of its step kept aside (ckpt_keep_aside: ckpt_N.tdck.kept[-k])
-static int is_kept_ckpt(const char* name) { return strncmp(name, "ckpt_", 5) == 0 && strstr(name, ".tdck.kept") != NULL; }
-static int is_run_file(const char* name) { return ckpt_name_step(name) >= 0 || is_kept_ckpt(name) || is_named(name, RUN_FILES); }
+static int is_run_file(const char* name) { return ckpt_name_step(name) >= 0 || ckpt_name_kept(name) || is_named(name, RUN_FILES); }
 
 int outdir_remove_temps(const OutDir* od, int* removed, char* err, size_t errlen) {
     char** names;
@@ -300,7 +298,7 @@ int outdir_archive_earlier(const OutDir* od, char* note, size_t notelen, char* e
         }
         moved++;
         if (ckpt_name_step(names[i]) >= 0) ckpts++;
-        else if (is_kept_ckpt(names[i])) kept++;
+        else if (ckpt_name_kept(names[i])) kept++;
         else snprintf(others + strlen(others), sizeof others - strlen(others), ", %s", names[i]);
     }
     if (rc == 0 && (fsync_dir(od->dir) != 0 || fsync_dir(sub) != 0))

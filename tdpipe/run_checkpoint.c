@@ -36,6 +36,13 @@ typedef struct {
 
 // the section `name` of exactly `bytes` (its data NULL where the read did not keep it: see
 // RESUME_KEEP_MAX), or NULL after saying what is wrong
+// the whole model's parameters ([0, L) with the embeddings and the head): what a checkpoint holds
+static size_t full_params(const GPT2Config* cfg) {
+    GPT2Range all = {0, cfg->num_layers, 1, 1};
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    return gpt2_param_sizes(cfg, &all, sizes);
+}
+
 static const CkptSection* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
     const CkptSection* e = ckpt_section_entry(c, name);
     if (!e) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
@@ -112,9 +119,7 @@ static CkptSink slice_sink(const char* name, const Stage* s, int head, float* ds
     gpt2_slice_pieces(&s->cfg, &s->range, k->pieces);
     k->n = GPT2_NUM_PARAM_TENSORS;
     if (head && s->range.has_head) {
-        GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-        size_t sizes[GPT2_NUM_PARAM_TENSORS];
-        k->pieces[k->n++] = (GPT2Piece){gpt2_param_sizes(&s->cfg, &all, sizes), s->num_params, s->sizes[0]};
+        k->pieces[k->n++] = (GPT2Piece){full_params(&s->cfg), s->num_params, s->sizes[0]};
     }
     k->dst = dst;
     return (CkptSink){name, slice_put, k};
@@ -131,8 +136,7 @@ static int has_ef(const DpSync* ef) { return ef && ef->ef_replica; }
 static int save_ef(Pipeline* pl, const DpSync* ef, CkptWriter* w, int failed, char* err, size_t errlen) {
     Stage* s = pl->stage;
     int root = pl->comm->world_rank == 0, D = pl->comm->D;
-    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
+    size_t n_full = full_params(&s->cfg), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
     int64_t shape[EF_SHAPE] = {D, ef->cfg.block, (int64_t)n_full, (int64_t)vc};
     if (root && !failed) failed = ckpt_writer_add(w, "grad_ef", shape, sizeof(shape), 8, err, errlen);
     for (int d = 0; d < D; d++)
@@ -152,8 +156,7 @@ static int resume_ef(const Ckpt* c, const char* path, Stage* s, DpSync* ef, Ckpt
                      char* err, size_t errlen) {
     size_t got;
     const int64_t* shape = (const int64_t*)ckpt_section(c, "grad_ef", &got);
-    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
+    size_t n_full = full_params(&s->cfg), vc = (size_t)s->cfg.padded_vocab_size * s->cfg.channels;
     size_t n = s->num_params + (s->range.has_head ? s->sizes[0] : 0);
     const char* why = NULL;
     char buf[160];
@@ -183,10 +186,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
     char err[1024] = "", path[1200] = "";
     Stage* s = pl->stage;
     int root = pl->comm->world_rank == 0;
-    size_t n_full = 0;
-    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS];
-    n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
+    size_t n_full = full_params(&s->cfg);
     CkptWriter* w = NULL;
     int failed = 0;
     double bytes = 4.0 * ((has_ef(ef) ? 5.0 : 3.0) * (double)n_full); // weights, AdamW's moments, the residuals
@@ -235,9 +235,7 @@ int run_checkpoint_save_model(Pipeline* pl, const char* path, char* err, size_t 
     ModelFileWriter mw;
     int root = pl->comm->world_rank == 0, failed = root && model_file_writer_open(&mw, path, &pl->stage->cfg, err, errlen) != 0;
     FileSink k = {model_put, &mw, "parameter", 1, 0, failed, err, errlen};
-    GPT2Range all = {0, pl->stage->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS];
-    comm_timeout_allow(pl->comm, 4.0 * (double)gpt2_param_sizes(&pl->stage->cfg, &all, sizes) / WRITE_FLOOR_BYTES_PER_S, "rank 0's write of model.bin");
+    comm_timeout_allow(pl->comm, 4.0 * (double)full_params(&pl->stage->cfg) / WRITE_FLOOR_BYTES_PER_S, "rank 0's write of model.bin");
     pipeline_stream(pl, 0, pl->stage->params, NULL, PIPELINE_TIED_LAST, (PipelineSink){file_put, &k});
     if (root && !k.failed) k.failed = model_file_writer_commit(&mw, err, errlen) != 0;
     if (root && k.failed) model_file_writer_abort(&mw);
@@ -259,8 +257,7 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
                         "move its checkpoints back to resume from them)", rc->dir, rc->dir, archive);
     if (rc_find == 1) return td_error(err, errlen, "-y 1: no checkpoint in %s to resume from", rc->dir);
     if (rc_find < 0) return td_error(err, errlen, "-y 1: no usable checkpoint in %s", rc->dir);
-    GPT2Range all = {0, s->cfg.num_layers, 1, 1};
-    size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&s->cfg, &all, sizes);
+    size_t n_full = full_params(&s->cfg);
     int step = -1;
     do { // checked in this order: the config, then every section's presence and size
         const CkptSection* cs = section_exact(&c, path, "config", CKPT_CONFIG_INTS * 4, err, errlen);
