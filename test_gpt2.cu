@@ -409,7 +409,7 @@ static void test_adamw(Rng* rng, size_t n) {
 static void test_sumsq(Rng* rng, size_t n) {
     printf("sumsq n=%zu\n", n);
     float* x = rand_x(rng, n, 1.0f);
-    double cpu = sumsq(x, n);
+    double cpu = global_norm_sumsq(x, n);
     float *d_x = dev_f(x, n), *scratch;
     cudaCheck(cudaMalloc(&scratch, (SUMSQ_BLOCKS + 2) * sizeof(float)));
     double gpu = sumsq_cuda(d_x, n, scratch);
@@ -536,7 +536,7 @@ static void test_model(const ModelCase* mc, const CpuRun* c) {
         for (int l = 0; l < (gpt2_param_is_layer(i) ? L : 1); l++) {
             size_t n = gpt2_param_is_layer(i) ? sizes[i] / L : sizes[i];
             int unit = gpt2_param_is_layer(i) ? 1 + l : i < 2 ? 0 : L + 1;
-            uc[unit] += (float)sumsq(c->grads + off + l * n, n);
+            uc[unit] += (float)global_norm_sumsq(c->grads + off + l * n, n);
         }
         off += sizes[i];
     }

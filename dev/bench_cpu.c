@@ -153,7 +153,7 @@ static void train_step(Stage* s, int step, int L, const AdamWConfig* opt, double
     stage_backward(s, &bw, 0, 1.0f / (s->B * s->T));
     double wte_sq = stage_tie_local(s, 0); // (wte's part of the norm, from the sum's own pass)
     stage_grad_unit_sumsq(s, 0, wte_sq, units);
-    float norm = grad_norm_from_units(units, L + 2);
+    float norm = stage_grad_norm_from_units(units, L + 2);
     stage_update(s, 0, opt, opt->lr, step + 1, norm > 1.0f ? 1.0f / norm : 1.0f);
     stage_zero_grad(s, 0);
 }

@@ -6,10 +6,10 @@
 # update is momentum SGD, m_t = b m_(t-1) + (1 - b) h x_used, x_(t+1) = x_t - eta m_t. The gradient of
 # update t comes from the weights a stale micro-batch ran on:
 #   none:    x_used = x_(t-delta)                                     (TD-Pipe's window, plain)
-#   predict/o1: x_used = x_v + delta u_v, v = t - delta, u_v = x_v - x_(v-1) (adamw_predict: the last
+#   predict/o1: x_used = x_v + delta u_v, v = t - delta, u_v = x_v - x_(v-1) (compensation_predict: the last
 #            update, the one the moments of version v made, extrapolated delta times)
 #   predict: x_used = x_v + delta u_v + delta (delta + 1) / 2 (u_v - u_(v-1)) (second order, the
-#            default: predict_curvature)
+#            default: compensation_curvature)
 #   lr:      eta scaled by 1 / (1 + delta);  predict+lr: by 1 / delta (tdpipe/staleness.h)
 # The largest eta h for which the iteration decays is the limit; a run at the edge of stability
 # (sharpness rises until it meets the limit) pays for a lower limit with spikes, as the runs in README

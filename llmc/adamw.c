@@ -50,7 +50,7 @@ void adamw_update_zero(float* params, float* grads, float* m, float* v, size_t n
     adamw_sweep(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, 1);
 }
 
-float lr_schedule(int step, int total, int warmup, float lr, float final_frac) {
+float adamw_lr_schedule(int step, int total, int warmup, float lr, float final_frac) {
     if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
     float lr_min = lr * final_frac;
     if (total <= warmup + 1) return lr;

@@ -24,7 +24,7 @@ void adamw_update_zero(float* params, float* grads, float* m, float* v, size_t n
 
 // learning rate at 0-based step: linear warmup over `warmup` steps, then cosine decay from lr to
 // lr * final_frac at the last step (total steps `total`)
-float lr_schedule(int step, int total, int warmup, float lr, float final_frac);
+float adamw_lr_schedule(int step, int total, int warmup, float lr, float final_frac);
 
 #ifdef __cplusplus
 }

@@ -12,11 +12,11 @@ __global__ void adamw_predict_kernel(floatX* out, const float* w, const float* m
     if (i >= n) return;
     float mhat = m[i] / bc1, vhat = v[i] / bc2;
     float p = w[i] - lr_sum * (mhat / (sqrtf(vhat) + eps) + weight_decay * w[i]);
-    if (w_prev) p = fmaf(c, (w[i] - w_prev[i]) - u_prev[i], p); // predict_curvature's arithmetic
+    if (w_prev) p = fmaf(c, (w[i] - w_prev[i]) - u_prev[i], p); // compensation_curvature's arithmetic
     out[i] = from_float<floatX>(p);
 }
 
-// as adamw_predict, then predict_curvature when w_prev (llmc/compensation.h), the result in the
+// as compensation_predict, then compensation_curvature when w_prev (llmc/compensation.h), the result in the
 // compute precision: out (n) floatX
 static inline void adamw_predict_cuda(floatX* out, const float* w, const float* m, const float* v, const float* w_prev, const float* u_prev,
                                       size_t n, float lr_sum, float beta1, float beta2, float eps, float weight_decay, int t, float c) {
@@ -33,7 +33,7 @@ __global__ void trajectory_track_kernel(float* w_prev, float* u_prev, const floa
     if (!first) u_prev[i] = w[i] - w_prev[i];
     w_prev[i] = w[i];
 }
-// as trajectory_track (llmc/compensation.h)
+// as compensation_track (llmc/compensation.h)
 static inline void trajectory_track_cuda(float* w_prev, float* u_prev, const float* w, size_t n, int first) {
     if (n == 0) return;
     trajectory_track_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(w_prev, u_prev, w, (long)n, first);

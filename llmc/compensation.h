@@ -11,24 +11,24 @@ extern "C" {
 // out (n) = w - lr_sum * (mhat / (sqrt(vhat) + eps) + weight_decay * w), mhat = m / (1 - beta1^t),
 // vhat = v / (1 - beta2^t): the weights lr_sum's worth of AdamW steps ahead along the direction the
 // moments of t >= 1 updates give (as adamw_update computes one step, without a new gradient)
-void adamw_predict(float* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1, float beta2,
+void compensation_predict(float* out, const float* w, const float* m, const float* v, size_t n, float lr_sum, float beta1, float beta2,
                    float eps, float weight_decay, int t);
 
 // second-order weight prediction: out (n) += c * ((w - w_prev) - u_prev), the change between the last
-// two updates (w - w_prev and u_prev = w_prev - w_prev2) times c, added to adamw_predict's result
-void predict_curvature(float* out, const float* w, const float* w_prev, const float* u_prev, size_t n, float c);
-// the trajectory that predict_curvature reads, before an update of the weights w (n): first (the first
+// two updates (w - w_prev and u_prev = w_prev - w_prev2) times c, added to compensation_predict's result
+void compensation_curvature(float* out, const float* w, const float* w_prev, const float* u_prev, size_t n, float c);
+// the trajectory that compensation_curvature reads, before an update of the weights w (n): first (the first
 // update it sees) w_prev = w; later u_prev = w - w_prev, then w_prev = w
-void trajectory_track(float* w_prev, float* u_prev, const float* w, size_t n, int first);
+void compensation_track(float* w_prev, float* u_prev, const float* w, size_t n, int first);
 
 // one micro-batch's gradient g (n) into the step's: acc += g, a += g * g, b += g * g * w, where w (n)
 // are the weights the micro-batch was computed with
-void dc_accumulate(float* acc, float* a, float* b, const float* g, const float* w, size_t n);
+void compensation_dc_accumulate(float* acc, float* a, float* b, const float* g, const float* w, size_t n);
 // a micro-batch's gradient g (n), computed alone, into the step's: acc += g
-void grad_add(float* acc, const float* g, size_t n);
+void compensation_grad_add(float* acc, const float* g, size_t n);
 // DC-ASGD (Zheng et al. 2017) summed over the step's micro-batches: acc += lambda * (w_now * a - b)
 // = sum_i lambda g_i^2 (w_now - w_i); then a = b = 0
-void dc_correct(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda);
+void compensation_dc_correct(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda);
 
 #ifdef __cplusplus
 }

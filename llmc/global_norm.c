@@ -39,5 +39,5 @@ static double sumsq_pass(float* dst, const float* a, const float* b, size_t n) {
     return total;
 }
 
-double sumsq(const float* x, size_t n) { return sumsq_pass(NULL, x, NULL, n); }
-double sumsq_of_sum(float* dst, const float* a, const float* b, size_t n) { return sumsq_pass(dst, a, b, n); }
+double global_norm_sumsq(const float* x, size_t n) { return sumsq_pass(NULL, x, NULL, n); }
+double global_norm_sumsq_of_sum(float* dst, const float* a, const float* b, size_t n) { return sumsq_pass(dst, a, b, n); }

@@ -1,5 +1,5 @@
 // Sums of squares on the GPU for the global gradient norm, deterministic (a fixed grid and fixed
-// reduction orders, whatever the device), returned in double like sumsq() in llmc/global_norm.h.
+// reduction orders, whatever the device), returned in double like global_norm_sumsq() in llmc/global_norm.h.
 #pragma once
 #include "cuda_common.cuh"
 

@@ -255,7 +255,7 @@ static void predict_weights(Run* r) {
         if (f.version < st->version || !ahead || stage_has_weights(st, f.version, ahead)) continue;
         float lr_sum = 0.0f;
         for (int j = f.version; j < f.version + ahead; j++) // the rates those updates will apply (LR scaling's too)
-            lr_sum += lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac) * (float)staleness_lr_factor(r->ex->comp, r->sch, r->s, j);
+            lr_sum += adamw_lr_schedule(j, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac) * (float)staleness_lr_factor(r->ex->comp, r->sch, r->s, j);
         if (r->ex->gns && r->ex->lr_gns) // --lr-gns's factor, as the noise scale measures it now (the same on every stage)
             lr_sum *= (float)gns_lr_factor_now(&r->ex->gns_state, big_batch_tokens(r));
         stage_predict(st, ahead, &o->adamw, lr_sum);
@@ -599,9 +599,9 @@ static OpMarks op_update(Run* r, const Op* op) {
     comm_wait(ex->comm, &ss->pipe_req);
     OpMarks span = {.start = now_seconds()}; // (not counted as busy, as the simulator does not count U)
     ss->loss = (float)ss->sums->loss;
-    ss->norm = grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
+    ss->norm = stage_grad_norm_from_units(ss->sums->units, st->cfg.num_layers + 2);
     const OptimConfig* o = &ex->optim;
-    ss->lr = lr_schedule(t, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
+    ss->lr = adamw_lr_schedule(t, o->total_steps, o->warmup, o->adamw.lr, o->final_lr_frac);
     if (ex->comp) ss->lr *= (float)staleness_lr_factor(ex->comp, r->sch, r->s, t);
     ss->b_simple = NAN;
     if (r->last && !r->first) tied_finish(r, t);

@@ -348,7 +348,7 @@ int stage_slices(const Stage* st, StageSlice* out) {
     return n;
 }
 
-float grad_norm_from_units(const double* units, int n_units) {
+float stage_grad_norm_from_units(const double* units, int n_units) {
     double total = 0.0;
     for (int i = 0; i < n_units; i++) total += units[i];
     return (float)sqrt(total);

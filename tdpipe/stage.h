@@ -97,7 +97,7 @@ typedef struct {
     // stash i = the current weights lr_sum of AdamW steps ahead, plus c times the change between the
     // last two updates (second order; c = 0: none) from the trajectory that track keeps
     void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c);
-    // before an update, under second-order prediction: w_prev, u_prev (llmc/compensation.h: trajectory_track)
+    // before an update, under second-order prediction: w_prev, u_prev (llmc/compensation.h: compensation_track)
     void (*track)(Stage* st, int first);
     // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
     // (>= -1: the weights it used) adds it into slot k's DC-ASGD sums too (STAGE_NO_DC: not), unit_sq
@@ -337,7 +337,7 @@ double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots
 double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes);
 
 // global norm from every unit's sum of squares (L + 2 of them), folded in model order
-float grad_norm_from_units(const double* units, int n_units);
+float stage_grad_norm_from_units(const double* units, int n_units);
 
 #ifdef __cplusplus
 }

@@ -236,11 +236,11 @@ static void cpu_predict(Stage* st, int i, const AdamWConfig* opt, float lr_sum, 
     size_t off = 0;
     for (int t = 0; t < GPT2_NUM_PARAM_TENSORS; t++) {
         if (st->sizes[t])
-            adamw_predict(out + off, st->params + off, st->adam_m + off, st->adam_v + off, st->sizes[t], lr_sum, opt->beta1, opt->beta2,
+            compensation_predict(out + off, st->params + off, st->adam_m + off, st->adam_v + off, st->sizes[t], lr_sum, opt->beta1, opt->beta2,
                           opt->eps, gpt2_param_decays(t) ? opt->weight_decay : 0.0f, st->version);
         off += st->sizes[t];
     }
-    if (curvature != 0.0f) predict_curvature(out, st->params, c->traj_w_prev, c->traj_u_prev, st->num_params, curvature);
+    if (curvature != 0.0f) compensation_curvature(out, st->params, c->traj_w_prev, c->traj_u_prev, st->num_params, curvature);
 }
 
 static void cpu_track(Stage* st, int first) {
@@ -249,7 +249,7 @@ static void cpu_track(Stage* st, int first) {
         c->traj_w_prev = (float*)malloc_check(st->num_params * sizeof(float));
         c->traj_u_prev = (float*)malloc_check(st->num_params * sizeof(float));
     }
-    trajectory_track(c->traj_w_prev, c->traj_u_prev, st->params, st->num_params, first);
+    compensation_track(c->traj_w_prev, c->traj_u_prev, st->params, st->num_params, first);
 }
 
 // the buffers of a micro-batch's gradient alone, and DC-ASGD's sums (dc), allocated at their first use
@@ -285,22 +285,22 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);
-        for (int i = 0; i < ns; i++) unit_sq[sl[i].unit] += sumsq(c->dc_g + sl[i].off, sl[i].n);
-        if (vc) unit_sq[st->cfg.num_layers + 2] += sumsq(c->dc_g + n, vc);
+        for (int i = 0; i < ns; i++) unit_sq[sl[i].unit] += global_norm_sumsq(c->dc_g + sl[i].off, sl[i].n);
+        if (vc) unit_sq[st->cfg.num_layers + 2] += global_norm_sumsq(c->dc_g + n, vc);
     }
     if (dc) {
         const float* w = dc_stash < 0 ? st->params : c->stash[dc_stash];
-        dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
-        if (vc) dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
+        compensation_dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
+        if (vc) compensation_dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
     } else {
-        grad_add(c->grads[k], c->dc_g, n);
-        if (vc) grad_add(c->dwte_head[k], c->dc_g + n, vc);
+        compensation_grad_add(c->grads[k], c->dc_g, n);
+        if (vc) compensation_grad_add(c->dwte_head[k], c->dc_g + n, vc);
     }
 }
 
 static void cpu_head_share_sumsq(Stage* st, int k, double* out) {
     slot_materialize(st, k);
-    *out = sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]);
+    *out = global_norm_sumsq(cpu_of(st)->dwte_head[k], st->sizes[0]);
 }
 
 static void cpu_dc_correct(Stage* st, int k, float lambda) {
@@ -308,8 +308,8 @@ static void cpu_dc_correct(Stage* st, int k, float lambda) {
     alone_alloc(st, 1);
     slot_written(st, k);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
-    dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
-    if (vc) dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
+    compensation_dc_correct(c->grads[k], c->dc_a[k], c->dc_b[k], st->params, n, lambda);
+    if (vc) compensation_dc_correct(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, st->params, vc, lambda);
 }
 
 static void cpu_grad_unit_sumsq(Stage* st, int k, double wte_sq, double* out) {
@@ -322,7 +322,7 @@ static void cpu_grad_unit_sumsq(Stage* st, int k, double wte_sq, double* out) {
     for (int i = 0; i < n; i++) {
         if (i == 0 || sl[i].unit != sl[i - 1].unit) out[sl[i].unit] = 0.0; // 0 + x is x: the same sums as unit by unit
         int known = sl[i].tensor == 0 && wte_sq >= 0.0;
-        out[sl[i].unit] += known ? wte_sq : sumsq(g + sl[i].off, sl[i].n);
+        out[sl[i].unit] += known ? wte_sq : global_norm_sumsq(g + sl[i].off, sl[i].n);
         swept += known ? 0 : sl[i].n;
     }
     PROFILE_END(t0, "global norm", "sumsq", 0, 0, 0, 2.0 * swept, 4.0 * swept);
@@ -383,7 +383,7 @@ static double tied_sum_sumsq(Stage* st, int k, const float* first, const float* 
     int norm = st->range.has_embed;
     double sq = STAGE_SUMSQ_UNKNOWN;
     if (norm) {
-        sq = sumsq_of_sum(wte, first, last, n);
+        sq = global_norm_sumsq_of_sum(wte, first, last, n);
     } else {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) wte[i] = first[i] + last[i];

@@ -79,8 +79,8 @@ static double units_sumsq(const Stage* st, const float* g, const float* head, do
     StageSlice sl[STAGE_MAX_SLICES(CFG.num_layers)];
     int n = stage_slices(st, sl);
     double sum = 0.0;
-    for (int i = 0; i < n; i++) u[sl[i].unit] += sumsq(g + sl[i].off, sl[i].n);
-    u[CFG.num_layers + 2] += sumsq(head, st->sizes[0]);
+    for (int i = 0; i < n; i++) u[sl[i].unit] += global_norm_sumsq(g + sl[i].off, sl[i].n);
+    u[CFG.num_layers + 2] += global_norm_sumsq(head, st->sizes[0]);
     for (int i = 0; i < CFG.num_layers + 3; i++) sum += u[i];
     return sum;
 }
@@ -144,7 +144,7 @@ static void test_executor(Comm* comm) {
         same &= b == g_b[t];
         worst = fmax(worst, fabs(b - g_b[t]) / fabs(b));
         stage_tie_local(&ref, 0);
-        stage_update(&ref, 0, &ex.optim.adamw, lr_schedule(t, STEPS, 0, ex.optim.adamw.lr, 1.0f), t + 1, 1.0f);
+        stage_update(&ref, 0, &ex.optim.adamw, adamw_lr_schedule(t, STEPS, 0, ex.optim.adamw.lr, 1.0f), t + 1, 1.0f);
         stage_zero_grad(&ref, 0);
     }
     CHECK(same, "the executor's B_simple equals the direct computation bitwise over %d steps (largest relative difference %.2e; last %.4f)", STEPS,

@@ -180,9 +180,9 @@ int main(void) {
             CHECK(pad_grad_zero, "padded wte rows have an exactly zero gradient (here and in the reference)");
         }
         stage_grad_unit_sumsq(&s, 0, wte_sq, units);
-        norms[step] = grad_norm_from_units(units, L + 2);
+        norms[step] = stage_grad_norm_from_units(units, L + 2);
         float scale = (clip > 0 && norms[step] > clip) ? clip / norms[step] : 1.0f;
-        float lr = lr_schedule(step, n_steps, 0, opt.lr, 1.0f); // constant: warmup 0, final fraction 1
+        float lr = adamw_lr_schedule(step, n_steps, 0, opt.lr, 1.0f); // constant: warmup 0, final fraction 1
         stage_update(&s, 0, &opt, lr, step + 1, scale);
         stage_zero_grad(&s, 0);
     }

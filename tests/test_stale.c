@@ -81,10 +81,10 @@ static void predicted(int W, const StaleComp* comp, const size_t* sizes, const f
     const float* w = versions + (size_t)version * n;
     AdamWConfig o = adamw();
     float lr_sum = 0.0f;
-    for (int j = version; j < version + ahead; j++) lr_sum += lr_schedule(j, STEPS, WARMUP, LR, FINAL) * (float)ref_lr_factor(W, comp, j);
+    for (int j = version; j < version + ahead; j++) lr_sum += adamw_lr_schedule(j, STEPS, WARMUP, LR, FINAL) * (float)ref_lr_factor(W, comp, j);
     size_t off = 0;
     for (int i = 0; i < GPT2_NUM_PARAM_TENSORS; i++) {
-        adamw_predict(out + off, w + off, m + off, v + off, sizes[i], lr_sum, o.beta1, o.beta2, o.eps, gpt2_param_decays(i) ? o.weight_decay : 0.0f,
+        compensation_predict(out + off, w + off, m + off, v + off, sizes[i], lr_sum, o.beta1, o.beta2, o.eps, gpt2_param_decays(i) ? o.weight_decay : 0.0f,
                       version);
         off += sizes[i];
     }
@@ -146,8 +146,8 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
             if (comp_on && (comp->methods & STALE_DCASGD)) { // this micro-batch's gradient alone, then into the step's and the sums
                 memset(g1, 0, (n + vc) * sizeof(float));
                 gpt2_backward_weight(&CFG, &all, a, ga, NULL, &g1v, g1 + n, 1);
-                dc_accumulate(grads, dc_a, dc_b, g1, w, n);
-                dc_accumulate(head, dc_a + n, dc_b + n, g1 + n, w, vc);
+                compensation_dc_accumulate(grads, dc_a, dc_b, g1, w, n);
+                compensation_dc_accumulate(head, dc_a + n, dc_b + n, g1 + n, w, vc);
                 dc_any = 1;
             } else {
                 gpt2_backward_weight(&CFG, &all, a, ga, NULL, stage_cpu_grad_views(&s, 0), head, 1);
@@ -155,8 +155,8 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
         }
         losses[t] = (float)(loss_sum / M);
         if (dc_any) { // corrected towards the weights this update applies to
-            dc_correct(grads, dc_a, dc_b, s.params, n, comp->dc_lambda);
-            dc_correct(head, dc_a + n, dc_b + n, s.params, vc, comp->dc_lambda);
+            compensation_dc_correct(grads, dc_a, dc_b, s.params, n, comp->dc_lambda);
+            compensation_dc_correct(head, dc_a + n, dc_b + n, s.params, vc, comp->dc_lambda);
         }
         double wte_sq = stage_tie_local(&s, 0);
         memset(units, 0, sizeof(units));
@@ -164,7 +164,7 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
         double sq = 0.0;
         for (int i = 0; i < CFG.num_layers + 2; i++) sq += units[i];
         float norm = (float)sqrt(sq), scale = norm > CLIP ? CLIP / norm : 1.0f;
-        float lr = lr_schedule(t, STEPS, WARMUP, LR, FINAL);
+        float lr = adamw_lr_schedule(t, STEPS, WARMUP, LR, FINAL);
         if (comp && (comp->methods & STALE_LR)) lr *= (float)ref_lr_factor(W, comp, t);
         stage_update(&s, 0, &opt, lr, t + 1, scale);
         stage_zero_grad(&s, 0);
@@ -182,7 +182,7 @@ static void reference(int W, const StaleComp* comp, const float* init, size_t n,
 }
 
 // The compensation kernels against their formulas written out in double. The reference above runs
-// these same kernels (dc_accumulate, dc_correct, adamw_predict), so a wrong kernel passes there: a
+// these same kernels (compensation_dc_accumulate, dc_correct, compensation_predict), so a wrong kernel passes there: a
 // sign flipped in DC-ASGD's correction, g instead of g^2, or weight decay dropped from the prediction
 // all did. Tolerance 1e-5 of the sum of the magnitudes of the terms: each element is a dozen float
 // operations, each rounding by 2^-24 (6e-8) of its operands, so 1e-6 at most; the mutants are O(1) off.
@@ -197,8 +197,8 @@ static void test_kernels(void) {
     }
     const float lambda = 2.0f; // the correction as large as the gradient, so that a wrong one shows
     memset(acc, 0, sizeof acc), memset(a, 0, sizeof a), memset(b, 0, sizeof b);
-    for (int k = 0; k < K; k++) dc_accumulate(acc, a, b, g[k], used[k], N);
-    dc_correct(acc, a, b, now, N, lambda);
+    for (int k = 0; k < K; k++) compensation_dc_accumulate(acc, a, b, g[k], used[k], N);
+    compensation_dc_correct(acc, a, b, now, N, lambda);
     double worst = 0.0;
     int cleared = 1;
     for (int i = 0; i < N; i++) {
@@ -216,7 +216,7 @@ static void test_kernels(void) {
     const float lr_sum = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     const int t = 3;
     for (int i = 0; i < N; i++) w[i] = rng_normal(&r), m[i] = 0.1f * rng_normal(&r), v[i] = 1e-4f + 0.01f * rng_f32(&r);
-    adamw_predict(out, w, m, v, N, lr_sum, b1, b2, eps, wd, t);
+    compensation_predict(out, w, m, v, N, lr_sum, b1, b2, eps, wd, t);
     worst = 0.0;
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     for (int i = 0; i < N; i++) { // AdamW's step at version t's moments (bias-corrected) and decay, lr_sum of it

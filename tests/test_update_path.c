@@ -90,22 +90,22 @@ static void check_sumsq(size_t n) {
     long double ref = 0.0L;
     for (size_t i = 0; i < n; i++) ref += (long double)x[i] * x[i];
     omp_set_num_threads(1);
-    double one = sumsq(x, n);
+    double one = global_norm_sumsq(x, n);
     omp_set_num_threads(2);
-    double two = sumsq(x, n), serial = sumsq_serial(x, n);
+    double two = global_norm_sumsq(x, n), serial = sumsq_serial(x, n);
     CHECK(fabsl(one - ref) <= 1e-12L * ref + 1e-300L, "sumsq n %zu: within 1e-12 of the long double sum (%.3Lg off)", n, fabsl(one - ref) / (ref + 1e-300L));
     CHECK(!memcmp(&one, &two, sizeof(double)), "sumsq n %zu: 1 and 2 threads bitwise equal", n);
     CHECK(!memcmp(&one, &serial, sizeof(double)), "sumsq n %zu: bitwise the chunked serial sum", n);
     // the tied sum's pass: dst = a + b (here in place, as the P = 1 tie adds the head's share) and its sumsq
     float *y = randn(n, 6, 1e-2f), *sum = (float*)malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) sum[i] = x[i] + y[i];
-    double want = sumsq(sum, n);
+    double want = global_norm_sumsq(sum, n);
     for (int threads = 1; threads <= 2; threads++) {
         omp_set_num_threads(threads);
         float* a = copy(x, n);
-        double got = sumsq_of_sum(a, a, y, n);
+        double got = global_norm_sumsq_of_sum(a, a, y, n);
         CHECK(!memcmp(&got, &want, sizeof(double)) && !memcmp(a, sum, n * sizeof(float)),
-              "sumsq_of_sum n %zu, %d threads: the sum and its sumsq bitwise those of two passes", n, threads);
+              "global_norm_sumsq_of_sum n %zu, %d threads: the sum and its sumsq bitwise those of two passes", n, threads);
         free(a);
     }
     free(x); free(y); free(sum);

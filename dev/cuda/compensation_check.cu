@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
         int ahead = aheads[k];
         for (int order = 1; order <= 2; order++) {
             float lr_sum = 3e-3f * ahead, c = order == 2 ? 0.5f * ahead * (ahead + 1) : 0.0f;
-            adamw_predict(cpu, w, m, v, N, lr_sum, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-            if (order == 2) predict_curvature(cpu, w, w_prev, u_prev, N, c);
+            compensation_predict(cpu, w, m, v, N, lr_sum, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+            if (order == 2) compensation_curvature(cpu, w, w_prev, u_prev, N, c);
             adamw_predict_cuda(d_out, d_w, d_m, d_v, order == 2 ? d_wp : NULL, order == 2 ? d_up : NULL, N, lr_sum, 0.9f, 0.95f, 1e-8f, 0.1f, t,
                                c);
             floatX_download(gpu, d_out, N);
@@ -86,26 +86,26 @@ int main(int argc, char** argv) {
                 double r = fabs((double)gpu[i] - cpu[i]) / bound;
                 if (!(r <= worst)) worst = r, at = i; // (a NaN is the worst)
             }
-            CHECK(worst <= 1.0, "adamw_predict%s, %d updates ahead: worst error %.3g of its bound at %zu: GPU %a, CPU %a",
-                  order == 2 ? " + predict_curvature" : "", ahead, worst, at, gpu[at], cpu[at]);
+            CHECK(worst <= 1.0, "compensation_predict%s, %d updates ahead: worst error %.3g of its bound at %zu: GPU %a, CPU %a",
+                  order == 2 ? " + compensation_curvature" : "", ahead, worst, at, gpu[at], cpu[at]);
         }
     }
     // the trajectory: a copy and a subtraction, bitwise
     for (int first = 1; first >= 0; first--) {
         memcpy(cpu, w_prev, N * 4), memcpy(cpu2, u_prev, N * 4);
-        trajectory_track(cpu, cpu2, w, N, first);
+        compensation_track(cpu, cpu2, w, N, first);
         up(d_x, w_prev), up(d_g, u_prev);
         trajectory_track_cuda(d_x, d_g, d_w, N, first);
         down(gpu, d_x);
         int same_w = memcmp(gpu, cpu, N * 4) == 0;
         down(gpu, d_g);
-        CHECK(same_w && memcmp(gpu, cpu2, N * 4) == 0, "trajectory_track (first %d): w_prev and u_prev bitwise the CPU's", first);
+        CHECK(same_w && memcmp(gpu, cpu2, N * 4) == 0, "compensation_track (first %d): w_prev and u_prev bitwise the CPU's", first);
     }
     // DC-ASGD: the sums and the correction, fp32 throughout; an fma contracted on one side only moves a
     // result by an ulp of its operands, so each is compared relative to its operands' scale (g 1e-3,
     // g^2 1e-6, g^2 w 1e-8, the corrected gradient 1e-3): within 1e-6 of it
     memcpy(cpu, g, N * 4), memcpy(cpu2, a, N * 4), memcpy(cpu3, b, N * 4);
-    dc_accumulate(cpu, cpu2, cpu3, g, w, N);
+    compensation_dc_accumulate(cpu, cpu2, cpu3, g, w, N);
     up(d_x, g), up(d_a, a), up(d_b, b), up(d_g, g);
     dc_accumulate_cuda(d_x, d_a, d_b, d_g, d_w, N);
     size_t at = 0;
@@ -115,9 +115,9 @@ int main(int argc, char** argv) {
     double e_a = worst_rel(gpu, cpu2, N, 1e-6, &at);
     down(gpu, d_b);
     double e_b = worst_rel(gpu, cpu3, N, 1e-8, &at);
-    CHECK(e_acc <= 1e-6 && e_a <= 1e-6 && e_b <= 1e-6, "dc_accumulate: acc, sum g^2, sum g^2 w within 1e-6 of their scale (%.3g, %.3g, %.3g)", e_acc,
+    CHECK(e_acc <= 1e-6 && e_a <= 1e-6 && e_b <= 1e-6, "compensation_dc_accumulate: acc, sum g^2, sum g^2 w within 1e-6 of their scale (%.3g, %.3g, %.3g)", e_acc,
           e_a, e_b);
-    dc_correct(cpu, cpu2, cpu3, w_prev, N, 1e5f);
+    compensation_dc_correct(cpu, cpu2, cpu3, w_prev, N, 1e5f);
     dc_correct_cuda(d_x, d_a, d_b, d_wp, N, 1e5f);
     down(gpu, d_x);
     double e_c = worst_rel(gpu, cpu, N, 1e-3, &at);
