@@ -568,9 +568,10 @@ static void open_outputs(Trainer* tr) {
         print_startup(tr);
         if (a->sample_every > 0) run_decoder_init(&tr->dec, &tr->data, a); // (-s 0 prints no sample: no tokenizer to load or miss)
         if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
-            int dropped = 0;
-            if (outdir_trim_log(log_path, tr->start_step, NULL, &dropped, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
+            int dropped = 0, torn = 0;
+            if (outdir_trim_log(log_path, tr->start_step, NULL, &dropped, &torn, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);
             if (dropped) fprintf(stderr, "note: %s: %d record(s) after step %d removed (the run goes on from its checkpoint)\n", log_path, dropped, tr->start_step);
+            if (torn) fprintf(stderr, "note: %s: its last line, cut off in the middle of its write, removed\n", log_path);
             struct stat st; // appended to as a regular file only (a FIFO there would hang the write)
             if ((lstat(log_path, &st) == 0 && !S_ISREG(st.st_mode)) || !(tr->log = fopen(log_path, "a")))
                 td_fatal("-o %s: cannot append to %s: not a regular file, or %s", a->out_dir, log_path, strerror(errno));

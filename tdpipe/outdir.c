@@ -329,8 +329,9 @@ static int line_step(const char* line, size_t len, long* step) {
     return end != k + sizeof key - 1;
 }
 
-int outdir_trim_log(const char* path, long step, const char* keep, int* dropped, char* err, size_t errlen) {
+int outdir_trim_log(const char* path, long step, const char* keep, int* dropped, int* torn, char* err, size_t errlen) {
     if (dropped) *dropped = 0;
+    if (torn) *torn = 0;
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return 0;
     size_t n;
@@ -338,7 +339,7 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
     if (!s) return -1;
     char* kept = (char*)malloc_check(n + 1); // (n,) the lines that stay
     size_t k = 0;
-    int gone = 0;
+    int gone = 0, cut = 0; // lines past the step; a last line without its newline
     for (size_t i = 0; i < n;) {
         char* nl = (char*)memchr(s + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (s + i)) + 1 : n - i;
@@ -347,6 +348,8 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
         if (nl && (kept_anyway || !(line_step(s + i, len, &t) && t > step))) {
             memcpy(kept + k, s + i, len);
             k += len;
+        } else if (!nl) {
+            cut = 1;
         } else {
             gone++;
         }
@@ -354,7 +357,7 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
     }
     free(s);
     int rc = 0;
-    if (gone > 0) {
+    if (gone + cut > 0) {
         char tmp[OUTDIR_PATH_CAP];
         if (snprintf(tmp, sizeof tmp, "%s%s", path, TRIM_SUFFIX) >= (int)sizeof tmp) {
             free(kept);
@@ -379,6 +382,7 @@ int outdir_trim_log(const char* path, long step, const char* keep, int* dropped,
     }
     free(kept);
     if (dropped) *dropped = gone;
+    if (torn) *torn = cut;
     return rc;
 }
 

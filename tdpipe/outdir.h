@@ -50,8 +50,8 @@ int outdir_newest_archive(const char* dir, char* name, size_t cap);
 // path.tmp, fsynced and renamed over path; the file is left as it is when nothing goes. A missing
 // file is fine. keep (or NULL): lines that hold it stay whatever their step (a rollback, which cuts
 // back the steps it undid, keeps the records of earlier rollbacks). *dropped (may be NULL) counts the
-// lines removed. 0, or -1 + err.
-int outdir_trim_log(const char* path, long step, const char* keep, int* dropped, char* err, size_t errlen);
+// whole lines removed (past the step); *torn (may be NULL) is 1 when a cut-off last line went. 0, or -1 + err.
+int outdir_trim_log(const char* path, long step, const char* keep, int* dropped, int* torn, char* err, size_t errlen);
 
 // For an output file given by a flag (--trace FILE): checks at start that it can be written
 // later: its folder exists, is a directory and can be written (probe file), and path itself is

@@ -153,8 +153,7 @@ void report_rollback(Reporter* rep, int step, int back, const char* reason, int 
 int report_log_cut(Reporter* rep, int back, char* err, size_t errlen) {
     if (!rep->log) return 0;
     if (report_close_log(rep)) return 0; // its writes failed already (said): it stays closed, and the run exits 1 at its end
-    int dropped = 0;
-    if (outdir_trim_log(rep->log_path, back, "\"rollback\":", &dropped, err, errlen)) return -1;
+    if (outdir_trim_log(rep->log_path, back, "\"rollback\":", NULL, NULL, err, errlen)) return -1;
     if (!(rep->log = fopen(rep->log_path, "a"))) return td_error(err, errlen, "%s: cannot reopen it: %s", rep->log_path, strerror(errno));
     return 0;
 }

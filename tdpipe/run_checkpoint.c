@@ -219,7 +219,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
         if (!failed && ckpt_path(path, sizeof(path), rc->dir, step) == 0) failed = ckpt_keep_aside(path, kept, sizeof(kept), err, sizeof(err)) < 0;
         if (!failed) failed = ckpt_writer_commit(w, path, sizeof(path), err, sizeof(err));
         else if (w) ckpt_writer_abort(w);
-        if (failed) fprintf(stderr, "[rank 0] checkpoint at step %d not written: %s (earlier checkpoints are untouched)\n", step, err);
+        if (failed) fprintf(stderr, "[rank 0] checkpoint at step %d not written: %s (any earlier checkpoint is untouched)\n", step, err);
         else {
             if (kept[0]) fprintf(stderr, "note: %s was there already (a file resume passed over): kept as %s, not written over\n", path, kept);
             if (ckpt_prune(rc->dir, rc->keep, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);

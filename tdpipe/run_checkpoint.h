@@ -32,7 +32,7 @@ typedef struct {
 
 // Collective. World rank 0 writes dir/ckpt_<step>.tdck (temporary file, fsync, rename) and prunes to
 // `keep`; train: the data loader whose position is saved (the first stage's). Returns 0 on every
-// rank, or -1 on every rank after rank 0 said why (the earlier checkpoints are untouched).
+// rank, or -1 on every rank after rank 0 said why (any earlier checkpoint is untouched).
 // ef: the int8 sync whose error-feedback residuals go in too ("grad_ef" and one section per replica and
 // kind; NULL or a sync without them: none).
 int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const DataLoader* train, const RunState* state, const DpSync* ef);

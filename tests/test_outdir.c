@@ -279,25 +279,26 @@ static void test_trim(void) {
     const char* text = "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n{\"step\": 2, \"val_loss\": 4.5}\n{\"note\": \"no step\"}\n"
                        "{\"step\": 3, \"loss\": 3}\n{\"step\": 10, \"loss\": 2}\n{\"step\": 4, \"lo";
     spit(log, text);
-    int dropped = -1;
+    int dropped = -1, torn = -1;
     char err[2048];
-    CHECK(outdir_trim_log(log, 2, NULL, &dropped, err, sizeof err) == 0 && dropped == 3, "cut back to step 2: 3 lines dropped (%d; %s)", dropped, err);
+    CHECK(outdir_trim_log(log, 2, NULL, &dropped, &torn, err, sizeof err) == 0 && dropped == 2 && torn == 1,
+          "cut back to step 2: 2 whole lines dropped and the torn last one (%d, %d; %s)", dropped, torn, err);
     const char* got = slurp(log);
     CHECK(got && strcmp(got, "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n{\"step\": 2, \"val_loss\": 4.5}\n{\"note\": \"no step\"}\n") == 0,
           "steps 1 and 2 (with validation) and the line without a step remain:\n%s", got ? got : "(none)");
     CHECK(!exists(test_path("trim.jsonl.tmp")), "no temporary file left");
     struct stat before, after;
     stat(log, &before);
-    CHECK(outdir_trim_log(log, 5, NULL, &dropped, err, sizeof err) == 0 && dropped == 0, "nothing past step 5: nothing dropped");
+    CHECK(outdir_trim_log(log, 5, NULL, &dropped, &torn, err, sizeof err) == 0 && dropped == 0 && torn == 0, "nothing past step 5: nothing dropped");
     stat(log, &after);
     CHECK(before.st_ino == after.st_ino, "and the file is not rewritten");
     spit(log, "{\"step\": 1}\n{\"step\": 2, \"lo");
-    CHECK(outdir_trim_log(log, 5, NULL, &dropped, err, sizeof err) == 0 && dropped == 1 && strcmp(slurp(log), "{\"step\": 1}\n") == 0,
-          "a torn last line goes even when its step is kept");
-    CHECK(outdir_trim_log(test_path("none.jsonl"), 5, NULL, &dropped, err, sizeof err) == 0 && dropped == 0, "a missing log is fine");
-    CHECK(outdir_trim_log(g_root, 5, NULL, &dropped, err, sizeof err) == -1 && strstr(err, "is a directory"), "a directory as the log: %s", err);
+    CHECK(outdir_trim_log(log, 5, NULL, &dropped, &torn, err, sizeof err) == 0 && dropped == 0 && torn == 1 && strcmp(slurp(log), "{\"step\": 1}\n") == 0,
+          "a torn last line goes even when its step is kept, counted as torn, not as past the step");
+    CHECK(outdir_trim_log(test_path("none.jsonl"), 5, NULL, &dropped, NULL, err, sizeof err) == 0 && dropped == 0, "a missing log is fine");
+    CHECK(outdir_trim_log(g_root, 5, NULL, &dropped, NULL, err, sizeof err) == -1 && strstr(err, "is a directory"), "a directory as the log: %s", err);
     spit(log, "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3, \"rollback\": \"a spike\", \"back_to\": 1}\n{\"step\": 2}\n{\"step\": 3}\n");
-    CHECK(outdir_trim_log(log, 1, "\"rollback\":", &dropped, err, sizeof err) == 0 && dropped == 3 &&
+    CHECK(outdir_trim_log(log, 1, "\"rollback\":", &dropped, NULL, err, sizeof err) == 0 && dropped == 3 &&
               strcmp(slurp(log), "{\"step\": 1}\n{\"step\": 3, \"rollback\": \"a spike\", \"back_to\": 1}\n") == 0,
           "cut back to step 1 keeping the lines with \"rollback\": (an earlier rollback's record)");
 }

@@ -125,6 +125,12 @@ check "  says so" grep -q "3 record(s) after step 3 removed" "$TMP/err"
 check "a run to step 8 without a break" $BIN $S -x 8 -n 3 -o "$TMP/res_plain"
 one_per_step() { [ "$(losses "$TMP/res" | wc -l)" -eq 8 ] && diff <(losses "$TMP/res") <(losses "$TMP/res_plain") >/dev/null; }
 check "  the resumed log has each step once, and its losses are the unbroken run's" one_per_step
+# a log whose last record was cut off mid-write (the step's own, not one past it): said as that
+check "a run to step 3 with a checkpoint at 3" $BIN $S -x 3 -n 3 -o "$TMP/torn"
+printf '{"step": 3, "lo' >> "$TMP/torn/log.jsonl"
+check "resume from step 3 with a torn last line in log.jsonl" $BIN $S -x 4 -n 3 -y 1 -o "$TMP/torn"
+check "  says the torn line went, and counts no record past step 3" sh -c "grep -q 'its last line, cut off in the middle of its write, removed' '$TMP/err' && ! grep -q 'record(s) after step' '$TMP/err'"
+check "  and the log is whole records, steps 1 to 4 once each" sh -c "[ \"\$(grep -c '\"loss\"' '$TMP/torn/log.jsonl')\" -ge 4 ] && ! grep -q '\"lo\$' '$TMP/torn/log.jsonl'"
 
 # --- temporary files a killed run left behind are removed by the next
 check "a run with a checkpoint" $BIN $S -x 2 -n 2 -o "$TMP/tmpf"
