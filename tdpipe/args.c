@@ -52,7 +52,7 @@ static const ArgSpec SPECS[] = {
     {"checkpoints", 'y', "resume", "checkpoint.resume", A_INT, F(resume), 0, 1, "0", "1: resume from the newest valid checkpoint in -o"},
     {"logging", 'v', "val-every", "logging.val_every", A_INT, F(val_every), 0, 1e9, "50", "validation loss every N steps (and at the end); 0 = never"},
     {"logging", 0, "val-batches", "logging.val_batches", A_INT, F(val_batches), 1, 1e6, "8", "micro-batches per validation"},
-    {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps (one line; control bytes and invalid UTF-8 as \\xNN); 0 = never"},
+    {"logging", 's', "sample-every", "logging.sample_every", A_INT, F(sample_every), 0, 1e9, "100", "print a sample every N steps (one line: newlines as spaces, tabs kept, other control bytes and invalid UTF-8 as \\xNN); 0 = never"},
     {"logging", 'g', "gen-tokens", "logging.gen_tokens", A_INT, F(gen_tokens), 1, 1e6, "48", "tokens per sample"},
     {"logging", 0, "config", NULL, A_STR, F(config_path), 0, 0, "", "YAML config file; flags given on the command line override it"},
     {"logging", 0, "print-config", NULL, A_BOOL, F(print_config), 0, 1, "0", "print the settings (flags, --config's file, defaults) as a YAML config file and exit"},
