@@ -13,7 +13,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional bench_llmc "$@"
 cd "$(dirname "$0")/.."
-LLMC=${1:?usage: dev/bench_llmc.sh LLMC_DIR [steps] [threads]}
+cli_need bench_llmc 1 "dev/bench_llmc.sh LLMC_DIR [steps] [threads]" "$@"
+LLMC=$1
 STEPS=${2:-6}
 THREADS=${3:-2}
 [ -f "$LLMC/train_gpt2.c" ] && [ -f "$LLMC/Makefile" ] || { echo "bench_llmc: $LLMC has no train_gpt2.c and Makefile (an llm.c checkout?)" >&2; exit 1; }

@@ -6,7 +6,8 @@
 # usage: dev/get_mkl.sh DIR [version (default: the newest on PyPI)]
 set -euo pipefail
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional get_mkl "$@"
-DIR=${1:?usage: dev/get_mkl.sh DIR [version]}
+cli_need get_mkl 1 "dev/get_mkl.sh DIR [version]" "$@"
+DIR=$1
 VER=${2:-}
 if [ -f "$DIR/include/mkl.h" ] && ls "$DIR"/lib/libmkl_rt.so* >/dev/null 2>&1; then
     echo "get_mkl: $DIR already holds MKL"

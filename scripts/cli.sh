@@ -20,6 +20,14 @@ cli_positional() {
     done
 }
 
+# cli_need NAME MIN USAGE ARG...: the refusal of fewer than MIN positional arguments, with the usage
+cli_need() {
+    local name=$1 min=$2 usage=$3; shift 3
+    [ $# -ge "$min" ] && return 0
+    echo "$name: missing arguments: usage: $usage" >&2
+    exit 1
+}
+
 # cli_count NAME WHAT VALUE MIN: the refusal of a VALUE (for WHAT) that is not a whole number >= MIN
 cli_count() {
     case "$3" in '' | *[!0-9]*) ;; *) [ "$3" -ge "$4" ] 2>/dev/null && return 0 ;; esac

@@ -12,13 +12,13 @@ mkdir -p "$TMP/empty"
 refuse "make bench-mkl MKL= a folder without MKL" "MKL=$TMP/empty has no include/mkl.h" make --no-print-directory bench-mkl MKL="$TMP/empty"
 refuse "make bench-llmc without LLMC=" "give LLMC=path" make --no-print-directory bench-llmc
 
-refuse "get_mkl.sh without a folder" "usage: dev/get_mkl.sh DIR" bash dev/get_mkl.sh
+refuse "get_mkl.sh without a folder" "get_mkl: missing arguments: usage: dev/get_mkl.sh DIR" bash dev/get_mkl.sh
 # a folder that already holds MKL is left as it is, with no download
 mkdir -p "$TMP/mkl/include" "$TMP/mkl/lib" && touch "$TMP/mkl/include/mkl.h" "$TMP/mkl/lib/libmkl_rt.so.3"
 held_ok() { bash dev/get_mkl.sh "$TMP/mkl" | grep -q "already holds MKL"; }
 check "get_mkl.sh leaves a folder that holds MKL" held_ok
 
-refuse "bench_llmc.sh without a checkout" "usage: dev/bench_llmc.sh LLMC_DIR" bash dev/bench_llmc.sh
+refuse "bench_llmc.sh without a checkout" "bench_llmc: missing arguments: usage: dev/bench_llmc.sh LLMC_DIR" bash dev/bench_llmc.sh
 refuse "bench_llmc.sh on a folder that is not llm.c" "has no train_gpt2.c and Makefile" bash dev/bench_llmc.sh "$TMP/empty"
 
 refuse "bench_matmul_ab.sh without a variant" "usage: dev/bench_matmul_ab.sh" bash dev/bench_matmul_ab.sh
@@ -64,6 +64,9 @@ for s in scripts/bench_convergence.sh scripts/bench_dp_sync.sh scripts/bench_sch
     check "$s --help prints its usage and runs nothing" script_helps "$s"
     refuse "$s refuses an option it does not take" "(unknown option|unexpected argument|takes no arguments).*--bogus" bash "$s" --bogus
 done
+refuse "fuzz/run.sh with no arguments" "fuzz/run.sh: missing arguments: usage: dev/fuzz/run.sh SECONDS TARGET" bash dev/fuzz/run.sh
+refuse "fuzz/run.sh with seconds that are not a number" "fuzz/run.sh: SECONDS x: expected a whole number >= 1" bash dev/fuzz/run.sh x shard
+refuse "fuzz/run.sh with a target that is not built" "fuzz/run.sh: no fuzz target 'nosuch'" env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh 1 nosuch
 refuse "bench_convergence.sh with data it does not know" "'tiny': expected builtin, shakespeare or both" bash scripts/bench_convergence.sh tiny
 refuse "bench_convergence.sh with steps that are not a number" "steps x: expected a whole number" bash scripts/bench_convergence.sh both x
 refuse "bench_schedules.sh with too few steps" "steps 2: expected a whole number >= 3" bash scripts/bench_schedules.sh 2

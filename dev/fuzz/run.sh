@@ -5,10 +5,15 @@
 # Usage: dev/fuzz/run.sh SECONDS TARGET...
 set -u
 source "$(dirname "$0")/../../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional fuzz/run.sh "$@"
+cli_need fuzz/run.sh 2 "dev/fuzz/run.sh SECONDS TARGET..." "$@"
+cli_count fuzz/run.sh SECONDS "$1" 1
 cd "$(dirname "$0")/../.." || exit 1
 secs=$1; shift
 B=${FUZZ_BUILD:-build-fuzz}
 W=${FUZZ_WORK:-$B}
+for t in "$@"; do # every target named is there before any runs
+    [ -x "$B/fuzz_$t" ] || { echo "fuzz/run.sh: no fuzz target '$t': $B/fuzz_$t is not built (make fuzz-build)" >&2; exit 1; }
+done
 [ -d "$W/seeds" ] || build/dev/fuzz/make_seeds "$W/seeds" || exit 1
 crashed=0
 for t in "$@"; do
