@@ -532,6 +532,8 @@ static void open_outputs(Trainer* tr) {
         else if (outdir_open(&tr->outdir, a->out_dir, err, sizeof(err))) bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
         else if (a->trace_path[0] && outdir_check_file_replaceable(&tr->outdir, a->trace_path, TRACE_JSON_HEAD, err, sizeof(err)))
             bad = fprintf(stderr, "train_tdpipe: --trace %s\n", err) > 0;
+        else if (outdir_check_model_file(&tr->outdir, err, sizeof(err))) // (before an earlier run's files move: refused, nothing changed)
+            bad = fprintf(stderr, "train_tdpipe: -o %s\n", err) > 0;
         else {
             if (outdir_remove_temps(&tr->outdir, NULL, err, sizeof(err))) fprintf(stderr, "warning: %s\n", err);
             // a fresh run: the model file was read already (an -e in this folder has been loaded)

@@ -410,6 +410,18 @@ int outdir_check_file_replaceable(const OutDir* od, const char* path, const char
                     path, (int)(have < 16 ? have : 16), got);
 }
 
+int outdir_check_model_file(const OutDir* od, char* err, size_t errlen) {
+    for (int i = 0; i < 2; i++) { // model.bin takes a rename over anything but a directory; the temporary is opened as a regular file
+        char path[OUTDIR_PATH_CAP];
+        struct stat st;
+        if (join(path, sizeof path, od->dir, i ? TEMP_FILES[1] : RUN_FILES[1]) != 0) return td_error(err, errlen, "%s: path too long", od->dir);
+        if (lstat(path, &st) != 0 || S_ISREG(st.st_mode) || (i == 0 && !S_ISDIR(st.st_mode))) continue;
+        const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file";
+        return td_error(err, errlen, "%s: is %s, where the run writes its model at the end: move it away", path, kind);
+    }
+    return 0;
+}
+
 int outdir_check_file_writable(const char* path, char* err, size_t errlen) {
     if (!path[0]) return td_error(err, errlen, "(empty path): not a file name");
     char dir[OUTDIR_PATH_CAP];

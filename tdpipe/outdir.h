@@ -64,6 +64,12 @@ int outdir_check_file_writable(const char* path, char* err, size_t errlen);
 // program writes there): an input (-e, a shard, a config) or another file named by mistake.
 int outdir_check_file_replaceable(const OutDir* od, const char* path, const char* head, char* err, size_t errlen);
 
+// For any run, at start: model.bin is written at the end as model.bin.tmp renamed over model.bin,
+// so a directory at model.bin, or anything but a regular file at model.bin.tmp (which
+// outdir_remove_temps leaves), would fail that write after the whole run has trained. 0, or -1 with
+// "<dir>/model.bin: <problem>".
+int outdir_check_model_file(const OutDir* od, char* err, size_t errlen);
+
 typedef struct {
     uint64_t mem_available; // MemAvailable of /proc/meminfo, bytes
     uint64_t cgroup_room;   // the tightest memory cgroup's limit minus its use (less reclaimable file cache); UINT64_MAX: no limit

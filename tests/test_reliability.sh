@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trainer under bad conditions: tokens a fresh model cannot hold, a fresh run in an earlier run's
-# folder (moved aside, nothing lost), two runs sharing -o, a run too big for the memory, an unwritable
+# folder (moved aside, nothing lost), two runs sharing -o, a run too big for the memory, a model.bin that cannot be written, an unwritable
 # --trace, signals (during validation, twice, on a rank other than 0), a stopped rank under
 # --comm-timeout (and the resume afterwards), a resume past -x, log.jsonl trimmed on resume, left-over
 # temporary files removed. Each ends with one clear message and a non-zero exit, or with the run going on.
@@ -90,6 +90,19 @@ check "  no such note before it has chosen (it said every micro-batch was stale,
 # --- an output the run cannot write is refused before training, not at the end
 refuse "--trace into a folder that does not exist" "--trace $TMP/nowhere/trace.json: " $BIN $S -x 2 --trace "$TMP/nowhere/trace.json" -o "$TMP/tr"
 check "  nothing trained: no log" test ! -e "$TMP/tr/log.jsonl"
+# model.bin is written at the end, as model.bin.tmp renamed over it: a folder at model.bin (or a
+# FIFO at the temporary name) failed that write after the whole run had trained
+check "a run with a checkpoint" $BIN $S -x 2 -n 2 -o "$TMP/mdir"
+rm "$TMP/mdir/model.bin" && mkdir "$TMP/mdir/model.bin"
+refuse "a directory at -o's model.bin: refused at start" "-o $TMP/mdir/model.bin: is a directory, where the run writes its model at the end" \
+    $BIN $S -x 4 -n 2 -o "$TMP/mdir"
+untouched() { ! ls "$TMP/mdir" | grep -q earlier-run && test "$(losses "$TMP/mdir" | wc -l)" -eq 2; }
+check "  nothing trained, the earlier run's files not moved aside" untouched
+refuse "  the same on a resume" "-o $TMP/mdir/model.bin: is a directory" $BIN $S -x 4 -n 2 -y 1 -o "$TMP/mdir"
+rmdir "$TMP/mdir/model.bin" && mkfifo "$TMP/mdir/model.bin.tmp"
+refuse "a FIFO at -o's model.bin.tmp: refused at start" "-o $TMP/mdir/model.bin.tmp: is a FIFO, where the run writes its model" \
+    $BIN $S -x 4 -n 2 -y 1 -o "$TMP/mdir"
+check "  the log is as it was" untouched
 # --trace writes its file whole, so it may only name a new file or an earlier trace: never the run's
 # own files (by name, existing or not) nor an input (each was written over, exit 0)
 check "a run with checkpoints and a trace" $BIN $S -x 2 -n 1 -o "$TMP/own" --trace "$TMP/own.json"
