@@ -316,6 +316,41 @@ static void choose_device(Trainer* tr) {
     }
 }
 
+// rank 0: the bytes every rank on its host plans (`mine` on each: the host's memory is shared; a
+// multi-host run counts rank 0's share of its host), 1 when they exceed what the host has left
+// (*host and *m then say how much); every rank takes part
+static int host_over(Trainer* tr, double mine, double* host, OutdirMemory* m) {
+    double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
+    comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
+    int over = 0;
+    if (g_rank == 0) {
+        *host = 0.0;
+        for (int r = 0; r < tr->comm.world_size; r++) *host += all[r];
+        if (tr->comm.local_ranks < tr->comm.world_size) *host = mine * tr->comm.local_ranks;
+        char err[256];
+        over = outdir_memory_available(m, err, sizeof(err)) == 0 && *host > (double)m->bytes;
+    }
+    free(all);
+    return over;
+}
+
+// the weights, their gradient and AdamW's moments (16 bytes a parameter; on a GPU, the weights alone
+// pass through host memory: 4) of the stages on this host against its memory, before the weights are
+// allocated: check_memory comes once the stage exists, and a model file of a 200 G-parameter header
+// failed in malloc before it, naming no -e (one nearer the memory was read whole first)
+static void check_weights_fit(Trainer* tr, const GPT2Range* r) {
+    size_t sizes[GPT2_NUM_PARAM_TENSORS];
+    double host, gib = 1024.0 * 1024.0 * 1024.0, per = tr->use_cuda ? 4.0 : 16.0;
+    OutdirMemory m;
+    int over = host_over(tr, per * (double)gpt2_param_sizes(&tr->cfg, r, sizes), &host, &m);
+    if (over)
+        fprintf(stderr, "train_tdpipe: -e %s: the model needs %.2f GiB of host memory (%s, %g bytes a parameter, %d rank(s)) "
+                        "but %.2f GiB are available (%s): a smaller model, or its stages over more hosts\n",
+                tr->a.init, host / gib, tr->use_cuda ? "its weights on their way to the GPU" : "weights, gradient and AdamW state", per,
+                tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, (double)m.bytes / gib, m.source);
+    if (comm_any(&tr->comm, over)) exit(1);
+}
+
 // phase 3: the data (first and last stage read it) and this rank's stage on its device
 static void make_stage(Trainer* tr) {
     TrainArgs* a = &tr->a;
@@ -325,6 +360,7 @@ static void make_stage(Trainer* tr) {
     char err[1024];
     fatal_any(&tr->comm, run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err)) != 0, err);
     StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
+    if (!tr->synthetic) check_weights_fit(tr, &range);
     float* slice = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, &range, err, sizeof(err));
     fatal_any(&tr->comm, !tr->synthetic && !slice, err);
     init.slice = slice;
@@ -467,24 +503,17 @@ static void check_memory(Trainer* tr) {
     double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
     if (tr->kind == SCHED_TDPIPE && W_max > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
-    double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
-    comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
+    double host;
+    OutdirMemory m;
     int bad = 0;
-    if (g_rank == 0) {
-        double host = 0.0; // the ranks on rank 0's host; a multi-host run counts rank 0's share of its host
-        for (int r = 0; r < tr->comm.world_size; r++) host += all[r];
-        if (tr->comm.local_ranks < tr->comm.world_size) host = mine * tr->comm.local_ranks;
-        OutdirMemory m;
-        if (outdir_memory_available(&m, err, sizeof(err)) == 0 && host > (double)m.bytes) {
-            double gib = 1024.0 * 1024.0 * 1024.0;
-            fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
-                            "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
-                    host / gib, tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, slots, stashes, grad_slots,
-                    (double)m.bytes / gib, m.source);
-            bad = 1;
-        }
+    if (host_over(tr, mine, &host, &m)) {
+        double gib = 1024.0 * 1024.0 * 1024.0;
+        fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
+                        "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
+                host / gib, tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, slots, stashes, grad_slots,
+                (double)m.bytes / gib, m.source);
+        bad = 1;
     }
-    free(all);
     // a device's own memory, checked by each rank against its device: what is in use now (this rank's
     // weights and AdamW, and whatever the ranks sharing the device hold already) plus this plan for
     // each rank that shares it, against the device's total (never against what is free this instant,

@@ -80,6 +80,20 @@ check "  and its lock is gone: a later run may use the folder" $BIN $S -x 2 -y 0
 refuse "-e d12 -b 2000 -t 64 on this machine" "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available" \
     $BIN -e d12 -b 2000 -t 64 -x 1 -o "$TMP/big"
 check "  and did not create -o" test ! -e "$TMP/big"
+# a model file whose header describes 206 G parameters (L 1024, C 4096; sparse: the header, then a
+# hole of the size it describes): its weights alone are refused, naming -e, before they are
+# allocated (malloc failed first, with a message naming neither -e nor what did not fit)
+python3 - "$TMP/huge.bin" <<'PY'
+import struct, sys
+maxT, V, L, NH, C, Vp = 1024, 50257, 1024, 16, 4096, 50304
+n = Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C
+with open(sys.argv[1], 'wb') as f:
+    f.write(struct.pack('<256i', *([20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248)))
+    f.truncate(1024 + 4*n)
+PY
+refuse "a model file of 206 G parameters" "-e $TMP/huge.bin: the model needs [0-9.]+ GiB of host memory \\(weights, gradient and AdamW state, 16 bytes a parameter, 1 rank\\(s\\)\\) but [0-9.]+ GiB are available" \
+    $BIN -e "$TMP/huge.bin" -b 2 -t 16 -x 1 -o "$TMP/big"
+check "  and did not create -o" test ! -e "$TMP/big"
 refuse "a window of 100000 micro-batches' stashes" "this run would reserve [0-9.]+ GiB .* 100001 activation slots" \
     $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule tdpipe --aew 100000 -x 1 -o "$TMP/big"
 check "--aew 8 with M = 8: runs with a note that every micro-batch is stale" $BIN $S -x 2 --micro-batches 8 --schedule tdpipe --aew 8 -o "$TMP/stale"
