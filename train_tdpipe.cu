@@ -597,7 +597,7 @@ static void open_outputs(Trainer* tr) {
     }
     if (g_rank == 0) {
         print_startup(tr);
-        if (a->sample_every > 0) run_decoder_init(&tr->dec, &tr->data, a); // (-s 0 prints no sample: no tokenizer to load or miss)
+        if (a->sample_every > 0) run_decoder_init(&tr->dec, &tr->data, a, tr->cfg.vocab_size); // (-s 0 prints no sample: no tokenizer to load or miss)
         if (a->resume) { // the resumed step's records go on from where the checkpoint stood: none twice
             int dropped = 0, torn = 0;
             if (outdir_trim_log(log_path, tr->start_step, NULL, &dropped, &torn, err, sizeof(err))) td_fatal("-o %s: %s", a->out_dir, err);

@@ -89,17 +89,22 @@ void run_data_free(RunData* d) {
     if (d->has_val) dataloader_free(&d->val);
 }
 
-void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a) {
+void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a, int V) {
     memset(dec, 0, sizeof(*dec));
-    if (d->tokenizer == SHARD_TOKENIZER_BYTES) {
-        dec->ready = tokenizer_init_bytes(&dec->tok) == 0;
-        return;
-    }
     char enc[1100], bpe[1100], err[1024];
     snprintf(enc, sizeof(enc), "%s/encoder.json", a->tokenizer_dir);
     snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", a->tokenizer_dir);
-    if (tokenizer_init_gpt2(&dec->tok, enc, bpe, err, sizeof(err)) == 0) dec->ready = 1;
+    const char* which = d->tokenizer == SHARD_TOKENIZER_BYTES ? "the byte tokenizer" : enc;
+    if (d->tokenizer == SHARD_TOKENIZER_BYTES) dec->ready = tokenizer_init_bytes(&dec->tok) == 0;
+    else if (tokenizer_init_gpt2(&dec->tok, enc, bpe, err, sizeof(err)) == 0) dec->ready = 1;
     else fprintf(stderr, "note: samples print token ids: %s (see --tokenizer-dir)\n", err);
+    // a sampled id it has no bytes for decoded to nothing: that token dropped from the sample unseen
+    if (dec->ready && tokenizer_vocab_size(&dec->tok) < V) {
+        fprintf(stderr, "note: samples print token ids: %s has %d tokens, fewer than the model's vocabulary V = %d\n", which,
+                tokenizer_vocab_size(&dec->tok), V);
+        tokenizer_free(&dec->tok);
+        dec->ready = 0;
+    }
 }
 
 // the length of the valid UTF-8 sequence at s (n bytes left), or 0 where there is none: no overlong

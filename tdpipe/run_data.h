@@ -36,8 +36,9 @@ typedef struct {
     int ready; // 0: samples print token ids
 } RunDecoder;
 
-// the tokenizer the shards name (GPT-2's from --tokenizer-dir; a note on stderr when it cannot load)
-void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a);
+// the tokenizer the shards name (GPT-2's from --tokenizer-dir), for samples of a model of vocabulary
+// V; a note on stderr, and samples as token ids, when it cannot load or has fewer than V tokens
+void run_decoder_init(RunDecoder* dec, const RunData* d, const TrainArgs* a, int V);
 // one sample on one line: "sample (kind): text"
 void run_decoder_print(const RunDecoder* dec, const char* kind, const int* ids, int n);
 // decoded text to f as one line a terminal shows safely: valid UTF-8 as it is, newlines as spaces,

@@ -118,6 +118,13 @@ vocab_model "$TMP/v64.bin" 64 64; vocab_model "$TMP/v70k.bin" 70000 70016
 refuse "a V 64 model on the built-in data (bytes up to 122)" "the built-in dataset's tokens are bytes up to 122, but the model's vocabulary is V = 64" \
     $BIN -e "$TMP/v64.bin" -x 1 $Q -b 2 -t 16 -o "$TMP/r"
 refuse "a V 70000 model" "the model's vocabulary V = 70000: tokens are uint16" $BIN -e "$TMP/v70k.bin" -x 1 $Q -b 2 -t 16 -o "$TMP/r"
+# a V 50257 model on byte shards samples ids the byte tokenizer has no bytes for: each decoded to
+# nothing, so the sample lost those tokens unseen (a NULL source to memcpy, for UBSan)
+vocab_model "$TMP/v50k.bin" 50257 50304
+check "a V 50257 model sampling on byte shards" $BIN -e "$TMP/v50k.bin" -i "$TMP/sh_train.bin" -x 1 -v 0 -s 1 -g 8 -b 2 -t 16 -o "$TMP/r"
+cp "$TMP/out" "$TMP/v50k.out"
+check "  says the tokenizer is smaller than the model's vocabulary" grep -q "note: samples print token ids: the byte tokenizer has 256 tokens, fewer than the model's vocabulary V = 50257" "$TMP/err"
+check "  and prints every sampled token, as ids" test "$(grep -cE '^sample \([a-z 1]+\): ([0-9]+ ){8}$' "$TMP/v50k.out")" -eq 2
 check "-i with -v and no -j" $BIN -i "$TMP/sh_train.bin" -x 2 -v 1 -s 0 -o "$TMP/noval"
 check "  says that no validation runs" grep -q "note: -v 1: no validation shards (-j), so no validation runs" "$TMP/err"
 check "-g 2000 at -t 16" $BIN -x 1 -v 0 -s 1 -g 2000 -t 16 -o "$TMP/g2000"
