@@ -462,7 +462,7 @@ static void print_startup(const Trainer* tr) {
                (tr->dsync ? dp_sync_cuda_plan(tr->dsync) : &tr->sync)->n_buckets, (double)q->bucket_bytes / 1048576.0,
                tr->device_sync ? "in GPU memory, NCCL, sent as backward completes them" : "in host memory, sent as backward completes them");
     }
-    printf("| %-20s | B %d, T %d, M %d, D %d: %d tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, a->B * a->T * a->grad_accum * c->D);
+    printf("| %-20s | B %d, T %d, M %d, D %d: %lld tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, (long long)a->B * a->T * a->grad_accum * c->D);
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
         printf("| %-20s | %.6f nats/token (exact entropy rate: no model can go lower)\n", "entropy floor", d->source.entropy_rate);
@@ -620,7 +620,7 @@ static void make_executor(Trainer* tr) {
     TrainArgs* a = &tr->a;
     GPT2Range all = {0, tr->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all, sizes);
-    int tokens = a->B * a->T * a->grad_accum * tr->comm.D;
+    double tokens = (double)a->B * a->T * a->grad_accum * tr->comm.D; // (past 2^31 with a large M: not an int)
     // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
     double flops = (6.0 * n_full + 6.0 * tr->cfg.num_layers * a->T * tr->cfg.channels) * tokens;
     tr->rep = (Reporter){.log = tr->log, .log_path = tr->log_path, .total_steps = a->steps, .tokens_per_step = tokens, .P = tr->comm.P,

@@ -14,7 +14,7 @@ typedef struct {
     const char* log_path;   // its path, for the message when a record cannot be written
     int log_errno;          // the first failed write's error (0: none): said once, and the run exits 1 at its end
     int total_steps;
-    int tokens_per_step;    // B * T * M * D
+    double tokens_per_step; // B * T * M * D (past 2^31 with a large M)
     int P;
     int windowed;           // 1: tdpipe with a window (staleness is shown at P = 1 too)
     double flops_per_step;  // model FLOPs of one step (6 N per token + attention), for MFU

@@ -45,5 +45,14 @@ int main(void) {
           same ? "" : "  want: the record in tests/test_report.c");
     // the average step leaves the first (start-up) out: step 2's 0.25 s alone
     CHECK(rep.seconds_n == 1 && rep.seconds_sum == 0.25, "average step: steps after the first (%d steps, %g s)", rep.seconds_n, rep.seconds_sum);
+    // a step of more than 2^31 tokens (B 8, T 1024, M 300000): its rate, not an int's wrapped one
+    const char* big_path = test_path("big.jsonl");
+    Reporter big = {.log = fopen(big_path, "w"), .log_path = big_path, .total_steps = 1, .tokens_per_step = 8.0 * 1024 * 300000, .P = 2};
+    StepReport rb = r1;
+    rb.seconds = 1024.0;
+    report_step(&big, &rb);
+    CHECK(report_close_log(&big) == 0, "the big step's log written and closed");
+    slurp(big_path, got, sizeof got);
+    CHECK(strstr(got, "\"tok_per_s\": 2400000.0,") != NULL, "2,457,600,000 tokens in 1024 s: 2400000.0 tok/s in the record: %s", got);
     return test_summary();
 }

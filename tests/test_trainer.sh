@@ -186,6 +186,16 @@ lr_note() { $BIN -e d12 --print-schedule "$@" 2>&1 >/dev/null | grep -c "is high
 check "the default lr at C 768: a note names it and the rates 124M trains at" test "$(lr_note)" = 1
 check "-l 3e-4 at C 768: no note" test "$(lr_note -l 3e-4)" = 0
 # README's Flags section is --help's text, whole: a flag added or reworded without it shows here
+# a step of more than 2^31 tokens: the start-up table counts them in 64 bits (it printed -397934592 for
+# M 1000000). The run is stopped by two signals once the line is out (a step this long would not end)
+big_step() {
+    $BIN --synthetic-compute -e d1 -b 8 -t 1024 --micro-batches 300000 -x 1 -v 0 -s 0 -o "$TMP/bigtok" >"$TMP/bigtok.out" 2>&1 &
+    local pid=$! i
+    for i in $(seq 600); do grep -q "tokens per step" "$TMP/bigtok.out" && break; sleep 0.1; done
+    kill -TERM $pid; sleep 0.5; kill -TERM $pid 2>/dev/null; wait $pid
+    grep -q "B 8, T 1024, M 300000, D 1: 2457600000 tokens per step" "$TMP/bigtok.out"
+}
+check "a step of 2,457,600,000 tokens is counted as that many" big_step
 readme_help() { awk '/^`.\/train_tdpipe --help`:/ { f = 1; next } f && /^```$/ { if (++c == 2) exit; next } f && c == 1' README.md; }
 check "README's flag list is ./train_tdpipe --help" diff <(readme_help) <($BIN --help)
 finish
