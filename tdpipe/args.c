@@ -1,5 +1,6 @@
 // The trainer's flags: one table drives parsing, range checks, --help and the YAML keys (see args.h).
 #include "args.h"
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -113,7 +114,7 @@ static int set_value(TrainArgs* a, const ArgSpec* s, const char* value, const ch
     char* end;
     errno = 0;
     double v = s->type == A_FLOAT ? strtod(value, &end) : (double)strtoll(value, &end, 10);
-    if (end == value || *end != '\0' || errno == ERANGE || !isfinite(v)) {
+    if (end == value || *end != '\0' || isspace((unsigned char)value[0]) || errno == ERANGE || !isfinite(v)) { // (strtod skips leading blanks, not trailing: both refused)
         snprintf(err, errlen, "%s: '%s' is not a valid %s", shown, value, s->type == A_FLOAT ? "number" : "integer");
         return -1;
     }

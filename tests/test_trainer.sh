@@ -91,6 +91,8 @@ refuse "a FIFO as -i" "afifo: is a FIFO, not a token shard" $BIN -i "$TMP/afifo"
 # --- flags: each bad value names the flag; --help lists every flag with its default
 refuse "-b 0 is out of range" "^train_tdpipe: -b: 0 is out of range" $BIN -b 0
 refuse "-l abc is not a number" "^train_tdpipe: -l: 'abc' is not a valid number" $BIN -l abc
+refuse "-x with a blank before the number (as after it)" "^train_tdpipe: -x: ' 3' is not a valid integer" $BIN -x " 3"
+refuse "-x with a blank after the number" "^train_tdpipe: -x: '3 ' is not a valid integer" $BIN -x "3 "
 refuse "--eps 0 (0/0 where a gradient is 0) is out of range" "^train_tdpipe: --eps: 0 is out of range \\[1e-30, 1\\]" $BIN --eps 0
 refuse "--clip -1 is out of range" "^train_tdpipe: --clip: -1 is out of range" $BIN --clip -1
 refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
