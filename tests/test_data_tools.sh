@@ -53,6 +53,8 @@ fi
 
 # --- refusals
 refuse "missing input" "nope.txt: cannot open" "$MS" --tokenizer bytes -o "$TMP/x" "$TMP/nope.txt"
+refuse "an empty -o" "-o '': the prefix needs a file-name part" "$MS" --tokenizer bytes -o "" "$TMP/in.txt"
+refuse "an -o that is a folder" "-o '$TMP/': the prefix needs a file-name part" "$MS" --tokenizer bytes -o "$TMP/" "$TMP/in.txt"
 refuse "unknown flag" "--frobnicate: unknown option" "$MS" --frobnicate -o "$TMP/x" "$TMP/in.txt"
 refuse "unknown tokenizer" "expected gpt2 or bytes" "$MS" --tokenizer wordpiece -o "$TMP/x" "$TMP/in.txt"
 refuse "missing GPT-2 vocabulary" "/nowhere/encoder.json: cannot open" "$MS" --gpt2-dir /nowhere -o "$TMP/x" "$TMP/in.txt"

@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
         fprintf(stderr, "make_shards: need -o PREFIX and at least one input file (see --help)\n");
         return 1;
     }
+    if (!prefix[0] || prefix[strlen(prefix) - 1] == '/') { // the files would be "_train.bin" and "_val.bin" in that folder
+        fprintf(stderr, "make_shards: -o '%s': the prefix needs a file-name part, e.g. data/ts (writes data/ts_train.bin)\n", prefix);
+        return 1;
+    }
 
     Tokenizer tok;
     int kind;
