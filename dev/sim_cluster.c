@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
         o->value = argv[++i];
         o->set = 1;
     }
+    for (int k = 0; k < N_OPTS; k++) // every number given is checked, also one the schedule then ignores (--chunks 0 with 1f1b)
+        if (opts[k].set && opts[k].type != OPT_STRING) number(opts[k].name);
     ClusterModel m = {.name = "custom"};
     if (given("model") && cluster_model_preset(text("model"), &m)) fail("--model %s: expected gpt3-13b, gpt3-175b or mtnlg-530b", text("model"));
     const char* shape[] = {"layers", "hidden", "heads"};

@@ -74,6 +74,8 @@ refuse "sim_cluster: tp not dividing the heads" "does not divide the model's 16 
 refuse "sim_cluster: a model over the GPU's memory" "GiB per GPU.*the GPU has" $S --model gpt3-175b --gpus 8 --tp 8 --pp 1 --global-batch 8
 refuse "sim_cluster: a missing required flag" "--gpus is required" $S --layers 24 --hidden 2048 --heads 16 --tp 2 --global-batch 64
 refuse "sim_cluster: an unknown option" "unknown option --stages" $S --stages 4
+refuse "sim_cluster: --chunks 0 with a schedule that does not read it" "--chunks 0: expected an integer from 1 to 1000" \
+    $S --model gpt3-13b --gpus 64 --tp 8 --pp 4 --global-batch 512 --schedule 1f1b --chunks 0
 refuse "sim_cluster: a malformed number" "--pp four: expected an integer" $S --model gpt3-13b --gpus 8 --pp four --global-batch 8
 # found by an audit: a NaN jitter hung it, products of huge values wrapped to 0 (SIGFPE), switches took any value
 SMALL="--layers 16 --hidden 768 --heads 12 --gpus 8 --pp 8 --global-batch 8"
