@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <utime.h>
 
@@ -246,10 +247,17 @@ static void test_archive(void) {
     mkdir(p, 0755);
     struct utimbuf t = {1700000000, 1700000000}; // the newest file names the subfolder
     for (int i = 0; i < 5; i++) snprintf(p, sizeof p, "%s/%s", dir, files[i]), utime(p, &t);
+    struct utimbuf older = {1690000000, 1690000000}; // one file older than the rest: the newest (not the first, not notes.txt) names it
+    snprintf(p, sizeof p, "%s/%s", dir, files[1]), utime(p, &older);
     int n = outdir_archive_earlier(&od, note, sizeof note, err, sizeof err);
     CHECK(n == 5 && strstr(note, "2 checkpoints, 1 kept aside, log.jsonl, model.bin") && strstr(note, "nothing deleted"),
           "5 files moved (a checkpoint kept aside by a resume among them): %s", note);
     CHECK(find_prefixed(dir, OUTDIR_ARCHIVE_PREFIX, sub, sizeof sub) == 1 && strstr(note, sub), "into one subfolder %s", sub);
+    char stamp[64], want_sub[1100];
+    time_t newest = 1700000000;
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&newest));
+    snprintf(want_sub, sizeof want_sub, "%s/%s%s", dir, OUTDIR_ARCHIVE_PREFIX, stamp);
+    CHECK(!strcmp(sub, want_sub), "named by the newest file's time: %s (want %s)", sub, want_sub);
     int ok = 1;
     for (int i = 0; i < 5; i++) {
         snprintf(p, sizeof p, "%s/%s", sub, files[i]);
