@@ -222,12 +222,16 @@ static void test_temps(void) {
     for (int i = 0; i < 6; i++) snprintf(p, sizeof p, "%s/%s", dir, stay[i]), spit(p, "s");
     snprintf(p, sizeof p, "%s/.ckpt_00000011.tdck.tmp", dir);
     mkdir(p, 0755); // a folder with a temporary file's name is not one
+    char link[1024];
+    snprintf(link, sizeof link, "%s/.ckpt_00000012.tdck.tmp", dir);
+    if (symlink("ckpt_00000010.tdck", link) != 0) perror(link); // nor is a symbolic link (regular files only)
     int removed = -1;
     CHECK(outdir_remove_temps(&od, &removed, err, sizeof err) == 0 && removed == 4, "4 temporary files removed (%d; %s)", removed, err);
-    int ok = exists(p);
+    struct stat lst;
+    int ok = exists(p) && lstat(link, &lst) == 0 && S_ISLNK(lst.st_mode);
     for (int i = 0; i < 6; i++) snprintf(p, sizeof p, "%s/%s", dir, stay[i]), ok &= exists(p);
     for (int i = 0; i < 4; i++) snprintf(p, sizeof p, "%s/%s", dir, gone[i]), ok &= !exists(p);
-    CHECK(ok, "only the writers' temporary names went; checkpoints, notes.tmp, look-alikes and the folder stay");
+    CHECK(ok, "only the writers' temporary names went; checkpoints, notes.tmp, look-alikes, the folder and the link stay");
     outdir_close(&od);
 }
 
