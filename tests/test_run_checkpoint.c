@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
 
     // the good state: its arrays are the checkpoint's sections, bitwise
     CHECK(run_checkpoint_save(&rc, &pl, 4, &dl, &state, NULL) == 0, "a finite state is saved");
+    // the write's allowance on --comm-timeout lasts for the write only: later waits have the bare timeout
+    CHECK(c.allowance == 0 && c.allowance_for == NULL, "  its allowance on --comm-timeout withdrawn afterwards (%g s for %s)", c.allowance,
+          c.allowance_for ? c.allowance_for : "nothing");
     ckpt_path(want_path, sizeof want_path, dir, 4);
     Ckpt ck;
     int read = ckpt_read(want_path, &ck, err, sizeof err) == 0;
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
     snprintf(model, sizeof model, "%s/model.bin", dir);
     snprintf(want_path, sizeof want_path, "%s/want.bin", dir);
     CHECK(run_checkpoint_save_model(&pl, model, err, sizeof err) == 0, "model.bin written: %s", err);
+    CHECK(c.allowance == 0 && c.allowance_for == NULL, "  its allowance on --comm-timeout withdrawn afterwards (%g s)", c.allowance);
     CHECK(model_file_save(want_path, &cfg, st.params, err, sizeof err) == 0, "the reference written whole");
     size_t a_n = 0, b_n = 0;
     unsigned char *a = test_slurp(model, &a_n), *b = test_slurp(want_path, &b_n);
