@@ -9,6 +9,9 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <stdint.h>
+#include <unistd.h>
 
 static Comm C;
 
@@ -418,14 +421,29 @@ static void fatal_mode(const char* kind) {
             comm_irecv(&C, buf, expected, 0, 3, &r);
             comm_wait(&C, &r);
         }
-    } else if (strcmp(kind, "slow-root") == 0 || strcmp(kind, "slow-root-allowed") == 0) {
+    } else if (strcmp(kind, "slow-root") == 0 || strcmp(kind, "slow-root-allowed") == 0 || strcmp(kind, "slow-root-short") == 0) {
         // rank 0 busy for 3 s (as writing a checkpoint) while the others wait in a collective under a
-        // 1 s --comm-timeout: they time out, unless comm_timeout_allow gave that work its seconds
+        // 1 s --comm-timeout: they time out, unless comm_timeout_allow gave that work its seconds (and
+        // with too few, after them, saying so)
         C.timeout = 1.0;
         if (strcmp(kind, "slow-root-allowed") == 0) comm_timeout_allow(&C, 30.0, "rank 0's test work");
+        if (strcmp(kind, "slow-root-short") == 0) comm_timeout_allow(&C, 0.5, "rank 0's test work");
         if (C.world_rank == 0) nanosleep(&(struct timespec){3, 0}, NULL);
         comm_any(&C, 0);
         comm_timeout_allow(&C, 0, NULL);
+    } else if (strcmp(kind, "stopped-waiter") == 0 && C.world_size == 2) {
+        // rank 1 waits in a collective under a 2 s --comm-timeout; rank 0 stops it (SIGSTOP) for 4 s,
+        // continues it and joins: the time it was stopped is not waiting (comm.c's WaitClock)
+        C.timeout = 2.0;
+        int64_t pid = (int64_t)getpid(), pids[2] = {0, 0};
+        comm_gather_to_root(&C, &pid, sizeof pid, pids);
+        if (C.world_rank == 0) {
+            nanosleep(&(struct timespec){0, 200000000}, NULL);
+            kill((pid_t)pids[1], SIGSTOP);
+            nanosleep(&(struct timespec){4, 0}, NULL);
+            kill((pid_t)pids[1], SIGCONT);
+        }
+        comm_any(&C, 0);
     } else {
         td_fatal("--fatal %s: unknown kind, or it needs P >= 2", kind);
     }

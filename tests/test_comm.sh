@@ -91,4 +91,10 @@ ends "rank 0 busy 3 s, the others waiting under --comm-timeout 1: they time out"
     "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root
 slow_root_allowed() { "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root-allowed >"$TMP/out" 2>&1 && grep -q "the job went on" "$TMP/out"; }
 check "... and go on when comm_timeout_allow gives that work 30 s" slow_root_allowed
+ends "... and time out after 1 + 0.5 s when it gives 0.5 s, naming the allowance" \
+    'waited [0-9]+ s for every rank.s agreement \(a value all ranks share\) \(--comm-timeout 1 \+ 0\.5 s for rank 0.s test work\)' \
+    "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root-short
+# a rank stopped (SIGSTOP) for 4 s while it waits under --comm-timeout 2, then continued: the stop is not waiting
+stopped_waiter() { "${MPIRUN[@]}" -np 2 $T 1 --fatal stopped-waiter >"$TMP/out" 2>&1 && grep -q "the job went on" "$TMP/out"; }
+check "a waiting rank stopped for 4 s under --comm-timeout 2 does not time out once continued" stopped_waiter
 finish
