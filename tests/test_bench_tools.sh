@@ -65,7 +65,11 @@ for s in scripts/bench_convergence.sh scripts/bench_dp_sync.sh scripts/bench_sch
     refuse "$s refuses an option it does not take" "(unknown option|unexpected argument|takes no arguments).*--bogus" bash "$s" --bogus
 done
 refuse "fuzz/run.sh with no arguments" "fuzz/run.sh: missing arguments: usage: dev/fuzz/run.sh SECONDS TARGET" bash dev/fuzz/run.sh
+check "  and stops there (one line: nothing after the usage)" test "$(wc -l < "$TMP/err")" -eq 1
 refuse "fuzz/run.sh with seconds that are not a number" "fuzz/run.sh: SECONDS x: expected a whole number >= 1" bash dev/fuzz/run.sh x shard
+refuse "fuzz/run.sh with seconds +5 (a number to bash's test, not a whole number's digits)" "fuzz/run.sh: SECONDS \+5: expected a whole number >= 1" \
+    env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh +5 nosuch
+refuse "bench_convergence.sh with a one-dash option" "bench_convergence: unknown option -q" bash scripts/bench_convergence.sh -q
 refuse "fuzz/run.sh with a target that is not built" "fuzz/run.sh: no fuzz target 'nosuch'" env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh 1 nosuch
 refuse "bench_convergence.sh with data it does not know" "'tiny': expected builtin, shakespeare or both" bash scripts/bench_convergence.sh tiny
 refuse "bench_convergence.sh with steps that are not a number" "steps x: expected a whole number" bash scripts/bench_convergence.sh both x
