@@ -210,10 +210,11 @@ check "  the stopped rank (stage 1) does not report a wait of its own" bash -c "
 sleep 1
 check "  a resume afterwards goes on from the newest checkpoint" $MPI -np 2 $BIN $S -x 100 --stages 2 --micro-batches 2 -n 50 -y 1 -o "$TMP/hang"
 refuse "--comm-timeout -1" "--comm-timeout: -1 is out of range" $BIN --comm-timeout -1
-# rank 0 writing a checkpoint (d8: 257 MB, seconds here) while replica 1 waits under --comm-timeout 1:
+# rank 0 writing a checkpoint (d8: 257 MB, 3 s and more here) while replica 1 waits under --comm-timeout 2 (1 s is
+# too close to a healthy first step's wait on a loaded machine):
 # comm_timeout_allow gives that wait the write's time, so the healthy run does not time out
-check "a D = 2 run of d8 under --comm-timeout 1 with a checkpoint: the other rank waits out rank 0's write" \
-    $MPI -np 2 $BIN -e d8 -b 1 -t 16 -v 0 -s 0 -x 1 -n 1 --comm-timeout 1 -o "$TMP/slowck"
+check "a D = 2 run of d8 under --comm-timeout 2 with a checkpoint: the other rank waits out rank 0's write" \
+    $MPI -np 2 $BIN -e d8 -b 1 -t 16 -v 0 -s 0 -x 1 -n 1 --comm-timeout 2 -o "$TMP/slowck"
 check "  no wait timed out, and the checkpoint is there" bash -c "! grep -q 'waited' '$TMP/err' && test -s '$TMP/slowck/ckpt_00000001.tdck'"
 rm -rf "$TMP/slowck"
 
