@@ -140,6 +140,7 @@ static void print_yaml_value(FILE* f, const TrainArgs* a, const ArgSpec* s) {
             snprintf(buf, sizeof buf, "%.*g", digits, v);
             if ((float)strtod(buf, NULL) == v) break;
         }
+        if (v == floorf(v) && fabsf(v) >= 10.0f && fabsf(v) < 1e9f) snprintf(buf, sizeof buf, "%.0f", v); // 600, not 6e+02 (exact: a whole float)
         fputs(buf, f);
     }
     else if (s->type == A_BOOL) fputs(*(const int*)p ? "true" : "false", f);

@@ -164,15 +164,17 @@ yaml_refused dupsec 'model: {batch: 2}\nlogging: {val_every: 1}\nmodel: {seq_len
 yaml_refused twodocs 'model: {batch: 2}\n---\nmodel: {batch: 4}\n' "2: a second YAML document"
 refuse "missing config file" "missing.yaml: cannot open" $BIN --config "$TMP/missing.yaml"
 # --print-config: the settings as a file that --config reads back to the same settings (a string with a
-# quote, a backslash, a tab and a DEL; a float with few digits, one that needs all 9; a 19-digit seed; a switch; a window per stage)
-PC=(-e d4 -b 2 -t 16 -x 3 -v 0 -s 0 -l 3e-4 --beta1 0.104274996 --seed 9000000000000000001 --synthetic-compute --aew 2,1 --stages 2 --jitter 0.3)
+# quote, a backslash, a tab and a DEL; a float with few digits, one that needs all 9, whole ones; a 19-digit seed; a switch; a window per stage)
+PC=(-e d4 -b 2 -t 16 -x 3 -v 0 -s 0 -l 3e-4 --beta1 0.104274996 --seed 9000000000000000001 --synthetic-compute --aew 2,1 --stages 2 --jitter 0.3
+    --dc-lambda 123456792)
 check "--print-config prints the settings" $BIN "${PC[@]}" -o "$TMP/pc \"q\" \\ $(printf '\t')x$(printf '\177')" --print-config
 cp "$TMP/out" "$TMP/pc1.yaml"
 check "  as YAML that --config reads back to the same settings" $BIN --config "$TMP/pc1.yaml" --print-config
 check "  (printed again: the same file)" diff "$TMP/pc1.yaml" "$TMP/out"
 pc_values() { grep -qx '  lr: 0.0003' "$TMP/pc1.yaml" && grep -qx '  beta1: 0.104274996' "$TMP/pc1.yaml" && grep -qx '  seed: 9000000000000000001' "$TMP/pc1.yaml" &&
-    grep -qx '  out_dir: "[^"]*pc \\"q\\" \\\\ \\x09x\\x7f"' "$TMP/pc1.yaml" && grep -qx '  synthetic_compute: true' "$TMP/pc1.yaml"; }
-check "  floats in their fewest digits (9 where 8 do not read back), the seed exact, the out folder escaped, the switch true" pc_values
+    grep -qx '  out_dir: "[^"]*pc \\"q\\" \\\\ \\x09x\\x7f"' "$TMP/pc1.yaml" && grep -qx '  synthetic_compute: true' "$TMP/pc1.yaml" &&
+    grep -qx '  comm_timeout: 600' "$TMP/pc1.yaml" && grep -qx '  dc_lambda: 123456792' "$TMP/pc1.yaml"; }
+check "  floats in their fewest digits (9 where 8 do not read back; whole ones as 600, not 6e+02), the seed exact, the out folder escaped, the switch true" pc_values
 pc_keys() { test "$(grep -cE '^  [a-z0-9_]+: ' "$TMP/pc1.yaml")" -eq $(($($BIN --help | grep -cE '^ +(-[a-z], )?--[a-z]') - 7)); }
 check "  every flag has its key but --help, --grad-accum, --config, --print-config, --print-schedule, --inject-nan and --inject-diverge" pc_keys
 check "a run's settings printed" $BIN -x 4 -v 0 -s 0 -b 4 -t 16 -o "$TMP/pcr1" --print-config
