@@ -422,13 +422,14 @@ static void fatal_mode(const char* kind) {
             comm_wait(&C, &r);
         }
     } else if (strcmp(kind, "slow-root") == 0 || strcmp(kind, "slow-root-allowed") == 0 || strcmp(kind, "slow-root-short") == 0) {
-        // rank 0 busy for 3 s (as writing a checkpoint) while the others wait in a collective under a
+        // rank 0 busy for 6 s (as writing a checkpoint) while the others wait in a collective under a
         // 1 s --comm-timeout: they time out, unless comm_timeout_allow gave that work its seconds (and
-        // with too few, after them, saying so)
+        // with too few, after them, saying so). 6 s, not 3: a waiter does not count a pause of over 1 s
+        // between its clock reads (comm.c's WaitClock), and a loaded machine can make such pauses
         C.timeout = 1.0;
         if (strcmp(kind, "slow-root-allowed") == 0) comm_timeout_allow(&C, 30.0, "rank 0's test work");
         if (strcmp(kind, "slow-root-short") == 0) comm_timeout_allow(&C, 0.5, "rank 0's test work");
-        if (C.world_rank == 0) nanosleep(&(struct timespec){3, 0}, NULL);
+        if (C.world_rank == 0) nanosleep(&(struct timespec){6, 0}, NULL);
         comm_any(&C, 0);
         comm_timeout_allow(&C, 0, NULL);
     } else if (strcmp(kind, "stopped-waiter") == 0 && C.world_size == 2) {

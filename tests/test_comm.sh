@@ -86,7 +86,7 @@ ends "a transfer between world ranks shorter than the receive expects (its secon
     '^\[rank 0\] tdpipe/comm\.c:[0-9]+: a message of 700 bytes from rank 1 \(tag 9\): 500 bytes arrived where 700 were expected' \
     "${MPIRUN[@]}" -np 2 $T 1 --fatal world-size
 # a rank that works alone for a while (rank 0 writing a checkpoint) under a short --comm-timeout
-ends "rank 0 busy 3 s, the others waiting under --comm-timeout 1: they time out" \
+ends "rank 0 busy 6 s, the others waiting under --comm-timeout 1: they time out" \
     'waited [0-9]+ s for every rank.s agreement \(a value all ranks share\) \(--comm-timeout 1\)' \
     "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root
 slow_root_allowed() { "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root-allowed >"$TMP/out" 2>&1 && grep -q "the job went on" "$TMP/out"; }
