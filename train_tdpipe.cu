@@ -318,8 +318,8 @@ static void choose_device(Trainer* tr) {
 
 // rank 0: the bytes every rank on its host plans (`mine` on each: the host's memory is shared; a
 // multi-host run counts rank 0's share of its host), 1 when they exceed what the host has left
-// (*host and *m then say how much); every rank takes part
-static int host_over(Trainer* tr, double mine, double* host, OutdirMemory* m) {
+// (*host, *ranks and *m then say how much, over how many ranks); every rank takes part
+static int host_over(Trainer* tr, double mine, double* host, int* ranks, OutdirMemory* m) {
     double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
     comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
     int over = 0;
@@ -327,6 +327,7 @@ static int host_over(Trainer* tr, double mine, double* host, OutdirMemory* m) {
         *host = 0.0;
         for (int r = 0; r < tr->comm.world_size; r++) *host += all[r];
         if (tr->comm.local_ranks < tr->comm.world_size) *host = mine * tr->comm.local_ranks;
+        *ranks = tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size;
         char err[256];
         over = outdir_memory_available(m, err, sizeof(err)) == 0 && *host > (double)m->bytes;
     }
@@ -342,12 +343,12 @@ static void check_weights_fit(Trainer* tr, const GPT2Range* r) {
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     double host, gib = 1024.0 * 1024.0 * 1024.0, per = tr->use_cuda ? 4.0 : 16.0;
     OutdirMemory m;
-    int over = host_over(tr, per * (double)gpt2_param_sizes(&tr->cfg, r, sizes), &host, &m);
+    int ranks, over = host_over(tr, per * (double)gpt2_param_sizes(&tr->cfg, r, sizes), &host, &ranks, &m);
     if (over)
         fprintf(stderr, "train_tdpipe: -e %s: the model needs %.2f GiB of host memory (%s, %g bytes a parameter, %d rank(s)) "
                         "but %.2f GiB are available (%s): a smaller model, or its stages over more hosts\n",
-                tr->a.init, host / gib, tr->use_cuda ? "its weights on their way to the GPU" : "weights, gradient and AdamW state", per,
-                tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, (double)m.bytes / gib, m.source);
+                tr->a.init, host / gib, tr->use_cuda ? "its weights on their way to the GPU" : "weights, gradient and AdamW state", per, ranks,
+                (double)m.bytes / gib, m.source);
     if (comm_any(&tr->comm, over)) exit(1);
 }
 
@@ -414,6 +415,9 @@ static void make_links(Trainer* tr) {
     if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
 }
 
+// B * T * M * D, in 64 bits: past 2^31 with a large M
+static long long tokens_per_step(const Trainer* tr) { return (long long)tr->a.B * tr->a.T * tr->a.grad_accum * tr->comm.D; }
+
 static void print_startup(const Trainer* tr) {
     const TrainArgs* a = &tr->a;
     const GPT2Config* cfg = &tr->cfg;
@@ -462,7 +466,7 @@ static void print_startup(const Trainer* tr) {
                (tr->dsync ? dp_sync_cuda_plan(tr->dsync) : &tr->sync)->n_buckets, (double)q->bucket_bytes / 1048576.0,
                tr->device_sync ? "in GPU memory, NCCL, sent as backward completes them" : "in host memory, sent as backward completes them");
     }
-    printf("| %-20s | B %d, T %d, M %d, D %d: %lld tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, (long long)a->B * a->T * a->grad_accum * c->D);
+    printf("| %-20s | B %d, T %d, M %d, D %d: %lld tokens per step\n", "batch", a->B, a->T, a->grad_accum, c->D, tokens_per_step(tr));
     if (d->builtin) {
         printf("| %-20s | built-in: order-1 Markov source, %d symbols, %d successors each\n", "data", MARKOV_ALPHABET, MARKOV_BRANCHING);
         printf("| %-20s | %.6f nats/token (exact entropy rate: no model can go lower)\n", "entropy floor", d->source.entropy_rate);
@@ -505,13 +509,12 @@ static void check_memory(Trainer* tr) {
     if (tr->kind == SCHED_TDPIPE && W_max > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
     double host;
     OutdirMemory m;
-    int bad = 0;
-    if (host_over(tr, mine, &host, &m)) {
+    int bad = 0, ranks;
+    if (host_over(tr, mine, &host, &ranks, &m)) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
-                host / gib, tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size, slots, stashes, grad_slots,
-                (double)m.bytes / gib, m.source);
+                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source);
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device: what is in use now (this rank's
@@ -620,7 +623,7 @@ static void make_executor(Trainer* tr) {
     TrainArgs* a = &tr->a;
     GPT2Range all = {0, tr->cfg.num_layers, 1, 1};
     size_t sizes[GPT2_NUM_PARAM_TENSORS], n_full = gpt2_param_sizes(&tr->cfg, &all, sizes);
-    double tokens = (double)a->B * a->T * a->grad_accum * tr->comm.D; // (past 2^31 with a large M: not an int)
+    double tokens = (double)tokens_per_step(tr);
     // llm.c's estimate: 6 N FLOPs per token for the weights plus 6 L T C for attention (fwd + bwd)
     double flops = (6.0 * n_full + 6.0 * tr->cfg.num_layers * a->T * tr->cfg.channels) * tokens;
     tr->rep = (Reporter){.log = tr->log, .log_path = tr->log_path, .total_steps = a->steps, .tokens_per_step = tokens, .P = tr->comm.P,
@@ -746,44 +749,16 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     fflush(stdout);
 }
 
-// The drift monitor at step t, the last of the chunk just run (tdpipe/drift.h): the step's micro-batches
-// again, through every stage, synchronously (1F1B, no compensation), at the weights U(t) applied to
-// (the stash the executor kept), into the step's gradient slot, which the update leaves there; then
-// per unit the cosine and relative error against the gradient U(t) applied. The data loaders go back
-// to where they were. Returns the lowest cosine, the same on every rank.
+// The drift monitor at step t, the last of the chunk just run (tdpipe/drift.h): the exact gradient
+// of the step's micro-batches (executor_drift_measure) against the one U(t) applied, per unit, each
+// unit's cosine and error reported. Returns the lowest cosine, the same on every rank.
 static double drift_measure(Trainer* tr, int t) {
-    TrainArgs* a = &tr->a;
-    Executor* ex = &tr->ex;
-    Stage* st = &tr->stage;
-    char err[1024];
-    int L = tr->cfg.num_layers, k = stage_grad_slot(st, t), P = tr->comm.P;
-    DataLoaderState after, before;
-    if (ex->data) {
-        dataloader_get_state(ex->data, &after);
-        executor_data_before(ex, t, &before);
-        if (dataloader_set_state(ex->data, &before, err, sizeof(err))) td_fatal("drift monitor: %s", err);
-    }
-    Executor saved = *ex;
-    ex->comp = NULL, ex->on_step = NULL, ex->trace = NULL, ex->drift_step = -1, ex->gradient_only = 1;
-    stage_use_compensation(st, NULL);
-    ScheduleShape shape = {.kind = a->grad_accum >= P ? SCHED_1F1B : SCHED_GPIPE, .P = P, .M = a->grad_accum, .first_step = t, .n_steps = 1};
-    Schedule sch;
-    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("drift monitor: %s", err);
-    executor_run(ex, &sch);
-    schedule_free(&sch);
-    ex->comp = saved.comp, ex->on_step = saved.on_step, ex->trace = saved.trace, ex->drift_step = saved.drift_step, ex->gradient_only = 0;
-    stage_use_compensation(st, saved.comp);
-    tr->redone += a->grad_accum;
-    DriftUnit* mine = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2): applied vs exact, then int8 vs fp32 sync
-    DriftUnit* all = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit));
-    drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
-    if (ex->drift_synced) memcpy(mine + L + 2, ex->drift_sync, (L + 2) * sizeof(DriftUnit));
-    CommRequest r;
-    memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, (const double*)mine, (double*)all, 8 * (L + 2), &r); // each unit from the one stage that holds it
-    comm_wait(&tr->comm, &r);
+    int L = tr->cfg.num_layers;
+    DriftUnit* all = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2): applied vs exact, then int8 vs fp32 sync
+    int halves = executor_drift_measure(&tr->ex, t, tr->a.grad_accum, all);
+    tr->redone += tr->a.grad_accum;
     double min_cos = 2.0;
-    for (int half = 0; half < 1 + ex->drift_synced; half++) {
+    for (int half = 0; half < halves; half++) {
         DriftUnit* units = all + half * (L + 2);
         int worst = 0;
         for (int u = 0; u < L + 2; u++)
@@ -791,12 +766,7 @@ static double drift_measure(Trainer* tr, int t) {
         if (!half) min_cos = drift_cosine(&units[worst]);
         if (g_rank == 0) report_drift(&tr->rep, t + 1, units, L + 2, worst, half);
     }
-    ex->drift_synced = 0;
-    free(mine);
     free(all);
-    stage_zero_grad(st, k);
-    stage_release_stash(st, t, 0);
-    if (ex->data && dataloader_set_state(ex->data, &after, err, sizeof(err))) td_fatal("drift monitor: %s", err);
     return min_cos;
 }
 

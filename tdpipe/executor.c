@@ -31,6 +31,7 @@
 #include <math.h>
 #include <string.h>
 #include "llmc/common.h"
+#include "tdpipe/fatal.h"
 #include "tdpipe/gns.h"
 #include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
@@ -865,6 +866,42 @@ static double cv(const OpTimes* t) {
     if (t->n < 2 || t->sum <= 0) return 0.0;
     double mean = t->sum / t->n, var = t->sum2 / t->n - mean * mean;
     return var > 0 ? sqrt(var) / mean : 0.0;
+}
+
+int executor_drift_measure(Executor* ex, int t, int M, DriftUnit* all) {
+    Stage* st = ex->stage;
+    char err[1024];
+    int L = st->cfg.num_layers, k = stage_grad_slot(st, t), P = ex->comm->P;
+    DataLoaderState after, before;
+    if (ex->data) {
+        dataloader_get_state(ex->data, &after);
+        executor_data_before(ex, t, &before);
+        if (dataloader_set_state(ex->data, &before, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    }
+    Executor saved = *ex;
+    ex->comp = NULL, ex->on_step = NULL, ex->trace = NULL, ex->drift_step = -1, ex->gradient_only = 1;
+    stage_use_compensation(st, NULL);
+    ScheduleShape shape = {.kind = M >= P ? SCHED_1F1B : SCHED_GPIPE, .P = P, .M = M, .first_step = t, .n_steps = 1};
+    Schedule sch;
+    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("drift monitor: %s", err);
+    executor_run(ex, &sch);
+    schedule_free(&sch);
+    ex->comp = saved.comp, ex->on_step = saved.on_step, ex->trace = saved.trace, ex->drift_step = saved.drift_step, ex->gradient_only = 0;
+    stage_use_compensation(st, saved.comp);
+    DriftUnit* mine = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2), as all
+    drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
+    if (ex->drift_synced) memcpy(mine + L + 2, ex->drift_sync, (L + 2) * sizeof(DriftUnit));
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(ex->comm, (const double*)mine, (double*)all, 8 * (L + 2), &r); // each unit from the one stage that holds it
+    comm_wait(ex->comm, &r);
+    int halves = 1 + ex->drift_synced;
+    ex->drift_synced = 0;
+    free(mine);
+    stage_zero_grad(st, k);
+    stage_release_stash(st, t, 0);
+    if (ex->data && dataloader_set_state(ex->data, &after, err, sizeof(err))) td_fatal("drift monitor: %s", err);
+    return halves;
 }
 
 void executor_data_before(const Executor* ex, int step, DataLoaderState* state) {

@@ -127,6 +127,14 @@ void executor_free(Executor* ex);
 // where the data loader stood before the first micro-batch of step (of the last run), on a stage
 // that reads data: to skip that step's batches, or to read them again
 void executor_data_before(const Executor* ex, int step, DataLoaderState* state);
+// The drift monitor's exact pass at step t, the last of the run just done (tdpipe/drift.h): the step's
+// M micro-batches again, through every stage, synchronously (1F1B, or GPipe where M < P; no
+// compensation), at the weights U(t) applied to (the stash kept for it), into the step's gradient
+// slot, which the update left there; then per unit the comparison with the gradient U(t) applied,
+// summed over the pipeline into all (2, L + 2), the same on every rank: applied against exact, then,
+// where an int8 sync measured it, int8 against fp32. The data loaders go back to where they were and
+// the slot and stash are released. Returns how many halves of all were filled (1 or 2).
+int executor_drift_measure(Executor* ex, int t, int M, DriftUnit* all);
 // measured coefficient of variation of this stage's op times (0 when nothing measured)
 double executor_stage_cv(const Executor* ex);
 
