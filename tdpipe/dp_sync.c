@@ -240,7 +240,7 @@ DpSyncDeviceSizes dp_sync_device_sizes(const DpSync* p) {
     size_t n = p->st->num_params + (p->st->range.has_head ? p->st->sizes[0] : 0);
     z.total = alloc_bytes(z.n_blocks * sizeof(DpBlock)) + alloc_bytes(z.n_mine * sizeof(uint32_t)) + alloc_bytes((size_t)nb * (D + 1) * sizeof(size_t)) +
               alloc_bytes((size_t)nb * D * sizeof(int)) + alloc_bytes(z.buf) + alloc_bytes(z.recv) + (int8_mode(p) ? alloc_bytes(z.acc) : 0.0) +
-              (p->ef_replica ? 2.0 * alloc_bytes(n * sizeof(float)) : 0.0) + alloc_bytes(257 * sizeof(unsigned long long));
+              (p->ef_replica ? 2.0 * alloc_bytes(n * sizeof(float)) : 0.0) + alloc_bytes(DP_SYNC_DEVICE_COUNTERS * sizeof(unsigned long long));
     return z;
 }
 
@@ -249,7 +249,7 @@ double dp_sync_device_planned_bytes(const DpSyncConfig* cfg, const Stage* st, in
     int int8 = cfg->quant == GRAD_QUANT_INT8;
     double ef = int8 && cfg->error_feedback ? 8.0 * b.elems : 0.0;
     return (double)b.blocks * sizeof(DpBlock) + (double)b.share_blocks * sizeof(uint32_t) + (double)b.units * ((D + 1) * sizeof(size_t) + D * sizeof(int)) +
-           (double)b.all_bytes + (double)(D - 1) * b.share_bytes + (int8 ? 4.0 * b.share_elems : 0.0) + ef + 257.0 * 8 + 16.0;
+           (double)b.all_bytes + (double)(D - 1) * b.share_bytes + (int8 ? 4.0 * b.share_elems : 0.0) + ef + DP_SYNC_DEVICE_COUNTERS * 8.0 + 16.0;
 }
 
 // ---- one bucket's phases -------------------------------------------------------------------------

@@ -134,6 +134,10 @@ typedef struct {
     double total;            // every allocation's bytes (one at least each)
 } DpSyncDeviceSizes;
 DpSyncDeviceSizes dp_sync_device_sizes(const DpSync* p);
+// the GPU sync's device counters (64-bit each): a replica's non-finite values, the int8 histogram (256),
+// the averaged blocks' non-finite values. One number for the sync that allocates them and the sizes
+// above that count them (dp_sync_check holds the two equal)
+#define DP_SYNC_DEVICE_COUNTERS 258
 // device bytes the GPU sync takes for stage st over D replicas, at most (before its plan is made: the
 // memory check): the whole stage as one bucket, an owner's largest share
 double dp_sync_device_planned_bytes(const DpSyncConfig* cfg, const Stage* st, int D);

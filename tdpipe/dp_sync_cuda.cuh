@@ -109,7 +109,8 @@ __device__ __forceinline__ float dsc_div(float a, float d) { return quant_isnan(
 
 enum { DSC_FP32 = 0, DSC_INT8 = 1, DSC_INT8_EF = 2 };
 // the device counters: [0] phase 1's non-finite elements, [1, 257) the int8 histogram, [257] phase 2's
-enum { DSC_COUNT_AVG = 257, DSC_COUNTS = 258 };
+enum { DSC_COUNT_AVG = 257, DSC_COUNTS = DP_SYNC_DEVICE_COUNTERS };
+static_assert(DSC_COUNT_AVG + 1 == DSC_COUNTS, "the counters dp_sync_device_sizes counts (dp_sync.h) are these");
 
 // the share of this replica's segment that replica q sent (its own for q = me), laid out as the segment
 __device__ __forceinline__ const uint8_t* dsc_share(const uint8_t* own, const uint8_t* recv, size_t mine_bytes, int q, int me) {
