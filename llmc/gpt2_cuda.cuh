@@ -199,9 +199,12 @@ void gpt2_cuda_zero_grads(GPT2Cuda* m) {
     if (m->dwte_head) cudaCheck(cudaMemsetAsync(m->dwte_head, 0, m->sizes[0] * 4, g_cuda_stream));
 }
 
+// dst (n) += src (n), one exact IEEE add (not --use_fast_math's flush-to-zero add): the same bits as
+// comm_nccl_sum (tdpipe/comm_nccl.cuh), which makes the same sum when the two shares are on two stages,
+// so that P = 1 and P > 1 stay bitwise equal where a share or the sum is subnormal
 __global__ void gpt2_cuda_add_kernel(float* dst, const float* src, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
+    if (i < n) dst[i] = f32_add_exact(dst[i], src[i]);
 }
 // grads.wte += dwte_head: the tied embedding, when one stage holds both ends (P = 1)
 void gpt2_cuda_tie_wte_grads(GPT2Cuda* m) {
