@@ -67,15 +67,19 @@ static inline void grad_add_cuda(float* acc, const float* g, size_t n) {
     cudaCheckLaunch("grad_add_kernel");
 }
 
-__global__ void dc_correct_kernel(float* acc, float* a, float* b, const float* w_now, long n, float lambda) {
+// w_now: fp32, or floatX (the compute copy: the same precision as the w_used dc_accumulate summed, so
+// that w_now - w_used is the change of the weights the micro-batches ran on, not that plus bf16's rounding)
+template <typename TW>
+__global__ void dc_correct_kernel(float* acc, float* a, float* b, const TW* w_now, long n, float lambda) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    acc[i] += lambda * (w_now[i] * a[i] - b[i]);
+    acc[i] += lambda * (to_float(w_now[i]) * a[i] - b[i]);
     a[i] = 0.0f;
     b[i] = 0.0f;
 }
-static inline void dc_correct_cuda(float* acc, float* a, float* b, const float* w_now, size_t n, float lambda) {
+template <typename TW>
+static inline void dc_correct_cuda(float* acc, float* a, float* b, const TW* w_now, size_t n, float lambda) {
     if (n == 0) return;
-    dc_correct_kernel<<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, a, b, w_now, (long)n, lambda);
+    dc_correct_kernel<TW><<<ceil_div((long)n, 256), 256, 0, g_cuda_stream>>>(acc, a, b, w_now, (long)n, lambda);
     cudaCheckLaunch("dc_correct_kernel");
 }

@@ -319,12 +319,15 @@ static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int ga
 
 static void cuda_head_share_sumsq(Stage* st, int k, double* out) { *out = sumsq_cuda(cuda_of(st)->dwte_ring[k], st->sizes[0], cuda_of(st)->m.scratch); }
 
+// w_now: the compute copy (AdamW refreshes it with the master weights), as w_used above is one: with the
+// fp32 master here, w_now - w_used held w_used's bf16 rounding (up to 2^-9 |w|, about one update's size)
+// besides the change since, and the CPU's correction (fp32 on both sides) has no such term
 static void cuda_dc_correct(Stage* st, int k, float lambda) {
     CudaStage* c = cuda_of(st);
     GPT2Cuda* m = cuda_model_at(st, k);
     size_t n = m->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
-    dc_correct_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], m->master, n, lambda);
-    if (vc) dc_correct_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, m->master, vc, lambda);
+    dc_correct_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], m->params_memory, n, lambda);
+    if (vc) dc_correct_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, m->params_memory, vc, lambda);
 }
 
 static void cuda_memory(const Stage* st, StageUnitBytes* b) {
