@@ -14,6 +14,7 @@
 #include <omp.h>
 #include "llmc/builtin_data.h"
 #include "llmc/common.h"
+#include "llmc/cuda_shapes.h"
 #include "llmc/dataloader.h"
 #include "llmc/model_file.h"
 #include "llmc/shard.h"
@@ -305,6 +306,10 @@ static void choose_device(Trainer* tr) {
         if (!strcmp(a->device, "cuda")) fatal_all("--device cuda: --synthetic-compute replaces the model by timed waits: use --device cpu");
         tr->use_cuda = 0; // auto: synthetic compute needs no device
     }
+    char shape_why[256];
+    const GPT2Config* g = &tr->cfg;
+    if (tr->use_cuda && cuda_shapes_check(g->channels, g->num_heads, g->padded_vocab_size, a->T, shape_why, sizeof(shape_why)))
+        fatal_all("--device %s: %s (--device cpu runs any shape)", a->device, shape_why);
 #ifdef TD_CUDA
     if (tr->use_cuda && !matmul_backend_parse(a->matmul, &g_matmul_backend)) fatal_all("--matmul %s: expected tdpipe, tdpipe-mma or cublaslt", a->matmul);
 #endif

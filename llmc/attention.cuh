@@ -5,6 +5,7 @@
 // the backward runs one kernel for dK, dV (per key tile) and one for dQ (per query tile).
 #pragma once
 #include "cuda_common.cuh"
+#include "cuda_shapes.h" // ATT_MAX_DPL
 #include "matmul.cuh" // cp.async, ldmatrix and mma helpers (bf16 build)
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -29,7 +30,6 @@ __global__ void attention_rowdot_kernel(float* D, const floatX* dout, const floa
 }
 
 // ==== simple kernels: one warp per row, any floatX, head size a multiple of 32 up to 256 ============
-#define ATT_MAX_DPL 8 // head dims per lane
 
 // one warp per (b, h, t): online softmax over keys 0..t
 __global__ void attention_forward_simple_kernel(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {

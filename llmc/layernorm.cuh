@@ -4,9 +4,9 @@
 // 16-byte loads; C a multiple of 8 (bf16) or 4 (fp32), at most 2048. eps = 1e-5 as llmc/ops.c.
 #pragma once
 #include "cuda_common.cuh"
+#include "cuda_shapes.h" // LN_MAX_C
 
 #define LN_EPS 1e-5f
-#define LN_MAX_C 2048
 #define LN_MAXU (LN_MAX_C / (32 * x128::size)) // x128 chunks per lane at most
 // kernels are instantiated for U = 1, 2, 3, 4 and LN_MAXU chunks per lane (registers: a row of
 // C = 768 in bf16 needs 3, so it does not pay for 2048)

@@ -6,6 +6,7 @@
 #pragma once
 #include "cuda_common.cuh"
 #include "matmul_cublaslt.cuh"
+#include "cuda_shapes.h" // CUDA_SHAPE_ALIGN
 
 typedef enum {
     MATMUL_TDPIPE = 0,     // hand-written: wgmma where compiled for sm_90a and running on sm_90, else mma.sync
@@ -650,8 +651,9 @@ static inline void gemm_tdpipe(const GemmParams& p0, int a_kmajor, int b_kmajor,
 
 static inline void gemm_check_shapes(const GemmParams& p, const char* what) {
     // 16-byte chunks along every contiguous dimension: all of M, N, K multiples of 8, 16-byte aligned pointers
-    if (p.M % 8 || p.N % 8 || p.K % 8 || p.lda % 8 || p.ldb % 8 || p.ldc % 8)
-        td_fatal("%s: M=%d N=%d K=%d (lda %d, ldb %d, ldc %d) must be multiples of 8", what, p.M, p.N, p.K, p.lda, p.ldb, p.ldc);
+    const int a = CUDA_SHAPE_ALIGN;
+    if (p.M % a || p.N % a || p.K % a || p.lda % a || p.ldb % a || p.ldc % a)
+        td_fatal("%s: M=%d N=%d K=%d (lda %d, ldb %d, ldc %d) must be multiples of %d", what, p.M, p.N, p.K, p.lda, p.ldb, p.ldc, a);
     if (((uintptr_t)p.A | (uintptr_t)p.B | (uintptr_t)p.C | (uintptr_t)p.bias) & 15) td_fatal("%s: pointers must be 16-byte aligned", what);
 }
 

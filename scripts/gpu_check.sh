@@ -203,6 +203,11 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         grep -q "GiB of GPU memory .* but the GPU has" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
     export -f gpu_mem_refused
     run gpu_memory_refusal 60 gpu_mem_refused
+    # a length the GPU's matmuls cannot take (a sample's 1 x T rows) is refused at start, naming -t
+    gpu_shape_refused() { ./train_tdpipe --device cuda -e d2 -b 8 -t 12 -x 1 -v 0 -s 0 -o build/gpu_shape 2>&1 | tee /dev/stderr |
+        grep -q "^train_tdpipe: --device cuda: -t 12: the GPU's matmuls take rows" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
+    export -f gpu_shape_refused
+    run gpu_shape_refusal 20 gpu_shape_refused
     # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
     # (--partition auto, the default, times a layer on the GPU at start: its table has to say so)
     # (weight stashes and the gradient ring on the device), against one rank, and one rank
