@@ -78,7 +78,8 @@ typedef struct {
 // an activation slot: one micro-batch in flight on this stage, from its forward to its backward
 typedef struct {
     int version, ahead;   // the weights its forward used: a version, extrapolated ahead (weight prediction) or not
-    int needs_weights;    // until its input-gradient backward has run
+    int needs_weights;    // until the backward that reads those weights has run: B whole (DC-ASGD reads them in
+                          // its weight half too), or zero-bubble's BI
     CommRequest out_send; // its output, on its way downstream
     CommRequest dx_send;  // the gradient of its input, on its way upstream
 } Slot;
@@ -217,8 +218,8 @@ static void marks_of(OpMarks* span, const Incoming* in) {
 // how many updates ahead of its version op's micro-batch extrapolates its weights (weight prediction)
 static int ahead_of(const Run* r, const Op* op) { return r->ex->comp ? staleness_ahead(r->ex->comp, op) : 0; }
 
-// 1 while the weights (v, ahead) are still needed: an in-flight micro-batch used them and has not run
-// its input-gradient backward, or a forward still to come in this schedule will use them
+// 1 while the weights (v, ahead) are still needed: an in-flight micro-batch used them and its backward
+// has not read them yet (Slot.needs_weights), or a forward still to come in this schedule will use them
 static int weights_needed(const Run* r, int v, int ahead) {
     int nM = r->sch->n_steps * r->sch->M;
     for (int g = r->next_f; g < nM; g++) { // forwards run in order: their versions never decrease
