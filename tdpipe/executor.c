@@ -95,12 +95,15 @@ typedef struct {
     Executor* ex;
     const Schedule* sch;
     Stage* st;
-    int s, P, D, first, last, report, split, n_slots;
+    int s, P, D, first, last; // this stage, stages, replicas; 1 on the first / last stage
+    int report;           // 1 on world rank 0: it gathers every stage's StepStats and reports the steps
+    int split;            // 1 under zbh1: backwards run as BI and BW apart, a gacts buffer per slot
+    int n_slots;          // activation slots (schedule_stage_limits)
     Slot* slots;          // (n_slots)
     int* free_slots;      // (n_slots) a stack
     int n_free;
     int* slot_of;         // (n_steps * M) activation slot of each micro-batch, -1 when none
-    Incoming act, grad;
+    Incoming act, grad;   // the next forward's input (not on the first stage); the next backward's output gradient (not on the last)
     StepState* steps;     // (n_steps)
     int next_f;           // micro-batches forwarded (the next forward's g)
     int next_post;        // the next step to post (steps post in order)
