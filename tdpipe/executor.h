@@ -90,7 +90,8 @@ typedef struct {
     OptimConfig optim;
     const StaleComp* comp; // staleness compensation (tdpipe/staleness.h), the stage's too; NULL: none
     float spike_z;         // the guard's spike threshold (0 = NaN and Inf only)
-    int inject_nan;        // for tests: a NaN in stage 0's gradient norm at this step's first attempt (0 = none)
+    int inject_nan;        // for tests: a NaN in stage 0's gradient (so in the norm every rank sums) of this 1-based
+                           // step, at its first attempt (0 = none)
     LossWindow losses;     // the guard's window, carried from run to run (and in checkpoints)
     int gns, lr_gns;       // estimate the gradient noise scale every step; scale the learning rate by it
     GnsState gns_state;    // carried from run to run (and in checkpoints)
