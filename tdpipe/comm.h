@@ -41,11 +41,13 @@ typedef struct {
     char what[80]; // what it carries, for --comm-timeout's message (set by comm_isend/irecv; callers may say more)
 } CommRequest;
 
-// A transport for pipeline messages that stay in a device backend's memory (NCCL between GPUs:
-// comm_nccl.cuh). The executor hands it the backend's message buffers instead of host copies.
-// Sends and receives are enqueued behind the work already given to the device, so a buffer that
-// the compute is still writing (a send) or reading (a receive) is safe; completion is polled.
-// Messages have no tags: on each channel and direction they match in the order they were posted.
+// A transport for pipeline messages, between the buffers stage_input_buf and friends hand out: every
+// stage's executor sends through one. MPI between host buffers (comm_mpi_link: the CPU, host staging,
+// synthetic compute, and cpu-staged's device memory), or NCCL between GPUs where the messages stay in
+// a device backend's memory (comm_nccl.cuh). A device link enqueues sends and receives behind the work
+// already given to the device, so a buffer that the compute is still writing (a send) or reading (a
+// receive) is safe; completion is polled. Messages have no tags: on each channel and direction they
+// match in the order they were posted.
 enum {
     COMM_LINK_NEIGHBOURS, // activations from stage s to s + 1, gradients back
     COMM_LINK_TIED,       // the tied embedding's gradient shares, between the first and the last stage
