@@ -633,7 +633,7 @@ void comm_dp_average(Comm* c, float* buf, size_t n) {
 #endif
 }
 
-// a few values: every replica gathers all D copies and averages them in replica order itself
+// comm_dp_average's traffic, counted round by round as it cuts them
 double comm_dp_average_bytes(const Comm* c, size_t n) {
     double total = 0.0;
     for (size_t off = 0; off < n; off += COMM_DP_PIECE) { // as comm_dp_average cuts its rounds
@@ -644,6 +644,7 @@ double comm_dp_average_bytes(const Comm* c, size_t n) {
     return c->D > 1 ? total : 0.0;
 }
 
+// a few values: every replica gathers all D copies and averages them in replica order itself
 void comm_dp_average_double(Comm* c, double* buf, int n) {
     if (n < 0) td_fatal("comm_dp_average_double: n = %d", n);
     if (c->D == 1 || n == 0) return;
