@@ -1,4 +1,4 @@
-// Pipeline schedules: gpipe, 1f1b and zbh1 built by formula, tdpipe by a deterministic discrete-event
+// Pipeline schedules: gpipe, 1f1b, zbh1 and interleaved built by formula, tdpipe by a deterministic discrete-event
 // run with fixed op times; printing, validation, per-stage statistics; TD-Pipe's policy (the executor's
 // and the simulator's); dependency tracking and an in-order replay (the simulator's and the validator's).
 #include "tdpipe/schedule.h"
