@@ -1,5 +1,6 @@
 // Layer partition over pipeline stages: a dynamic program over contiguous splits (slowest stage
-// under memory limits), uniform and explicit splits, and the table printer.
+// under memory limits), uniform and explicit splits, the placement of consecutive stages onto nodes
+// (partition_place), and the table printer.
 #include "tdpipe/partition.h"
 #include "llmc/common.h"
 #include <ctype.h>
