@@ -1,7 +1,7 @@
 // A training run's checkpoints and its model.bin: what a checkpoint holds (the config a resume must
-// match, the step, the RNG seed, the data loader's position, the whole model's parameters and AdamW
-// moments, laid out independently of P and D), written by world rank 0 as the stages stream it,
-// read back by every rank.
+// match, the step, the RNG seed, the data loader's position, TD-Pipe's state (RunState), the whole
+// model's parameters and AdamW moments, and the int8 sync's error-feedback residuals, laid out
+// independently of P and D), written by world rank 0 as the stages stream it, read back by every rank.
 #pragma once
 #include "llmc/dataloader.h"
 #include "tdpipe/dp_sync.h"
