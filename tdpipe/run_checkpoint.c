@@ -34,8 +34,6 @@ typedef struct {
     double losses[GUARD_WINDOW];
 } StateSection;
 
-// the section `name` of exactly `bytes` (its data NULL where the read did not keep it: see
-// RESUME_KEEP_MAX), or NULL after saying what is wrong
 // the whole model's parameters ([0, L) with the embeddings and the head): what a checkpoint holds
 static size_t full_params(const GPT2Config* cfg) {
     GPT2Range all = {0, cfg->num_layers, 1, 1};
@@ -43,6 +41,8 @@ static size_t full_params(const GPT2Config* cfg) {
     return gpt2_param_sizes(cfg, &all, sizes);
 }
 
+// the section `name` of exactly `bytes` (its data NULL where the read did not keep it: see
+// RESUME_KEEP_MAX), or NULL after saying what is wrong
 static const CkptSection* section_exact(const Ckpt* c, const char* path, const char* name, size_t bytes, char* err, size_t errlen) {
     const CkptSection* e = ckpt_section_entry(c, name);
     if (!e) td_error(err, errlen, "%s: checkpoint has no section '%s'", path, name);
