@@ -78,7 +78,8 @@ typedef struct {
     DpSyncConfig cfg;
     Comm* comm;
     Stage* st;
-    int D, me, n_units;
+    int D, me;               // the stage's replicas, this one's index among them (comm->replica)
+    int n_units;             // L + 3: the norm's units (stage_grad_unit_sumsq) and the LM head's share, L + 2
     DpBucket* buckets;       // (n_buckets)
     int n_buckets;
     int* bucket_of_unit;     // (L + 3) -1: not on this stage
@@ -89,8 +90,8 @@ typedef struct {
     float* grads;            // (num_params) the slot being synced (host memory)
     float* head;             // (Vp*C) its LM head's share (last stage), else NULL
     int k, active, measure_entropy; // k: the slot being synced (-1: the caller's buffers)
-    uint64_t hist[256];
-    double t_first;
+    uint64_t hist[256];      // this step's int8 values sent, counted by value (q + 128; the entropy, when measure_entropy)
+    double t_first;          // when the step's first bucket was posted (0: none yet)
     DpSyncStats stats;
 } DpSync;
 
