@@ -822,8 +822,9 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
 }
 
 // phase 7: chunks of steps between consistency points: one step for the synchronous schedules (they
-// flush anyway), up to --consistency-every for tdpipe, ended early at a validation, sample or
-// checkpoint step; --aew auto runs its first step synchronously to measure beta. Returns 1 when a
+// flush anyway), up to --consistency-every for tdpipe, ended early at a validation, sample,
+// checkpoint or drift-monitor step and at the last step before --aew-start opens the window;
+// --aew auto runs its first step synchronously to measure beta. Returns 1 when a
 // signal stopped the run (after its checkpoint), else 0.
 static int train(Trainer* tr) {
     TrainArgs* a = &tr->a;
