@@ -1,7 +1,8 @@
 // train_tdpipe: the training binary. main runs the phases in order: parse the flags, choose the
-// device, make the stage and its links, open the outputs, build the executor, train (chunks of
-// steps between consistency points: validation, samples, checkpoints), report. One process
-// (P = D = 1) without mpirun; P x D ranks with it. Compiled as C, or by nvcc with the CUDA backend.
+// device, lay the ranks out as the P x D grid and time the partition, make the stage and its links,
+// open the outputs, build the executor, train (chunks of steps between consistency points:
+// validation, samples, checkpoints), report. One process (P = D = 1) without mpirun; P x D ranks
+// with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -73,14 +74,14 @@ typedef struct {
     int device_sync;        // 1: that sync runs in GPU memory over NCCL (tr->dsync), else in host memory (tr->sync, overlapped with backward)
     DpSync sync;
     DpSyncCuda* dsync;
-    const char* msg_where;
+    const char* msg_where;  // where pipeline messages travel, in words (the start-up table)
     FILE* log;              // world rank 0: log.jsonl (the reporter writes and closes it)
     char log_path[OUTDIR_PATH_CAP + 16];
     Reporter rep;
     Trace trace;
-    RunDecoder dec;
+    RunDecoder dec;         // world rank 0: turns samples' token ids into text
     Executor ex;
-    Pipeline pl;
+    Pipeline pl;            // the whole pipeline at consistency points: validation, samples, checks, checkpoints
     RunCheckpoint ckpt;
     OutDir outdir;          // rank 0: -o, locked for this run
     RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
