@@ -60,7 +60,7 @@ static const ArgSpec SPECS[] = {
     {"logging", 0, "trace", "logging.trace", A_STR, F(trace_path), 0, 0, "", "write a Chrome trace (Perfetto) of every pipeline op to FILE"},
     {"pipeline", 0, "stages", "pipeline.stages", A_INT, F(stages), 1, 4096, "1", "pipeline stages P (run P x D ranks under mpirun)"},
     {"pipeline", 0, "schedule", "pipeline.schedule", A_STR, F(schedule), 0, 0, "", "gpipe | 1f1b | zbh1 | tdpipe (default: 1f1b; tdpipe when --aew is a window other than 0, which is 1f1b)"},
-    {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches, one per stage (8,8,4,4), or auto (the simulator's choice from the first step's measured times)"},
+    {"pipeline", 0, "aew", "pipeline.aew_window", A_STR, F(aew), 0, 0, "0", "TD-Pipe's window W in micro-batches: one for every stage (2), one per stage (8,8,4,4), or auto (the simulator's choice from the first step's measured times)"},
     {"pipeline", 0, "aew-start", "pipeline.aew_start", A_STR, F(aew_start_arg), 0, 0, "auto", "tdpipe: steps 1..N run synchronously (W = 0) and the window opens after them; auto: --warmup's steps with --aew auto and a --stale-comp, else 0"},
     {"pipeline", 0, "grad-cache", "pipeline.grad_cache", A_STR, F(grad_cache), 0, 0, "0", "a cap on the gradient-cache slots per stage (a schedule that needs more is refused; it never takes more than it needs; 0 = no cap), or with a unit (4MB) the gradient sync's bucket size"},
     {"pipeline", 0, "grad-quant", "pipeline.grad_quant", A_STR, F(grad_quant), 0, 0, "none", "how replicas average gradients: none (fp32) | int8 (blocks with an fp32 scale, two-shot, in buckets overlapped with backward)"},
