@@ -227,7 +227,9 @@ static void parse(Trainer* tr, int argc, char** argv) {
     check_grad_cache(tr, &shape);
     if (a->print_schedule) {
         if (g_rank == 0) {
-            printf("partition (%s):\n", a->partition);
+            // (no ranks to time passes on here: auto solves over the FLOP model, as print_startup says of it)
+            printf("partition (%s%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition,
+                   !strcmp(a->partition, "auto") ? " over the FLOP model: a run times passes instead" : "");
             partition_print(stdout, &tr->part);
             schedule_print(&sch, stdout);
         }
