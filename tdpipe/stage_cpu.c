@@ -1,5 +1,6 @@
 // The CPU backend: llmc/gpt2.c's model over the Stage's own host weights, activation slots, gradient
-// slots and stashes; messages are received and sent where the model reads and writes them.
+// slots and stashes; messages are received where the model reads them and the output sent from where
+// it writes it; the input gradient leaves from a copy per slot (dx_send), so the next backward may reuse gacts.
 #include "stage_cpu.h"
 #include <string.h>
 #include "llmc/common.h"
