@@ -237,8 +237,9 @@ void stage_use_device_tied(Stage* st);
 // The gradient cache. k of step t; the tied embedding: P = 1 sums locally, else each end sends
 // stage_tied_share(k), receives the other's into stage_tied_other(k), and stage_tied_sum(k) makes
 // wte's gradient first + last on both ends (bitwise equal copies). Both return sumsq of the summed
-// wte gradient where the sum's own pass over memory computed it (host memory), else
-// STAGE_SUMSQ_UNKNOWN: the global norm then needs no second sweep of wte for it.
+// wte gradient where the sum's own pass over memory computed it (host memory, on the end whose norm
+// holds wte: the first stage, or P = 1), else STAGE_SUMSQ_UNKNOWN (the last stage's copy is in no
+// unit of the norm; a device reduces its own): the global norm then needs no second sweep of wte for it.
 #define STAGE_SUMSQ_UNKNOWN (-1.0)
 int stage_grad_slot(const Stage* st, int step);
 double stage_tie_local(Stage* st, int k);
