@@ -52,7 +52,7 @@ typedef struct {
     char placement[16];       // --placement stages|replicas|auto
     char rank_speed[256];     // --rank-speed 1,1,0.5,1  relative speed of each stage's rank (partition)
     char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
-    int consistency_every;    // --consistency-every K  TD-Pipe flushes (and checks) every K steps
+    int consistency_every;    // --consistency-every K  every schedule checks its copies, TD-Pipe flushes at the latest, every K steps
     int print_schedule;       // --print-schedule  print each stage's op list and exit
     int print_config;         // --print-config  print the settings as a YAML config file and exit
     char trace_path[1024];    // --trace FILE  Chrome trace of every op
