@@ -48,7 +48,7 @@ typedef struct {
     char grad_quant[8];       // --grad-quant none|int8  how gradients travel between replicas
     int quant_block;          // --quant-block N  elements per int8 block (one fp32 scale each)
     int error_feedback;       // --error-feedback 0|1  int8: the rounding's residual into the next step
-    char partition[256];      // --partition auto|uniform|4,4,3,1
+    char partition[256];      // --partition auto|model|uniform|4,4,3,1
     char placement[16];       // --placement stages|replicas|auto
     char rank_speed[256];     // --rank-speed 1,1,0.5,1  relative speed of each stage's rank (partition)
     char rank_mem[256];       // --rank-mem 8,8,4,8  GiB available to each stage's rank (partition)
