@@ -84,7 +84,7 @@ static const ArgSpec SPECS[] = {
     {"asynchrony", 0, "drift-min-cos", "pipeline.drift_min_cos", A_FLOAT, F(drift_min_cos), 0, 1, "0", "a drift cosine below this halves the window; 0 = never"},
     {"asynchrony", 0, "gns", "pipeline.gns", A_INT, F(gns), 0, 1, "0", "estimate the gradient noise scale B_simple every step (0/1)"},
     {"asynchrony", 0, "lr-gns", "pipeline.lr_gns", A_INT, F(lr_gns), 0, 1, "0", "scale the learning rate by the measured gradient noise (0/1; implies --gns 1)"},
-    {"asynchrony", 0, "spike-z", "pipeline.spike_z", A_FLOAT, F(spike_z), 0, 1e6, "0", "roll back a step whose loss is this many standard deviations above the recent mean; 0 = off"},
+    {"asynchrony", 0, "spike-z", "pipeline.spike_z", A_FLOAT, F(spike_z), 0, 1e6, "0", "roll back a step whose loss is this many standard deviations above the last 100 applied steps' mean (once 20 are in); 0 = off (a NaN or Inf loss or norm is rolled back always)"},
     {"asynchrony", 0, "max-rollbacks", "pipeline.max_rollbacks", A_INT, F(max_rollbacks), 1, 1e6, "3", "rollbacks in a row at W = 0; a step refused after them stops the run"},
     {"asynchrony", 0, "inject-nan", NULL, A_INT, F(inject_nan), 0, 1e9, "0", "for tests: a NaN in stage 0's gradient of this step (its first attempt); 0 = none"},
     {"asynchrony", 0, "inject-diverge", NULL, A_INT, F(inject_diverge), 0, 1e9, "0", "for tests: one bit of the last rank's wte flipped before this step's consistency check, which must fail; 0 = none"},
