@@ -106,9 +106,13 @@ typedef struct {
 } GPT2CudaGradActs;
 
 // one device allocation holding n arrays of the given byte sizes (256-byte aligned, zeroed); zero sizes give NULL
-static inline void* gpt2_cuda_alloc_group(void** ptrs[], const size_t* bytes, int n) {
+static inline size_t gpt2_cuda_group_bytes(const size_t* bytes, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (bytes[i] + 255) / 256 * 256;
+    return total;
+}
+static inline void* gpt2_cuda_alloc_group(void** ptrs[], const size_t* bytes, int n) {
+    size_t total = gpt2_cuda_group_bytes(bytes, n);
     char* mem;
     cudaCheck(cudaMalloc((void**)&mem, total ? total : 256));
     cudaCheck(cudaMemset(mem, 0, total ? total : 256));
@@ -264,28 +268,60 @@ void gpt2_cuda_update(GPT2Cuda* m, float lr, float beta1, float beta2, float eps
     }
 }
 
+// The byte sizes of a slot's arrays in the order gpt2_cuda_acts_alloc points them (bx: the floatX
+// ones, bf: the fp32 and int ones); the stage's memory plan sums the same (gpt2_cuda_acts_bytes)
+enum { ACTS_NX = 13, ACTS_NF = 11, GACTS_NX = 10, GACTS_NF = 2 };
+static void acts_sizes(const GPT2Config* cfg, const GPT2Range* r, int B, int T, size_t bx[ACTS_NX], size_t bf[ACTS_NF]) {
+    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t head = r->has_head ? 1 : 0, X = sizeof(floatX);
+    const size_t x[ACTS_NX] = {BT * C * X, Ls * BT * C * X, Ls * BT * 3 * C * X, Ls * BT * C * X, Ls * BT * C * X, Ls * BT * C * X,
+                               Ls * BT * C * X, Ls * BT * 4 * C * X, Ls * BT * 4 * C * X, Ls * BT * C * X, Ls * BT * C * X, head * BT * C * X,
+                               head * BT * Vp * X};
+    const size_t f[ACTS_NF] = {Ls * BT * 4, Ls * BT * 4, Ls * NH * BT * 4, Ls * BT * 4, Ls * BT * 4, head * BT * 4, head * BT * 4, head * BT * 4,
+                               head * BT * 4, BT * 4, BT * 4};
+    memcpy(bx, x, sizeof(x));
+    memcpy(bf, f, sizeof(f));
+}
+
+// the same for a gradient buffer's arrays (gpt2_cuda_grad_acts_alloc)
+static void grad_acts_sizes(const GPT2Config* cfg, const GPT2Range* r, int B, int T, size_t bx[GACTS_NX], size_t bf[GACTS_NF]) {
+    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads;
+    size_t head = r->has_head ? 1 : 0, X = sizeof(floatX);
+    const size_t x[GACTS_NX] = {BT * C * X, Ls * BT * C * X, Ls * BT * 3 * C * X, Ls * BT * C * X, Ls * BT * C * X, Ls * BT * C * X,
+                                Ls * BT * 4 * C * X, Ls * BT * 4 * C * X, Ls * BT * C * X, head * BT * C * X};
+    const size_t f[GACTS_NF] = {NH * BT * 4, (3 * BT + 1) * 4};
+    memcpy(bx, x, sizeof(x));
+    memcpy(bf, f, sizeof(f));
+}
+
+// the device bytes of one slot and of one gradient buffer, as allocated (arrays 256-byte aligned)
+size_t gpt2_cuda_acts_bytes(const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
+    size_t bx[ACTS_NX], bf[ACTS_NF];
+    acts_sizes(cfg, r, B, T, bx, bf);
+    return gpt2_cuda_group_bytes(bx, ACTS_NX) + gpt2_cuda_group_bytes(bf, ACTS_NF);
+}
+
+size_t gpt2_cuda_grad_acts_bytes(const GPT2Config* cfg, const GPT2Range* r, int B, int T) {
+    size_t bx[GACTS_NX], bf[GACTS_NF];
+    grad_acts_sizes(cfg, r, B, T, bx, bf);
+    return gpt2_cuda_group_bytes(bx, GACTS_NX) + gpt2_cuda_group_bytes(bf, GACTS_NF);
+}
+
 void gpt2_cuda_acts_alloc(GPT2CudaActs* a, const GPT2Cuda* m, int B, int T) {
     memset(a, 0, sizeof(*a));
     a->B = B;
     a->T = T;
-    const GPT2Config* cfg = &m->cfg;
-    const GPT2Range* r = &m->range;
-    if (T > cfg->max_seq_len) td_fatal("gpt2_cuda_acts_alloc: T = %d exceeds max_seq_len %d", T, cfg->max_seq_len);
-    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t head = r->has_head ? 1 : 0, X = sizeof(floatX);
-    void** px[] = {(void**)&a->x_in, (void**)&a->ln1, (void**)&a->qkv, (void**)&a->atty, (void**)&a->attproj, (void**)&a->residual2,
-                   (void**)&a->ln2, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->fcproj, (void**)&a->residual3, (void**)&a->lnf,
-                   (void**)&a->logits};
-    size_t bx[] = {BT * C * X, Ls * BT * C * X, Ls * BT * 3 * C * X, Ls * BT * C * X, Ls * BT * C * X, Ls * BT * C * X,
-                   Ls * BT * C * X, Ls * BT * 4 * C * X, Ls * BT * 4 * C * X, Ls * BT * C * X, Ls * BT * C * X, head * BT * C * X,
-                   head * BT * Vp * X};
-    a->mem_x = gpt2_cuda_alloc_group(px, bx, (int)(sizeof(bx) / sizeof(bx[0])));
-    void** pf[] = {(void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->att_lse, (void**)&a->ln2_mean, (void**)&a->ln2_rstd,
-                   (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->lse, (void**)&a->losses, (void**)&a->inputs, (void**)&a->targets};
-    size_t bf[] = {Ls * BT * 4, Ls * BT * 4, Ls * NH * BT * 4, Ls * BT * 4, Ls * BT * 4, head * BT * 4, head * BT * 4, head * BT * 4,
-                   head * BT * 4, BT * 4, BT * 4};
-    a->mem_f = gpt2_cuda_alloc_group(pf, bf, (int)(sizeof(bf) / sizeof(bf[0])));
-    a->inputs_host = (int*)calloc_check(BT, sizeof(int));
+    if (T > m->cfg.max_seq_len) td_fatal("gpt2_cuda_acts_alloc: T = %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
+    void** px[ACTS_NX] = {(void**)&a->x_in, (void**)&a->ln1, (void**)&a->qkv, (void**)&a->atty, (void**)&a->attproj, (void**)&a->residual2,
+                          (void**)&a->ln2, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->fcproj, (void**)&a->residual3, (void**)&a->lnf,
+                          (void**)&a->logits};
+    void** pf[ACTS_NF] = {(void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->att_lse, (void**)&a->ln2_mean, (void**)&a->ln2_rstd,
+                          (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->lse, (void**)&a->losses, (void**)&a->inputs, (void**)&a->targets};
+    size_t bx[ACTS_NX], bf[ACTS_NF];
+    acts_sizes(&m->cfg, &m->range, B, T, bx, bf);
+    a->mem_x = gpt2_cuda_alloc_group(px, bx, ACTS_NX);
+    a->mem_f = gpt2_cuda_alloc_group(pf, bf, ACTS_NF);
+    a->inputs_host = (int*)calloc_check((size_t)B * T, sizeof(int));
 }
 
 void gpt2_cuda_acts_free(GPT2CudaActs* a) {
@@ -297,18 +333,13 @@ void gpt2_cuda_acts_free(GPT2CudaActs* a) {
 
 void gpt2_cuda_grad_acts_alloc(GPT2CudaGradActs* g, const GPT2Cuda* m, int B, int T) {
     memset(g, 0, sizeof(*g));
-    const GPT2Config* cfg = &m->cfg;
-    const GPT2Range* r = &m->range;
-    size_t BT = (size_t)B * T, C = cfg->channels, Ls = r->l1 - r->l0, NH = cfg->num_heads;
-    size_t head = r->has_head ? 1 : 0, X = sizeof(floatX);
-    void** px[] = {(void**)&g->dx_in, (void**)&g->dln1, (void**)&g->dqkv, (void**)&g->datty, (void**)&g->dres2, (void**)&g->dln2,
-                   (void**)&g->dfch, (void**)&g->dfch_gelu, (void**)&g->dres3, (void**)&g->dlnf};
-    size_t bx[] = {BT * C * X, Ls * BT * C * X, Ls * BT * 3 * C * X, Ls * BT * C * X, Ls * BT * C * X, Ls * BT * C * X,
-                   Ls * BT * 4 * C * X, Ls * BT * 4 * C * X, Ls * BT * C * X, head * BT * C * X};
-    g->mem_x = gpt2_cuda_alloc_group(px, bx, (int)(sizeof(bx) / sizeof(bx[0])));
-    void** pf[] = {(void**)&g->att_scratch, (void**)&g->enc_scratch};
-    size_t bf[] = {NH * BT * 4, (3 * BT + 1) * 4};
-    g->mem_f = gpt2_cuda_alloc_group(pf, bf, 2);
+    void** px[GACTS_NX] = {(void**)&g->dx_in, (void**)&g->dln1, (void**)&g->dqkv, (void**)&g->datty, (void**)&g->dres2, (void**)&g->dln2,
+                           (void**)&g->dfch, (void**)&g->dfch_gelu, (void**)&g->dres3, (void**)&g->dlnf};
+    void** pf[GACTS_NF] = {(void**)&g->att_scratch, (void**)&g->enc_scratch};
+    size_t bx[GACTS_NX], bf[GACTS_NF];
+    grad_acts_sizes(&m->cfg, &m->range, B, T, bx, bf);
+    g->mem_x = gpt2_cuda_alloc_group(px, bx, GACTS_NX);
+    g->mem_f = gpt2_cuda_alloc_group(pf, bf, GACTS_NF);
 }
 
 void gpt2_cuda_grad_acts_free(GPT2CudaGradActs* g) {

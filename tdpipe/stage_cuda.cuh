@@ -332,13 +332,10 @@ static void cuda_dc_correct(Stage* st, int k, float lambda) {
 
 static void cuda_memory(const Stage* st, StageUnitBytes* b) {
     const GPT2Config* cfg = &st->cfg;
-    size_t BT = (size_t)st->B * st->T, C = cfg->channels, Ls = st->range.l1 - st->range.l0, X = sizeof(floatX);
+    size_t C = cfg->channels, X = sizeof(floatX);
     size_t head = st->range.has_head ? 1 : 0, Vp = cfg->padded_vocab_size;
-    // as gpt2_cuda_acts_alloc and gpt2_cuda_grad_acts_alloc lay them out (floatX arrays, fp32 statistics):
-    // per layer ln1, atty, attproj, residual2, ln2, fcproj, residual3 (C each), qkv (3C), fch and fch_gelu (4C each)
-    b->slot = (double)(BT * C * X + Ls * BT * C * X * 10 + Ls * BT * 8 * C * X + head * BT * (C * X + Vp * X + 16) + Ls * BT * 16 +
-                        Ls * cfg->num_heads * BT * 4 + BT * 8);
-    b->gacts = (double)(BT * C * X + Ls * BT * C * X * 5 + Ls * BT * 8 * C * X + Ls * BT * 3 * C * X + head * BT * C * X);
+    b->slot = (double)gpt2_cuda_acts_bytes(cfg, &st->range, st->B, st->T);
+    b->gacts = (double)gpt2_cuda_grad_acts_bytes(cfg, &st->range, st->B, st->T);
     b->stash = (double)(st->num_params * X);
     b->grad_slot = (double)(st->num_params * 4 + head * Vp * C * 4);
 }
