@@ -280,10 +280,20 @@ static void make_grid(Trainer* tr) {
 // stage's times, so all solve the same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
 // run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
 // timed waits follow.
+// per-stage windows that differ (--aew 6,4,2,0): each window applies to the layers its stage holds, so
+// the split is part of the run's results, and auto's timed passes would make the same command train
+// differently as the machine's load moved the split (d3 at P = 2 with --aew 3,0 split 1,2 or 2,1 from
+// run to run). auto takes the FLOP model there, which every run of the command computes alike.
+static int windows_differ(const Trainer* tr) {
+    for (int i = 1; i < tr->comm.P; i++)
+        if (tr->stage_W[i] != tr->stage_W[0]) return 1;
+    return 0;
+}
+
 static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int P = tr->comm.P;
-    if (!strcmp(a->partition, "auto") && P > 1 && !tr->synthetic) {
+    if (!strcmp(a->partition, "auto") && P > 1 && !tr->synthetic && !windows_differ(tr)) {
         tr->profiled = (LayerCosts*)calloc_check(P, sizeof(LayerCosts));
         layer_costs_per_stage(tr->device, &tr->comm, &tr->cfg, a->B, a->T, tr->profiled);
         partition_free(&tr->part);
@@ -490,6 +500,9 @@ static void print_startup(const Trainer* tr) {
         for (int i = 0; i < tr->comm.P; i++)
             printf("  stage %d measured: a layer %.3f ms, embeddings %.3f ms, head %.3f ms\n", i, 1e3 * tr->profiled[i].layer,
                    1e3 * tr->profiled[i].embed, 1e3 * tr->profiled[i].head);
+    } else if (!strcmp(a->partition, "auto") && !tr->synthetic && windows_differ(tr)) {
+        printf("partition (auto: the FLOP model, not timed passes, as the per-stage windows --aew %s make the results depend on the split; "
+               "predicted time in FLOPs of forward + backward, memory per stage):\n", a->aew);
     } else {
         printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
     }

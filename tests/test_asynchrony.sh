@@ -70,6 +70,16 @@ check "  bitwise equal" same_run "$TMP/w2222" "$TMP/w2"
 check "--aew 6,4,2,0 at P = 4" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 -o "$TMP/wl"
 check "--aew 6,4,2,0 at P = 4 with jitter 0.3" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 --jitter 0.3 -o "$TMP/wlj"
 check "  bitwise equal" same_run "$TMP/wl" "$TMP/wlj"
+# windows that differ make the split part of the result (each W applies to its stage's layers), so
+# --partition auto takes the FLOP model there: before, d3 at P = 2 with --aew 3,0 split 1,2 or 2,1 by
+# the timed passes, and the same command gave one of two models from run to run
+W3="-e d3 -b 1 -t 8 -x 6 -v 0 -s 0 --micro-batches 3 --schedule tdpipe --stages 2 --aew 3,0"
+check "--aew 3,0 at P = 2, d3, --partition auto" $MPI -np 2 $BIN $W3 -o "$TMP/wdauto"
+check "  it says auto took the FLOP model" grep -q "partition (auto: the FLOP model, not timed passes, as the per-stage windows --aew 3,0 make the results depend on the split" "$TMP/out"
+check "--aew 3,0 at P = 2, d3, --partition model" $MPI -np 2 $BIN $W3 --partition model -o "$TMP/wdmodel"
+check "  bitwise equal (the same split on every run)" same_run "$TMP/wdauto" "$TMP/wdmodel"
+check "--aew 2,2 at P = 2 (one window): auto still times its passes" $MPI -np 2 $BIN ${W3/3,0/2,2} -o "$TMP/wdeven"
+check "  it says so" grep -q "partition (auto, from timed passes" "$TMP/out"
 refuse "--aew with a list of the wrong length" "--aew 2,2: 2 windows for 4 stages" $BIN --schedule tdpipe --stages 4 --aew 2,2
 refuse "--aew with a negative window in a list" "--aew 2,-1,2,2: expected a window size" $BIN --schedule tdpipe --stages 4 --aew 2,-1,2,2
 
