@@ -171,6 +171,18 @@ static void read_model_config(Trainer* tr) {
         fprintf(stderr, "note: -g %d: samples are at most -t %d tokens long\n", tr->a.gen_tokens, tr->a.T);
 }
 
+// per-stage windows that differ (--aew 6,4,2,0): each window applies to the layers its stage holds, so
+// the split is part of the run's results, and auto's timed passes would make the same command train
+// differently as the machine's load moved the split (d3 at P = 2 with --aew 3,0 split 1,2 or 2,1 from
+// run to run). auto takes the FLOP model there, which every run of the command computes alike. And with
+// --stale-comp lr each stage scales its rate by its own staleness, which differs between the first and
+// last stage when their windows do: the tied embedding's two copies would take two rates (refused).
+static int windows_differ(const Trainer* tr) {
+    for (int i = 1; i < tr->a.stages; i++)
+        if (tr->stage_W[i] != tr->stage_W[0]) return 1;
+    return 0;
+}
+
 // phase 1: flags, schedule, model shape, partition. --print-config and --print-schedule print and exit
 // here, for any P from one process (they need no ranks).
 static void parse(Trainer* tr, int argc, char** argv) {
@@ -204,6 +216,9 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (staleness_parse(a->stale_comp, &tr->comp.methods))
         fatal_all("--stale-comp %s: expected none, or predict, dcasgd and lr alone or joined by + (predict+lr)", a->stale_comp);
     tr->comp.tau = a->stale_tau;
+    if ((tr->comp.methods & STALE_LR) && P > 1 && tr->stage_W[0] != tr->stage_W[P - 1])
+        fatal_all("--stale-comp %s with --aew %s: lr scales each stage's rate by its own staleness, and these windows make the first and last "
+                  "stage's differ, so the tied embedding's two copies would be updated at two rates; give one window, or leave lr out", a->stale_comp, a->aew);
     if (args_aew_start(a->aew_start_arg, tr->W, tr->comp.methods != STALE_NONE, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
     if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
     if (a->resume && a->synthetic) // (it would cut a real run's log in -o back to step 0 and append to it)
@@ -280,16 +295,6 @@ static void make_grid(Trainer* tr) {
 // stage's times, so all solve the same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
 // run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
 // timed waits follow.
-// per-stage windows that differ (--aew 6,4,2,0): each window applies to the layers its stage holds, so
-// the split is part of the run's results, and auto's timed passes would make the same command train
-// differently as the machine's load moved the split (d3 at P = 2 with --aew 3,0 split 1,2 or 2,1 from
-// run to run). auto takes the FLOP model there, which every run of the command computes alike.
-static int windows_differ(const Trainer* tr) {
-    for (int i = 1; i < tr->comm.P; i++)
-        if (tr->stage_W[i] != tr->stage_W[0]) return 1;
-    return 0;
-}
-
 static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int P = tr->comm.P;

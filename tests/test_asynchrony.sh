@@ -80,6 +80,12 @@ check "--aew 3,0 at P = 2, d3, --partition model" $MPI -np 2 $BIN $W3 --partitio
 check "  bitwise equal (the same split on every run)" same_run "$TMP/wdauto" "$TMP/wdmodel"
 check "--aew 2,2 at P = 2 (one window): auto still times its passes" $MPI -np 2 $BIN ${W3/3,0/2,2} -o "$TMP/wdeven"
 check "  it says so" grep -q "partition (auto, from timed passes" "$TMP/out"
+# --stale-comp lr scales each stage's rate by its own staleness: end stages with different windows would
+# update the tied embedding's two copies at two rates (the run failed its consistency check at step 3)
+refuse "--stale-comp lr with the end stages' windows different" "--stale-comp lr with --aew 0,1: .*tied embedding's two copies would be updated at two rates" \
+    $MPI -np 2 $BIN -e d2 -b 1 -t 8 -x 3 -v 0 -s 0 --micro-batches 2 --stages 2 --aew 0,1 --stale-comp lr -o "$TMP/lrw"
+check "--stale-comp lr with --aew 0,3,0 (equal end windows) at P = 3" $MPI -np 3 $BIN -e d3 -b 1 -t 8 -x 5 -v 0 -s 0 --micro-batches 3 --stages 3 --aew 0,3,0 --stale-comp lr -o "$TMP/lrw3"
+check "  the tied embedding's copies bitwise equal" grep -q "step 5: consistency: tied embedding copies bitwise equal" "$TMP/out"
 refuse "--aew with a list of the wrong length" "--aew 2,2: 2 windows for 4 stages" $BIN --schedule tdpipe --stages 4 --aew 2,2
 refuse "--aew with a negative window in a list" "--aew 2,-1,2,2: expected a window size" $BIN --schedule tdpipe --stages 4 --aew 2,-1,2,2
 
