@@ -87,6 +87,7 @@ typedef struct {
     RunState state;         // the window now, rollbacks in a row, the guard's window: carried in checkpoints
     long redone;            // micro-batches of refused chunks, run again after their rollback
     int start_step;
+    int ckpt_step;          // the newest checkpoint of this run in -o (written, or resumed from); -1: none
     StageSnapshot snap;     // the stage at the start of a chunk run with a window (a rollback's way back)
     int snap_step;          // the step it was taken before; -1 none for the chunk running
     RunState snap_state;    // the run's state then (the guard's window of losses, the noise scale's estimate)
@@ -606,6 +607,7 @@ static void open_outputs(Trainer* tr) {
     if (comm_any(&tr->comm, bad)) exit(1); // every rank waits for the output folder's verdict
     tr->ckpt = (RunCheckpoint){a->out_dir, a->keep, (unsigned long long)a->seed, a->B, a->T, a->grad_accum * tr->comm.D};
     tr->state = (RunState){.aew_requested = tr->W, .aew_base = tr->W == -2 ? 0 : tr->W};
+    tr->ckpt_step = -1;
     if (a->resume && !tr->synthetic) {
         DpSync* plan = sync_plan(tr);
         char path[1200];
@@ -623,6 +625,7 @@ static void open_outputs(Trainer* tr) {
             fatal_all("-y 1: the newest checkpoint in %s is at step %d, already at or past -x %d: give a larger -x to go on", a->out_dir, tr->start_step,
                       a->steps);
         if (g_rank == 0) printf("resumed from %s at step %d\n", path, tr->start_step);
+        tr->ckpt_step = tr->start_step;
     }
     if (g_rank == 0) {
         print_startup(tr);
@@ -771,6 +774,7 @@ static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
         DpSync* plan = sync_plan(tr);
         if (tr->dsync) dp_sync_cuda_residuals_to_host(tr->dsync, plan->ef_replica, plan->ef_owner);
         if (run_checkpoint_save(&tr->ckpt, &tr->pl, step, &d->train, &tr->state, plan)) exit(1);
+        tr->ckpt_step = step;
     }
     fflush(stdout);
 }
@@ -815,9 +819,13 @@ static int rollback(Trainer* tr, int chunk_start, int chunk) {
     if (back == t && t > chunk_start) rs->rollbacks_in_row = 0; // the chunk applied some steps before this one, and they stay
     tr->redone += (long)(chunk_start + chunk - back) * a->grad_accum;
     if (W_was == 0) rs->rollbacks_in_row++;
-    if (rs->rollbacks_in_row > a->max_rollbacks) // this refusal would be one rollback more than allowed
-        fatal_all("step %d: %s after %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; its last checkpoint in %s is as it was",
-                  t + 1, tr->ex.halt_reason, (int)rs->rollbacks_in_row - 1, a->max_rollbacks, a->out_dir);
+    if (rs->rollbacks_in_row > a->max_rollbacks) { // this refusal would be one rollback more than allowed
+        char left[OUTDIR_PATH_CAP + 64];
+        if (tr->ckpt_step >= 0) snprintf(left, sizeof(left), "its last checkpoint (step %d) in %s is as it was", tr->ckpt_step, a->out_dir);
+        else snprintf(left, sizeof(left), "it wrote no checkpoint (-n %d)", a->ckpt_every);
+        fatal_all("step %d: %s after %d rollbacks in a row at W = 0 (--max-rollbacks %d): the run stops; %s", t + 1, tr->ex.halt_reason,
+                  (int)rs->rollbacks_in_row - 1, a->max_rollbacks, left);
+    }
     stage_discard(&tr->stage);
     if (back < t) {
         stage_snapshot_restore(&tr->stage, &tr->snap);

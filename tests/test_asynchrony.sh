@@ -194,6 +194,14 @@ before_failure() { # checkpoints every step: only those of steps before the refu
     [ -n "$k" ] && [ -n "$newest" ] && [ "$newest" -lt "$k" ]
 }
 check "  every checkpoint written is of a step before the refused one (a non-finite state is never written)" before_failure
+names_newest() { # the message names the newest checkpoint there is, by its step
+    local newest
+    newest=$(ls "$TMP/div" | grep -o "ckpt_[0-9]*" | sort | tail -1 | grep -o "[1-9][0-9]*$")
+    grep -q "the run stops; its last checkpoint (step $newest) in $TMP/div is as it was" "$TMP/div.err"
+}
+check "  and the message names that checkpoint, by its step" names_newest
+refuse "the same with no checkpoint written (-n 0): the message says there is none" "the run stops; it wrote no checkpoint \(-n 0\)" \
+    $BIN -e d2 -x 40 -v 0 -s 0 -n 0 -l 10 -c 10 -u 0 -o "$TMP/div0"
 json_ok() { python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$TMP/div/log.jsonl"; }
 check "  log.jsonl is valid JSON (no NaN literal)" json_ok
 check "--spike-z 3: a run without spikes goes through" $BIN -e d2 -x 40 -v 0 -s 0 --spike-z 3 -o "$TMP/spk"
