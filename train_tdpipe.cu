@@ -523,8 +523,12 @@ static void check_memory(Trainer* tr) {
     int slots, stashes, grad_slots, W_max = 0;
     for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
     if (tr->W == -1) W_max = aew_auto_max(tr);
+    // tdpipe's chunks run up to --consistency-every steps, and a window's stashes and ring grow with a
+    // chunk's length up to 2 + ceil(W / M) steps (schedule_stage_limits): the longest this run has, to there
+    int longest = a->consistency_every < a->steps ? a->consistency_every : a->steps, binding = 2 + (W_max + a->grad_accum - 1) / a->grad_accum;
+    if (longest > binding) longest = binding;
     Schedule sch;
-    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = 2};
+    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = tr->kind == SCHED_TDPIPE && longest > 2 ? longest : 2};
     char err[1024];
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);

@@ -448,11 +448,14 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
     if (schedule_event_driven(sch)) {
         // in flight: the window. Held versions: U(v-1) needs every backward of step v-1, so the oldest
         // micro-batch in flight is >= v*M and uses a version >= v - ceil(W/M). Open gradient steps:
-        // backwards reach at most micro-batch (v+1)*M + W - 1, step v + 1 + (W-1)/M.
-        int in = (P - s) + W;
+        // backwards reach at most micro-batch (v+1)*M + W - 1, step v + 1 + (W-1)/M. And no more than
+        // the schedule's steps: it starts flushed (no older version exists), so at most n_steps - 1
+        // versions are left behind by its updates, and at most n_steps steps are open
+        int in = (P - s) + W, held = (W + M - 1) / M;
+        int open = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
         if (slots) *slots = in < nM ? in : nM;
-        if (stashes) *stashes = (W + M - 1) / M;
-        if (grad_slots) *grad_slots = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
+        if (stashes) *stashes = held < sch->n_steps - 1 ? held : sch->n_steps - 1;
+        if (grad_slots) *grad_slots = open < sch->n_steps ? open : sch->n_steps;
         return;
     }
     int in, versions;

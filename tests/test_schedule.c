@@ -209,6 +209,25 @@ static void test_tdpipe(void) {
     CHECK(act == 4 && inflight == 4, "tdpipe P=2 M=2 W=8, 2 steps: stage 0 holds the run's 4 micro-batches, 4 slots (got %d in flight, %d slots)",
           inflight, act);
     schedule_free(&b);
+    // and its stashes and gradient ring: a schedule starts flushed, so n steps leave at most n - 1 old
+    // versions and open at most n steps, however wide the window (W 1000 of M 3 asked 334 and 335,
+    // 28 GiB for d6, of a 2-step run)
+    int ok_cap = 1;
+    for (int n = 1; n <= 3; n++) {
+        int stashes, rings;
+        schedule_build(&b, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 2, .M = 3, .W = 1000, .n_steps = n}, err, sizeof(err));
+        schedule_stage_limits(&b, 0, NULL, &stashes, &rings);
+        if (stashes != n - 1 || rings != n) ok_cap = 0;
+        printf("     P 2 M 3 W 1000, %d step(s): %d stash(es), %d ring slot(s)\n", n, stashes, rings);
+        schedule_free(&b);
+    }
+    CHECK(ok_cap, "tdpipe W 1000 of M 3: n steps hold n - 1 stashes and n ring slots (n = 1..3), not ceil(W/M) and 2 + (W-1)/M");
+    int stashes, rings;
+    schedule_build(&b, &(ScheduleShape){.kind = SCHED_TDPIPE, .P = 2, .M = 3, .W = 4, .n_steps = 50}, err, sizeof(err));
+    schedule_stage_limits(&b, 0, NULL, &stashes, &rings);
+    CHECK(stashes == 2 && rings == 3, "tdpipe W 4 of M 3 over 50 steps: the window's bounds, ceil(4/3) = 2 stashes, 2 + 3/3 = 3 ring slots (got %d, %d)",
+          stashes, rings);
+    schedule_free(&b);
 }
 
 // hand-broken lists: validation must say what is wrong
