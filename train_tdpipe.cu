@@ -67,6 +67,7 @@ typedef struct {
     Stage stage;
     CommLink mpi_link;      // MPI between host buffers: the link unless a device keeps its messages
     const CommLink* link;
+    const CommLink* tied_link; // the tied shares': link where they stay on the device, else mpi_link (host buffers)
     StageDpAverage dp;      // the replicas' blocking fp32 average (--grad-quant none without buckets)
     int grad_cache_slots;   // --grad-cache N (0: what the schedule needs)
     DpSyncConfig sync_cfg;  // --grad-quant, --quant-block, --error-feedback, --grad-cache SIZE
@@ -436,7 +437,9 @@ static void make_links(Trainer* tr) {
     host_average |= tr->use_sync && device && !tr->device_sync;
     if (g_rank == 0 && D == 1 && tr->sync_cfg.quant == GRAD_QUANT_INT8)
         fprintf(stderr, "note: --grad-quant int8 with one replica per stage: there is nothing to average, so gradients are used as computed (not quantized)\n");
-    if (!comm_any(&tr->comm, host_average) && device_link && (s == 0 || s == P - 1)) stage_use_device_tied(st);
+    int device_tied = !comm_any(&tr->comm, host_average) && device_link;
+    if (device_tied && (s == 0 || s == P - 1)) stage_use_device_tied(st);
+    tr->tied_link = device_tied || stage_grads_readable_during_backward(st) ? tr->link : &tr->mpi_link; // (NCCL takes device buffers)
 }
 
 // B * T * M * D, in 64 bits: past 2^31 with a large M
@@ -667,6 +670,7 @@ static void make_executor(Trainer* tr) {
     ex->comm = &tr->comm;
     ex->stage = &tr->stage;
     ex->link = tr->link;
+    ex->tied_link = tr->tied_link;
     ex->dp = tr->dp;
     ex->sync = tr->use_sync && !tr->dsync ? &tr->sync : NULL;
     if (tr->dsync) ex->device_sync = (DpSyncDevice){dp_sync_cuda_begin_slot, dp_sync_cuda_unit_done, dp_sync_cuda_end_slot, tr->dsync, tr->sync_cfg.quant};

@@ -386,8 +386,9 @@ static void tied_start(Run* r, int t) {
     StepState* ss = step_of(r, t);
     int k = stage_grad_slot(st, t), other = r->first ? r->P - 1 : 0;
     size_t bytes = st->sizes[0] * sizeof(float);
-    comm_link_isend(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_share(st, k), bytes, other, &ss->tied_send);
-    comm_link_irecv(r->ex->comm, r->ex->link, COMM_LINK_TIED, stage_tied_other(st, k), bytes, other, &ss->tied_recv);
+    const CommLink* link = r->ex->tied_link ? r->ex->tied_link : r->ex->link;
+    comm_link_isend(r->ex->comm, link, COMM_LINK_TIED, stage_tied_share(st, k), bytes, other, &ss->tied_send);
+    comm_link_irecv(r->ex->comm, link, COMM_LINK_TIED, stage_tied_other(st, k), bytes, other, &ss->tied_recv);
     snprintf(ss->tied_recv.what, sizeof(ss->tied_recv.what), "the tied embedding's gradient share of step %d from stage %d", t + 1, other);
 }
 

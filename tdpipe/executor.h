@@ -83,7 +83,8 @@ typedef struct {
     Comm* comm;
     Stage* stage;          // this rank's stage, on whatever device
     DataLoader* data;      // the training data of the first and last stage; NULL where none is read
-    const CommLink* link;  // carries activations, gradients and the tied shares between stages' buffers
+    const CommLink* link;  // carries activations and gradients between stages' buffers
+    const CommLink* tied_link; // carries the tied embedding's shares (NULL: link); MPI where they pass through host memory (stage.h)
     StageDpAverage dp;     // the replicas' blocking fp32 average of a gradient slot (D > 1, no sync; the drift monitor's exact pass)
     DpSync* sync;          // NULL, or the bucketed two-shot average (fp32 or int8) that overlaps backward
     DpSyncDevice device_sync; // .end NULL, or (sync NULL) the same sync where the gradient lives, overlapped with backward there

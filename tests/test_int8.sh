@@ -18,6 +18,11 @@ check "P = 2 x D = 2, zbh1, fp32 buckets" $MPI -np 4 $BIN $S --grad-cache 16KB -
 check "  bitwise too" same_run "$TMP/blk" "$TMP/b32z"
 check "cpu-staged (the gradient a device's: the sync after the step), fp32 buckets" $MPI -np 2 $BIN $S --grad-cache 16KB --device cpu-staged -o "$TMP/b32s"
 check "  bitwise too" same_run "$TMP/blk" "$TMP/b32s"
+# a device stage whose replicas average in host memory sends the tied shares through host buffers,
+# over MPI (tied_link: NCCL, where GPU messages go, takes device buffers)
+check "int8, P = 2 x D = 2" $MPI -np 4 $BIN $S --grad-quant int8 --stages 2 -o "$TMP/i8p2"
+check "int8, P = 2 x D = 2, cpu-staged (the tied shares through host memory)" $MPI -np 4 $BIN $S --grad-quant int8 --stages 2 --device cpu-staged -o "$TMP/i8p2s"
+check "  bitwise equal" same_run "$TMP/i8p2" "$TMP/i8p2s"
 # D = 3: an owner's own share sits between the others' in the replica-ordered sum; blocks of 7
 # cut the slices into uneven pieces
 check "D = 3, blocking fp32 average" $MPI -np 3 $BIN $S -o "$TMP/blk3"
