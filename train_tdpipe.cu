@@ -294,9 +294,10 @@ static void make_grid(Trainer* tr) {
 // phase 2b: the split. --partition auto times one layer, the embeddings and the head on every rank,
 // on the run's device (layer_costs_per_stage: 3 passes of one micro-batch at the run's B and T after
 // a warm-up; a host's ranks one at a time) and solves over those seconds; every rank has every
-// stage's times, so all solve the same split. Timed passes vary from run to run and so may the split, but no result depends on it (a
-// run is bitwise the same under any partition). Synthetic compute keeps the FLOP model, which its
-// timed waits follow.
+// stage's times, so all solve the same split. Timed passes vary from run to run and so may the split,
+// but no result depends on it where every stage has the same window (a run is then bitwise the same
+// under any partition; windows that differ take the FLOP model: windows_differ). Synthetic compute
+// keeps the FLOP model, which its timed waits follow.
 static void partition_profile(Trainer* tr) {
     TrainArgs* a = &tr->a;
     int P = tr->comm.P;
@@ -694,18 +695,9 @@ static void make_executor(Trainer* tr) {
 // window's, up to the staleness the compensation handles (aew_auto_max). Printed beside the article's
 // ceil(P (1 - beta)) and both predicted utilisations; every rank computes the same and checks it.
 static int aew_measured(Trainer* tr) {
-    int P = tr->comm.P, M = tr->a.grad_accum, s = tr->comm.stage;
-    const ExecutorStats* st = &tr->ex.stats;
-    double mine[4] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, executor_stage_cv(&tr->ex),
-                      st->b_send.n ? st->b_send.sum / st->b_send.n : 1.0}; // (stage 0 sends none: 1, unused)
-    comm_dp_average_double(&tr->comm, mine, 4); // the replicas' mean, in replica order
-    double* per = (double*)calloc_check(4 * P, sizeof(double)); // (4, P) forward s, backward s, beta, share of B
-    double* all = (double*)calloc_check(4 * P, sizeof(double));
-    for (int k = 0; k < 4; k++) per[k * P + s] = mine[k];
-    CommRequest r;
-    memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(&tr->comm, per, all, 4 * P, &r); // each entry from its own stage
-    comm_wait(&tr->comm, &r);
+    int P = tr->comm.P, M = tr->a.grad_accum;
+    double* all = (double*)calloc_check(4 * P, sizeof(double)); // (4, P) forward s, backward s, beta, share of B
+    executor_stage_times(&tr->ex, all);
     double beta = 0.0;
     for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
     int W_max = aew_auto_max(tr), article = (int)ceil(P * (1.0 - beta));
@@ -736,7 +728,6 @@ static int aew_measured(Trainer* tr) {
     }
     free(chosen);
     free(util);
-    free(per);
     free(all);
     return W;
 }

@@ -916,4 +916,17 @@ void executor_data_before(const Executor* ex, int step, DataLoaderState* state) 
     *state = r->data_at[step - r->sch->first_step];
 }
 
-double executor_stage_cv(const Executor* ex) { return 0.5 * (cv(&ex->stats.f) + cv(&ex->stats.b)); }
+void executor_stage_times(Executor* ex, double* all) {
+    const ExecutorStats* st = &ex->stats;
+    int P = ex->comm->P, s = ex->comm->stage;
+    double mine[4] = {st->f.n ? st->f.sum / st->f.n : 0.0, st->b.n ? st->b.sum / st->b.n : 0.0, 0.5 * (cv(&st->f) + cv(&st->b)),
+                      st->b_send.n ? st->b_send.sum / st->b_send.n : 1.0};
+    comm_dp_average_double(ex->comm, mine, 4);
+    double* per = (double*)calloc_check(4 * P, sizeof(double)); // (4, P) this stage's column, the rest 0
+    for (int k = 0; k < 4; k++) per[k * P + s] = mine[k];
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(ex->comm, per, all, 4 * P, &r); // each column from its own stage
+    comm_wait(ex->comm, &r);
+    free(per);
+}

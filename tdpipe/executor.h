@@ -137,8 +137,11 @@ void executor_data_before(const Executor* ex, int step, DataLoaderState* state);
 // where an int8 sync measured it, int8 against fp32. The data loaders go back to where they were and
 // the slot and stash are released. Returns how many halves of all were filled (1 or 2).
 int executor_drift_measure(Executor* ex, int t, int M, DriftUnit* all);
-// measured coefficient of variation of this stage's op times (0 when nothing measured)
-double executor_stage_cv(const Executor* ex);
+// every stage's measured op times, the same on every rank, into all (4, P): mean forward and backward
+// seconds, the coefficient of variation of its op times (0 when nothing measured), and the share of
+// its backward after which the input gradient left (1 on stage 0, which sends none); each the
+// replicas' mean, in replica order
+void executor_stage_times(Executor* ex, double* all);
 
 #ifdef __cplusplus
 }
