@@ -20,7 +20,7 @@ int main(void) {
     for (int d = 1; d <= 12; d++) { // the trainer's fresh models, on GPT-2's vocabulary and on bytes
         const int vocabs[2] = {50257, 256};
         for (int v = 0; v < 2; v++) {
-            char name[8];
+            char name[16];
             snprintf(name, sizeof name, "d%d", d);
             GPT2Config c;
             memset(&c, 0, sizeof c);
