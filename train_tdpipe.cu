@@ -440,7 +440,7 @@ static void make_links(Trainer* tr) {
         fprintf(stderr, "note: --grad-quant int8 with one replica per stage: there is nothing to average, so gradients are used as computed (not quantized)\n");
     int device_tied = !comm_any(&tr->comm, host_average) && device_link;
     if (device_tied && (s == 0 || s == P - 1)) stage_use_device_tied(st);
-    tr->tied_link = device_tied || stage_grads_readable_during_backward(st) ? tr->link : &tr->mpi_link; // (NCCL takes device buffers)
+    tr->tied_link = device_tied ? tr->link : &tr->mpi_link; // (NCCL takes device buffers; link is mpi_link but for NCCL's)
 }
 
 // B * T * M * D, in 64 bits: past 2^31 with a large M
@@ -528,11 +528,12 @@ static void check_memory(Trainer* tr) {
     for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
     if (tr->W == -1) W_max = aew_auto_max(tr);
     // tdpipe's chunks run up to --consistency-every steps, and a window's stashes and ring grow with a
-    // chunk's length up to 2 + ceil(W / M) steps (schedule_stage_limits): the longest this run has, to there
-    int longest = a->consistency_every < a->steps ? a->consistency_every : a->steps, binding = 2 + (W_max + a->grad_accum - 1) / a->grad_accum;
-    if (longest > binding) longest = binding;
+    // chunk's length up to the steady steps: the longest chunk this run has, to there
+    int longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
     Schedule sch;
-    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max, .n_steps = tr->kind == SCHED_TDPIPE && longest > 2 ? longest : 2};
+    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max};
+    shape.n_steps = schedule_shape_steady_steps(&shape);
+    if (longest < shape.n_steps) shape.n_steps = longest > 2 ? longest : 2;
     char err[1024];
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);

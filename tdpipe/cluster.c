@@ -267,9 +267,8 @@ int cluster_costs(ClusterCosts* c, const ClusterHw* hw, const ClusterModel* m, c
     if (check_layout(hw, m, y, Q, err, errlen)) return -1;
     // the schedule: its shape's refusals, and what each stage holds in flight
     Schedule sch;
-    // (a tdpipe window's stashes and ring as a long run holds them: enough steps that their count binds no bound)
-    int n_steps = y->kind == SCHED_TDPIPE && y->W > 0 ? 2 + (y->W + y->M - 1) / y->M : 2;
-    ScheduleShape shape = {.kind = y->kind, .P = P, .M = y->M, .W = y->W, .n_steps = n_steps, .chunks = y->chunks};
+    ScheduleShape shape = {.kind = y->kind, .P = P, .M = y->M, .W = y->W, .chunks = y->chunks};
+    shape.n_steps = schedule_shape_steady_steps(&shape); // (a tdpipe window's stashes and ring as a long run holds them)
     if (schedule_build(&sch, &shape, err, errlen)) return -1;
     ClusterLayer lay;
     cluster_layer(hw, m, tp, 0, y->b, &lay);

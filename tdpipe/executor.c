@@ -873,6 +873,14 @@ static double cv(const OpTimes* t) {
     return var > 0 ? sqrt(var) / mean : 0.0;
 }
 
+// out (n) = the sum of in (n) over the pipeline's stages, waited for (outside a step's ops)
+static void pipe_sum(Executor* ex, const double* in, double* out, int n) {
+    CommRequest r;
+    memset(&r, 0, sizeof(r));
+    comm_pipe_sum_start(ex->comm, in, out, n, &r);
+    comm_wait(ex->comm, &r);
+}
+
 int executor_drift_measure(Executor* ex, int t, int M, DriftUnit* all) {
     Stage* st = ex->stage;
     char err[1024];
@@ -896,10 +904,7 @@ int executor_drift_measure(Executor* ex, int t, int M, DriftUnit* all) {
     DriftUnit* mine = (DriftUnit*)calloc_check(2 * (L + 2), sizeof(DriftUnit)); // (2, L + 2), as all
     drift_compare(st, ex->drift_applied, stage_host_grads(st, k, NULL), mine);
     if (ex->drift_synced) memcpy(mine + L + 2, ex->drift_sync, (L + 2) * sizeof(DriftUnit));
-    CommRequest r;
-    memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(ex->comm, (const double*)mine, (double*)all, 8 * (L + 2), &r); // each unit from the one stage that holds it
-    comm_wait(ex->comm, &r);
+    pipe_sum(ex, (const double*)mine, (double*)all, 8 * (L + 2)); // each unit from the one stage that holds it
     int halves = 1 + ex->drift_synced;
     ex->drift_synced = 0;
     free(mine);
@@ -924,9 +929,6 @@ void executor_stage_times(Executor* ex, double* all) {
     comm_dp_average_double(ex->comm, mine, 4);
     double* per = (double*)calloc_check(4 * P, sizeof(double)); // (4, P) this stage's column, the rest 0
     for (int k = 0; k < 4; k++) per[k * P + s] = mine[k];
-    CommRequest r;
-    memset(&r, 0, sizeof(r));
-    comm_pipe_sum_start(ex->comm, per, all, 4 * P, &r); // each column from its own stage
-    comm_wait(ex->comm, &r);
+    pipe_sum(ex, per, all, 4 * P); // each column from its own stage
     free(per);
 }

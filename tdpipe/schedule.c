@@ -465,12 +465,23 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
     if (grad_slots) *grad_slots = schedule_stage_grad_slots(sch, s);
 }
 
-int schedule_shape_grad_slots(const ScheduleShape* shape) {
+// the widest window of the shape's stages
+static int shape_max_window(const ScheduleShape* shape) {
     int W = shape->W;
     if (shape->stage_W)
         for (int i = 0; i < shape->P; i++) W = shape->stage_W[i] > W ? shape->stage_W[i] : W;
+    return W;
+}
+
+int schedule_shape_grad_slots(const ScheduleShape* shape) {
+    int W = shape_max_window(shape);
     if (shape->kind == SCHED_TDPIPE && W > 0) return 2 + (W - 1) / shape->M;
     return 1;
+}
+
+int schedule_shape_steady_steps(const ScheduleShape* shape) {
+    int W = shape_max_window(shape);
+    return shape->kind == SCHED_TDPIPE && W > 0 ? 2 + (W + shape->M - 1) / shape->M : 2;
 }
 
 int schedule_stage_grad_slots(const Schedule* sch, int s) {

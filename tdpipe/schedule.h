@@ -144,6 +144,9 @@ int schedule_stage_grad_slots(const Schedule* sch, int s);
 // gradient-cache slots a stage needs for a schedule of this shape: 1 for the synchronous ones (a
 // step's accumulation ends at its update), 2 + (W - 1) / M for tdpipe with W > 0 (below)
 int schedule_shape_grad_slots(const ScheduleShape* shape);
+// the steps after which a schedule of this shape holds no more (schedule_stage_limits): 2 + ceil(W / M)
+// for tdpipe with W > 0, whose stashes and ring grow with the schedule's length up to their bound; 2 else
+int schedule_shape_steady_steps(const ScheduleShape* shape);
 // what stage s must hold to run sch in any order its dependencies allow: activation slots,
 // weight stashes (versions kept besides the current one) and gradient-cache slots. Synchronous
 // schedules run their lists as printed (the stats above); tdpipe runs event-driven, so its bounds
