@@ -34,6 +34,7 @@
 #include "tdpipe/report.h"
 #include "tdpipe/run_checkpoint.h"
 #include "tdpipe/run_data.h"
+#include "tdpipe/run_memory.h"
 #include "tdpipe/run_model.h"
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
@@ -342,25 +343,6 @@ static void choose_device(Trainer* tr) {
     }
 }
 
-// rank 0: the bytes every rank on its host plans (`mine` on each: the host's memory is shared; a
-// multi-host run counts rank 0's share of its host), 1 when they exceed what the host has left
-// (*host, *ranks and *m then say how much, over how many ranks); every rank takes part
-static int host_over(Trainer* tr, double mine, double* host, int* ranks, OutdirMemory* m) {
-    double* all = g_rank == 0 ? (double*)malloc_check(tr->comm.world_size * sizeof(double)) : NULL;
-    comm_gather_to_root(&tr->comm, &mine, sizeof(mine), all);
-    int over = 0;
-    if (g_rank == 0) {
-        *host = 0.0;
-        for (int r = 0; r < tr->comm.world_size; r++) *host += all[r];
-        if (tr->comm.local_ranks < tr->comm.world_size) *host = mine * tr->comm.local_ranks;
-        *ranks = tr->comm.local_ranks < tr->comm.world_size ? tr->comm.local_ranks : tr->comm.world_size;
-        char err[256];
-        over = outdir_memory_available(m, err, sizeof(err)) == 0 && *host > (double)m->bytes;
-    }
-    free(all);
-    return over;
-}
-
 // the weights, their gradient and AdamW's moments (16 bytes a parameter; on a GPU, the weights alone
 // pass through host memory: 4) of the stages on this host against its memory, before the weights are
 // allocated: check_memory comes once the stage exists, and a model file of a 200 G-parameter header
@@ -369,7 +351,7 @@ static void check_weights_fit(Trainer* tr, const GPT2Range* r) {
     size_t sizes[GPT2_NUM_PARAM_TENSORS];
     double host, gib = 1024.0 * 1024.0 * 1024.0, per = tr->use_cuda ? 4.0 : 16.0;
     OutdirMemory m;
-    int ranks, over = host_over(tr, per * (double)gpt2_param_sizes(&tr->cfg, r, sizes), &host, &ranks, &m);
+    int ranks, over = run_memory_host_over(&tr->comm, per * (double)gpt2_param_sizes(&tr->cfg, r, sizes), &host, &ranks, &m);
     if (over)
         fprintf(stderr, "train_tdpipe: -e %s: the model needs %.2f GiB of host memory (%s, %g bytes a parameter, %d rank(s)) "
                         "but %.2f GiB are available (%s): a smaller model, or its stages over more hosts\n",
@@ -546,32 +528,24 @@ static void check_memory(Trainer* tr) {
     double host;
     OutdirMemory m;
     int bad = 0, ranks;
-    if (host_over(tr, mine, &host, &ranks, &m)) {
+    if (run_memory_host_over(&tr->comm, mine, &host, &ranks, &m)) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
                 host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source);
         bad = 1;
     }
-    // a device's own memory, checked by each rank against its device: what is in use now (this rank's
-    // weights and AdamW, and whatever the ranks sharing the device hold already) plus this plan for
-    // each rank that shares it, against the device's total (never against what is free this instant,
-    // which other ranks still allocating would make look smaller than it will be)
+    // a device's own memory, checked by each rank against its device
     double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes) +
-                 (tr->device_sync ? dp_sync_device_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D) : 0.0);
-    if (dev > 0 && tr->stage.be->device_memory) {
-        double total, used;
-        int devices;
-        tr->stage.be->device_memory(&tr->stage, &total, &used, &devices);
-        int sharing = devices > 0 ? (tr->comm.local_ranks + devices - 1) / devices : 1;
-        if (used + dev * sharing > total) {
-            double gib = 1024.0 * 1024.0 * 1024.0;
-            fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
-                            "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
-                            "lower -b, -t, --aew or the model\n",
-                    g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib);
-            bad = 1;
-        }
+                 (tr->device_sync ? dp_sync_device_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D) : 0.0), used, total;
+    int sharing;
+    if (run_memory_device_over(&tr->stage, tr->comm.local_ranks, dev, &used, &total, &sharing)) {
+        double gib = 1024.0 * 1024.0 * 1024.0;
+        fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
+                        "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
+                        "lower -b, -t, --aew or the model\n",
+                g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib);
+        bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);
     if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE && tr->W != -1) // (auto has not chosen yet: it says what it chose)
