@@ -45,7 +45,7 @@ static const ArgSpec SPECS[] = {
     {"optimisation", 0, "eps", "optimizer.eps", A_FLOAT, F(eps), 1e-30, 1, "1e-8", "AdamW's epsilon (> 0: at 0, a weight whose gradient has always been 0 gets 0/0)"},
     {"optimisation", 'x', "steps", "optimizer.steps", A_INT, F(steps), 1, 1e9, "300", "training steps"},
     {"optimisation", 0, "micro-batches", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step and replica (gradient accumulation), M"},
-    {"optimisation", 0, "grad-accum", NULL, A_INT, F(grad_accum), 1, 1e6, "1", "the same as --micro-batches"},
+    {"optimisation", 0, "grad-accum", NULL, A_INT, F(grad_accum), 1, 1e6, "1", "the same as --micro-batches (given both, they must agree)"},
     {"optimisation", 0, "seed", "optimizer.seed", A_LONG, F(seed), 0, 9.2e18, "1337", "seed for initialisation, data order and sampling"},
     {"checkpoints", 'o', "out", "checkpoint.out_dir", A_STR, F(out_dir), 0, 0, "out", "output directory: log.jsonl, checkpoints, model.bin"},
     {"checkpoints", 'n', "ckpt-every", "checkpoint.every", A_INT, F(ckpt_every), 0, 1e9, "0", "write a checkpoint every N steps (and at the end); 0 = at the end only"},
@@ -287,6 +287,22 @@ int args_aew_start(const char* s, int W, int compensated, int warmup, int* out, 
     return 0;
 }
 
+int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t errlen) {
+    if (a->inject_nan > a->steps)
+        return td_error(err, errlen, "--inject-nan %d: past the run's last step (-x %d), so nothing would be injected", a->inject_nan, a->steps);
+    int t = a->inject_diverge;
+    if (t == 0) return 0;
+    if (t > a->steps)
+        return td_error(err, errlen, "--inject-diverge %d: past the run's last step (-x %d), so nothing would be flipped", t, a->steps);
+    if (world_size < 2)
+        return td_error(err, errlen, "--inject-diverge %d: one rank holds the only copy of the weights, so no check could see the flipped bit", t);
+    int checked = t == a->steps || (a->ckpt_every > 0 && t % a->ckpt_every == 0) || (a->consistency_every > 0 && t % a->consistency_every == 0);
+    if (!checked)
+        return td_error(err, errlen, "--inject-diverge %d: the copies are not checked after step %d (checks: every --consistency-every %d, every -n %d, and -x %d)",
+                        t, t, a->consistency_every, a->ckpt_every, a->steps);
+    return 0;
+}
+
 static const ArgSpec* find_flag(const char* arg) {
     for (int i = 0; i < NSPECS; i++) {
         if (arg[0] == '-' && arg[1] == '-' && !strcmp(arg + 2, SPECS[i].long_name)) return &SPECS[i];
@@ -319,6 +335,9 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         if (!strcmp(argv[i], "--config")) {
             if (args_load_config(a, argv[i + 1], err, sizeof(err))) args_fail("train_tdpipe: --config %s", err);
         }
+    // two flags for one field (--micro-batches and --grad-accum): given with two values, neither wins
+    const ArgSpec* given[NSPECS] = {0}; // given[k]: the flag that last set SPECS[k]'s field
+    const char* given_value[NSPECS] = {0};
     for (int i = 1; i < argc; i++) {
         const ArgSpec* s = find_flag(argv[i]);
         const ArgSpec* before = i > 1 ? find_flag(argv[i - 1]) : NULL;
@@ -335,6 +354,16 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         if (i + 1 >= argc) args_fail("train_tdpipe: %s needs a value", shown);
         if (argv[i + 1][0] == '-' && find_flag(argv[i + 1])) // `-o -v`: the value forgotten, the next flag taken for it
             args_fail("train_tdpipe: %s needs a value, but the flag %s follows it", shown, argv[i + 1]);
+        char was[sizeof(TrainArgs)];
+        memcpy(was, (char*)a + s->offset, s->size);
         if (set_value(a, s, argv[++i], shown, err, sizeof(err))) args_fail("train_tdpipe: %s", err);
+        for (int k = 0; k < NSPECS; k++) {
+            if (SPECS[k].offset != s->offset) continue;
+            if (given[k] && given[k] != s && memcmp(was, (char*)a + s->offset, s->size))
+                args_fail("train_tdpipe: --%s %s and --%s %s are one setting given two values; give one", given[k]->long_name, given_value[k],
+                          s->long_name, argv[i]);
+            given[k] = s;
+            given_value[k] = argv[i];
+        }
     }
 }

@@ -95,6 +95,12 @@ refuse "-x with a blank before the number (as after it)" "^train_tdpipe: -x: ' 3
 refuse "-x with a blank after the number" "^train_tdpipe: -x: '3 ' is not a valid integer" $BIN -x "3 "
 refuse "--eps 0 (0/0 where a gradient is 0) is out of range" "^train_tdpipe: --eps: 0 is out of range \\[1e-30, 1\\]" $BIN --eps 0
 refuse "--clip -1 is out of range" "^train_tdpipe: --clip: -1 is out of range" $BIN --clip -1
+refuse "--micro-batches and --grad-accum given two values" \
+    "^train_tdpipe: --micro-batches 2 and --grad-accum 4 are one setting given two values; give one$" $BIN --micro-batches 2 --grad-accum 4 -x 1 $Q -o "$TMP/ga24"
+check "  no output folder" test ! -e "$TMP/ga24"
+check "--micro-batches and --grad-accum given the same value" $BIN --micro-batches 2 --grad-accum 2 -x 1 $Q -o "$TMP/ga22"
+check "  M = 2 in the start-up table" grep -q "^| batch .*, M 2, D 1:" "$TMP/out"
+refuse "--inject-nan past -x" "^train_tdpipe: --inject-nan 4: past the run's last step \\(-x 3\\), so nothing would be injected$" $BIN -x 3 --inject-nan 4 $Q -o "$TMP/nan4"
 refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
 refuse "a flag without its value" "-x needs a value" $BIN -x
 refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
