@@ -99,6 +99,10 @@ int args_aew_start(const char* s, int W, int compensated, int warmup, int* out, 
 // -1 with "path:line: ..." in err naming the key and the problem (an unknown key among them)
 int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);
 
+// --inject-nan and --inject-diverge (tests) at a step where they would act: within -x, and for the
+// divergence a consistency point with another copy to compare; world_size: the ranks of the run
+int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -227,4 +227,13 @@ refuse "a bit flipped in the last stage's tied wte at P = 2: step 4's check fail
 check "  the checkpoint of step 2 stays, none of step 4 is written" bash -c "[ -e '$TMP/dvp/ckpt_00000002.tdck' ] && ! ls '$TMP/dvp'/ckpt_00000004* 2>/dev/null"
 refuse "a bit flipped in replica 1's weights at D = 2: step 4's check fails" "step 4: consistency check FAILED: the replicas' weights differ$" \
     $MPI -np 2 $BIN $DV -o "$TMP/dvd"
+# a flip the run would never make, or never check, is refused before anything runs
+refuse "--inject-diverge 3: no check after step 3 (-n 2, --consistency-every 2, -x 6)" \
+    "^train_tdpipe: --inject-diverge 3: the copies are not checked after step 3 \\(checks: every --consistency-every 2, every -n 2, and -x 6\\)" \
+    $MPI -np 2 $BIN $S -x 6 --consistency-every 2 -n 2 --inject-diverge 3 -o "$TMP/dv3"
+check "  no output folder" test ! -e "$TMP/dv3"
+refuse "--inject-diverge 7 past -x 6" "^train_tdpipe: --inject-diverge 7: past the run's last step \\(-x 6\\)" \
+    $MPI -np 2 $BIN $S -x 6 --inject-diverge 7 -o "$TMP/dv7"
+refuse "--inject-diverge on one rank: no other copy" "^train_tdpipe: --inject-diverge 2: one rank holds the only copy of the weights" \
+    $BIN $S -x 2 --inject-diverge 2 -o "$TMP/dv1"
 finish
