@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The replicas' gradient sync (tdpipe/dp_sync.h): fp32 in buckets is bitwise the blocking average; int8
 # with error feedback keeps the replicas bitwise equal, is deterministic across runs, thread counts and
-# P, resumes bitwise (also at another P), counts the bytes the formula says, converges within 0.5 % of
+# P, resumes bitwise (also at another P), is cleared by a rollback, counts the bytes the formula says, converges within 0.5 % of
 # fp32; the drift monitor compares it with fp32; a NaN in a gradient is reported; the article's own
 # YAML config runs; every bad value is refused.
 source tests/lib.sh
@@ -77,6 +77,38 @@ check "  says what happens to the residuals" grep -q "residuals start at zero: t
 mkdir -p "$TMP/resf" && cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/resf/"
 check "resume it in fp32" $MPI -np 2 $BIN $S -n 6 -y 1 -o "$TMP/resf"
 check "  says the residuals are not used" grep -q "holds an int8 sync's error-feedback residuals; this run does not use them" "$TMP/err"
+
+# --- a rollback clears the residuals: the refused attempt's sync left its rounding in them. Resumed
+# from step 6 with a NaN at step 7, from the checkpoint as written and from a copy without its
+# residuals (they start at zero), both runs clear them at the rollback and so end bitwise equal;
+# without the NaN the same two differ, so the residuals they resumed with do reach the losses
+strip_ef() { python3 - "$1" "$2" <<'PY'
+import struct, sys, zlib
+raw = open(sys.argv[1], 'rb').read()
+hdr, pos, kept = list(struct.unpack('<256i', raw[:1024])), 1024, []
+for _ in range(hdr[2]): # each section: an 80-byte descriptor (comp bytes at 48), then its zlib stream
+    comp = struct.unpack('<Q', raw[pos + 48:pos + 56])[0]
+    if not raw[pos:pos + 32].rstrip(b'\0').startswith(b'grad_ef'):
+        kept.append(raw[pos:pos + 80 + comp])
+    pos += 80 + comp
+body = b''.join(kept)
+hdr[2] = len(kept)
+hdr[7:9] = struct.unpack('<2i', struct.pack('<q', 1024 + len(body)))
+h = struct.pack('<255i', *hdr[:255])
+open(sys.argv[2], 'wb').write(h + struct.pack('<I', zlib.crc32(h)) + body)
+PY
+}
+for v in ef noef efnan noefnan; do mkdir -p "$TMP/rb_$v"; done
+cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_ef/"; cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_efnan/"
+strip_ef "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_noef/ckpt_00000006.tdck"; cp "$TMP/rb_noef/ckpt_00000006.tdck" "$TMP/rb_noefnan/"
+check "resume the int8 run's step-6 checkpoint" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 -o "$TMP/rb_ef"
+check "resume a copy without its residuals" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 -o "$TMP/rb_noef"
+check "  which start at zero" grep -q "residuals start at zero: it holds none" "$TMP/err"
+check "  the two differ (the residuals reach the losses)" bash -c "! cmp -s '$TMP/rb_ef/model.bin' '$TMP/rb_noef/model.bin'"
+check "the same two with a NaN at step 7: as written" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 --inject-nan 7 -o "$TMP/rb_efnan"
+check "  and without residuals" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 --inject-nan 7 -o "$TMP/rb_noefnan"
+check "  each rolled back at step 7" test "$(grep -c '"step": 7, "rollback"' "$TMP/rb_efnan/log.jsonl" "$TMP/rb_noefnan/log.jsonl" | grep -c ':1$')" -eq 2
+check "  and the two bitwise equal after it (losses, model): the rollback cleared the residuals" same_run "$TMP/rb_efnan" "$TMP/rb_noefnan"
 
 # --- bytes: at D = 2 replica 0 sends and receives every bucket's whole buffer once each way, so a
 # step's dp_bytes is 2 (n + 4 blocks) for int8 and 2 * 4 n for fp32, n the gradient's elements (the
