@@ -322,11 +322,12 @@ static void grad_done(Run* r, const Op* op, int slot) {
 // by bucket as backward completes units: the host sync where the gradient is in host memory (a
 // device's host copy is made after the step), or the device's own sync; not on --inject-nan's step
 // (post writes the fault first), not under DC-ASGD (post corrects the whole gradient first), the drift
-// monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass
+// monitor's step (post keeps the local gradient for its fp32 comparison) or its exact pass, and not
+// under --gns (the weight half runs alone, to square the micro-batch's own gradient, and tells no unit done)
 static int sync_overlaps(const Run* r, const Op* op) {
     const Executor* ex = r->ex;
     int can = ex->sync ? stage_grads_readable_during_backward(r->st) : ex->device_sync.begin != NULL;
-    return can && r->D > 1 && !ex->gradient_only && op->kind != OP_BI &&
+    return can && r->D > 1 && !ex->gradient_only && !ex->gns && op->kind != OP_BI &&
            step_of(r, op->step)->grad_ops_left == 1 &&
            op->step != ex->drift_step && ex->inject_nan != op->step + 1 && !step_compensated(r, STALE_DCASGD, op->step);
 }
