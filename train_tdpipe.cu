@@ -95,9 +95,9 @@ typedef struct {
     RunState snap_state;    // the run's state then (the guard's window of losses, the noise scale's estimate)
 } Trainer;
 
-// The first SIGINT or SIGTERM asks the run to stop at the next consistency point (it finishes the
-// chunk, or the validation batch, writes a checkpoint and exits 0); a second one ends the process at
-// once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
+// The first SIGINT, SIGTERM or SIGUSR1 (which mpirun forwards to the ranks at once: README) asks the run to stop at the
+// next consistency point (it finishes the chunk, or the validation batch, writes a checkpoint and exits 0); a second one
+// ends the process at once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
 static volatile sig_atomic_t g_stop_signal = 0;
 static void on_stop_signal(int sig) {
     if (g_stop_signal) {
@@ -629,6 +629,7 @@ static void open_outputs(Trainer* tr) {
     sa.sa_handler = on_stop_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 // phase 6: the executor, its reporter and trace

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trainer under bad conditions: tokens a fresh model cannot hold, a fresh run in an earlier run's
 # folder (moved aside, nothing lost), two runs sharing -o, a run too big for the memory, a model.bin that cannot be written, an unwritable
-# --trace, signals (during validation, twice, on a rank other than 0), a stopped rank under
+# --trace, signals (during validation, twice, on a rank other than 0, SIGUSR1 to mpirun), a stopped rank under
 # --comm-timeout (and the resume afterwards), a resume past -x, log.jsonl trimmed on resume, left-over
 # temporary files removed. Each ends with one clear message and a non-zero exit, or with the run going on.
 source tests/lib.sh
@@ -194,6 +194,13 @@ rank1=$(rank_pid 1 "$TMP/sigr")
 kill -TERM "$rank1"; wait $mpid; rc=$?
 check "SIGTERM to the last rank only: rank 0 reports signal 15 (exit $rc)" grep -q "stopped by signal 15 after step" "$TMP/sr.err"
 check "  the checkpoint of the step it names is there" has_ckpt "$TMP/sigr" "$(stopped_step "$TMP/sr.err" 15)"
+# SIGUSR1 to mpirun: Open MPI forwards it to every rank at once (SIGTERM it holds for
+# odls_base_sigkill_timeout, 1 s by default, then kills the ranks: a run stopped so wrote no checkpoint)
+$MPI -np 2 $BIN $S -x 100000000 --stages 2 --micro-batches 2 -n 1 --keep 2 -o "$TMP/sigu" >/dev/null 2>"$TMP/su.err" & mpid=$!
+for _ in $(seq 300); do [ "$(losses "$TMP/sigu" 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+pkill -USR1 -P $mpid; wait $mpid; rc=$? # (-P: mpirun, the child of $MPI's timeout, which USR1 would end)
+check "SIGUSR1 to mpirun: exit $rc, and rank 0 reports signal 10" bash -c "[ $rc -eq 0 ] && grep -q 'stopped by signal 10 after step' '$TMP/su.err'"
+check "  the checkpoint of the step it names is there" has_ckpt "$TMP/sigu" "$(stopped_step "$TMP/su.err" 10)"
 
 # --- a stopped rank: --comm-timeout 3 names what the others wait for, every rank exits non-zero
 check "a P = 2 run with a checkpoint at step 2" $MPI -np 2 $BIN $S -x 2 --stages 2 --micro-batches 2 -n 2 -o "$TMP/hang"
