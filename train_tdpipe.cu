@@ -193,6 +193,8 @@ static void parse(Trainer* tr, int argc, char** argv) {
     char err[1024];
     args_defaults(a);
     args_parse(a, argc, argv);
+    int P = a->stages, ranks = tr->comm.world_size; // (D: 1 where there are no ranks for the grid yet, as for --print-schedule)
+    if (args_global_batch(a, ranks >= P && ranks % P == 0 ? ranks / P : 1, err, sizeof(err))) fatal_all("%s", err);
     if (a->print_config) { // (before anything is checked: the settings as given, for a file to edit)
         if (g_rank == 0) args_print_yaml(a, stdout);
         comm_finalize(&tr->comm);
@@ -205,7 +207,6 @@ static void parse(Trainer* tr, int argc, char** argv) {
     tr->comm.timeout = a->comm_timeout;
     if (strcmp(a->device, "auto") && strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "cpu-staged"))
         fatal_all("--device %s: expected auto, cpu or cuda", a->device);
-    int P = a->stages; // a printed schedule needs no ranks; a run needs P x D of them
     tr->stage_W = (int*)malloc_check(P * sizeof(int));
     if (args_aew(a->aew, P, &tr->W, tr->stage_W, err, sizeof(err))) fatal_all("%s", err);
     if (!a->schedule[0]) strcpy(a->schedule, tr->W != 0 ? "tdpipe" : "1f1b"); // a window asks for TD-Pipe's schedule

@@ -46,6 +46,7 @@ static const ArgSpec SPECS[] = {
     {"optimisation", 'x', "steps", "optimizer.steps", A_INT, F(steps), 1, 1e9, "300", "training steps"},
     {"optimisation", 0, "micro-batches", "pipeline.micro_batch", A_INT, F(grad_accum), 1, 1e6, "1", "micro-batches per step and replica (gradient accumulation), M"},
     {"optimisation", 0, "grad-accum", NULL, A_INT, F(grad_accum), 1, 1e6, "1", "the same as --micro-batches (given both, they must agree)"},
+    {"optimisation", 0, "global-batch", "pipeline.global_batch", A_INT, F(global_batch), 0, 1e9, "0", "sequences per step over every replica (B x M x D, as Megatron-LM's --global-batch-size): M follows from it; 0 = M from --micro-batches"},
     {"optimisation", 0, "seed", "optimizer.seed", A_LONG, F(seed), 0, 9.2e18, "1337", "seed for initialisation, data order and sampling"},
     {"checkpoints", 'o', "out", "checkpoint.out_dir", A_STR, F(out_dir), 0, 0, "out", "output directory: log.jsonl, checkpoints, model.bin"},
     {"checkpoints", 'n', "ckpt-every", "checkpoint.every", A_INT, F(ckpt_every), 0, 1e9, "0", "write a checkpoint every N steps (and at the end); 0 = at the end only"},
@@ -91,6 +92,7 @@ static const ArgSpec SPECS[] = {
 };
 #undef F
 #define NSPECS ((int)(sizeof(SPECS) / sizeof(SPECS[0])))
+_Static_assert(sizeof(SPECS) / sizeof(SPECS[0]) <= sizeof(((TrainArgs*)0)->given), "TrainArgs.given has a byte for every flag");
 
 static int set_value(TrainArgs* a, const ArgSpec* s, const char* value, const char* shown, char* err, size_t errlen) {
     char* p = (char*)a + s->offset;
@@ -189,7 +191,10 @@ void args_defaults(TrainArgs* a) {
 // the config file's setter (ConfigSetFn): one "section.key" of the file onto the TrainArgs at a
 static int set_yaml_key(void* a, const char* yaml_key, const char* value, char* err, size_t errlen) {
     for (int i = 0; i < NSPECS; i++)
-        if (SPECS[i].yaml && !strcmp(SPECS[i].yaml, yaml_key)) return set_value(a, &SPECS[i], value, yaml_key, err, errlen);
+        if (SPECS[i].yaml && !strcmp(SPECS[i].yaml, yaml_key)) {
+            ((TrainArgs*)a)->given[i] = 1;
+            return set_value(a, &SPECS[i], value, yaml_key, err, errlen);
+        }
     snprintf(err, errlen, "unknown key '%s'", yaml_key);
     return -1;
 }
@@ -303,6 +308,31 @@ int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t 
     return 0;
 }
 
+// 1 where the command line or the config file set the field of flag `long_name` (through any of its flags)
+static int args_given(const TrainArgs* a, const char* long_name) {
+    size_t off = (size_t)-1;
+    for (int i = 0; i < NSPECS; i++)
+        if (!strcmp(SPECS[i].long_name, long_name)) off = SPECS[i].offset;
+    for (int i = 0; i < NSPECS; i++)
+        if (SPECS[i].offset == off && a->given[i]) return 1;
+    return 0;
+}
+
+int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen) {
+    if (a->global_batch == 0) return 0;
+    long per = (long)a->B * D; // sequences in a step's micro-batch over the replicas
+    if (a->global_batch % per)
+        return td_error(err, errlen, "--global-batch %d: not a multiple of -b %d x %d replica(s) = %ld, the sequences of one micro-batch on every replica",
+                        a->global_batch, a->B, D, per);
+    long M = a->global_batch / per;
+    if (M > 1000000) return td_error(err, errlen, "--global-batch %d: %ld micro-batches a step (-b %d, D %d), over the 1e6 --micro-batches takes", a->global_batch, M, a->B, D);
+    if (args_given(a, "micro-batches") && a->grad_accum != M)
+        return td_error(err, errlen, "--global-batch %d with -b %d and %d replica(s) makes M = %ld micro-batches a step, but --micro-batches says %d; give one of the two",
+                        a->global_batch, a->B, D, M, a->grad_accum);
+    a->grad_accum = (int)M;
+    return 0;
+}
+
 static const ArgSpec* find_flag(const char* arg) {
     for (int i = 0; i < NSPECS; i++) {
         if (arg[0] == '-' && arg[1] == '-' && !strcmp(arg + 2, SPECS[i].long_name)) return &SPECS[i];
@@ -347,6 +377,7 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         char shown[64];
         if (s->short_name && argv[i][1] != '-') snprintf(shown, sizeof(shown), "-%c", s->short_name);
         else snprintf(shown, sizeof(shown), "--%s", s->long_name);
+        a->given[s - SPECS] = 1;
         if (s->type == A_BOOL) {
             *(int*)((char*)a + s->offset) = 1;
             continue;

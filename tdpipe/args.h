@@ -26,6 +26,7 @@ typedef struct {
     float eps;                // --eps  AdamW's epsilon
     int steps;                // -x
     int grad_accum;           // --micro-batches (--grad-accum)  micro-batches per step per replica (M)
+    int global_batch;         // --global-batch N  sequences per step over every replica, B x M x D: M follows from it (0 = --micro-batches)
     long seed;                // --seed
     // checkpoints
     char out_dir[1024];       // -o
@@ -75,6 +76,7 @@ typedef struct {
     int max_rollbacks;        // --max-rollbacks  rollbacks in a row at W = 0 before the run stops
     int inject_nan;           // --inject-nan STEP  (tests) a NaN in stage 0's gradient at STEP's first attempt (0 = none)
     int inject_diverge;       // --inject-diverge STEP  (tests) one bit of the last rank's wte flipped before STEP's consistency check
+    unsigned char given[128]; // (by the flag table's row) 1 where the command line or the config file set it, not its default
 } TrainArgs;
 
 void args_defaults(TrainArgs* a);
@@ -102,6 +104,10 @@ int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);
 // --inject-nan and --inject-diverge (tests) at a step where they would act: within -x, and for the
 // divergence a consistency point with another copy to compare; world_size: the ranks of the run
 int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t errlen);
+
+// --global-batch N: M = N / (B x D), refused where it does not divide or where --micro-batches was
+// given another M; D: the run's replicas (1 where it has no ranks yet: --print-schedule)
+int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

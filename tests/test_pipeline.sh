@@ -31,6 +31,10 @@ done
 check "P = 1, D = 2, M = 2" $MPI -np 2 $BIN ${SMALL/--micro-batches 4/--micro-batches 2} -o "$TMP/refd2"
 close() { [ "$(losses "$TMP/refd2" | wc -l)" -eq 20 ] && paste <(losses "$TMP/ref1") <(losses "$TMP/refd2") | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ } END { exit bad > 0 }'; }
 check "across D = 1 and 2: losses equal within 1e-5 relative (different summation order)" close
+# --global-batch 8 (sequences, over the replicas) at -b 2: M = 8 / (2 x D), 2 at D = 2: the run above, bitwise
+check "P = 1, D = 2, --global-batch 8 in place of --micro-batches 2" $MPI -np 2 $BIN ${SMALL/--micro-batches 4/--global-batch 8} -o "$TMP/gbd2"
+check "  says M = 2, D = 2" grep -q "^| batch .*B 2, T 16, M 2, D 2: 128 tokens per step" "$TMP/out"
+check "  bitwise the --micro-batches 2 run" diff <(losses "$TMP/refd2") <(losses "$TMP/gbd2")
 check "the step line reports bubble and staleness" grep -q "bubble .*stale " "$TMP/p4d1tdpipe.txt"
 check "log.jsonl holds per-stage bubble and staleness" grep -q '"bubble_per_stage": \[[0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*\], "staleness_per_stage"' "$TMP/p4d1tdpipe/log.jsonl"
 

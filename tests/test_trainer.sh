@@ -100,6 +100,16 @@ refuse "--micro-batches and --grad-accum given two values" \
 check "  no output folder" test ! -e "$TMP/ga24"
 check "--micro-batches and --grad-accum given the same value" $BIN --micro-batches 2 --grad-accum 2 -x 1 $Q -o "$TMP/ga22"
 check "  M = 2 in the start-up table" grep -q "^| batch .*, M 2, D 1:" "$TMP/out"
+check "--global-batch 32 at -b 8: M = 4" $BIN --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gb"
+check "  in the start-up table" grep -q "^| batch .*B 8, T 64, M 4, D 1:" "$TMP/out"
+refuse "--global-batch not a multiple of -b x D" "^train_tdpipe: --global-batch 30: not a multiple of -b 8 x 1 replica\\(s\\) = 8" \
+    $BIN --global-batch 30 -b 8 -x 1 $Q -o "$TMP/gb30"
+refuse "--global-batch and --micro-batches that disagree" \
+    "^train_tdpipe: --global-batch 32 with -b 8 and 1 replica\\(s\\) makes M = 4 micro-batches a step, but --micro-batches says 2; give one of the two$" \
+    $BIN --global-batch 32 -b 8 --micro-batches 2 -x 1 $Q -o "$TMP/gb32"
+printf 'pipeline: {micro_batch: 2}\n' > "$TMP/mb2.yaml"
+refuse "  and when the config file gives --micro-batches" "but --micro-batches says 2" $BIN --config "$TMP/mb2.yaml" --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gb32"
+check "--global-batch and --micro-batches that agree" $BIN --global-batch 32 -b 8 --micro-batches 4 -x 1 $Q -o "$TMP/gb4"
 refuse "--inject-nan past -x" "^train_tdpipe: --inject-nan 4: past the run's last step \\(-x 3\\), so nothing would be injected$" $BIN -x 3 --inject-nan 4 $Q -o "$TMP/nan4"
 refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
 refuse "a flag without its value" "-x needs a value" $BIN -x
