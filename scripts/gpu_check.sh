@@ -257,6 +257,16 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         [ -f build/gpu_d2q_res_mpi/ckpt_00000004.tdck ] &&
             run gpu_d2_int8_resume_mpi 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM $Q8 --comm mpi -y 1 -o build/gpu_d2q_res_mpi &&
             run gpu_d2_int8_resume_mpi_equal 5 tail_same "int8 over host memory resumed from the NCCL path's step 4" build/gpu_d2q_nccl build/gpu_d2q_res_mpi
+        # a rollback clears the GPU sync's residuals (dp_sync_cuda_clear_residuals), as test_int8 holds the
+        # host's: resumed from step 4 as written and without its residuals (dev/ckpt_drop.py: they start at
+        # zero), a NaN at step 5 (stage_host_grads on a GPU stage) rolls both back, and they end bitwise equal
+        [ -f build/gpu_d2q_nccl/ckpt_00000004.tdck ] && mkdir -p build/gpu_d2q_rb_ef build/gpu_d2q_rb_noef &&
+            cp build/gpu_d2q_nccl/ckpt_00000004.tdck build/gpu_d2q_rb_ef/ &&
+            run gpu_d2_int8_drop_residuals 10 python3 dev/ckpt_drop.py build/gpu_d2q_nccl/ckpt_00000004.tdck build/gpu_d2q_rb_noef/ckpt_00000004.tdck grad_ef &&
+            run gpu_d2_int8_rollback_ef 180 nccl2 ./train_tdpipe --device cuda $SM $Q8 -y 1 --inject-nan 5 -o build/gpu_d2q_rb_ef &&
+            run gpu_d2_int8_rollback_ef_rolled 5 grep -q '"step": 5, "rollback"' build/gpu_d2q_rb_ef/log.jsonl &&
+            run gpu_d2_int8_rollback_noef 180 nccl2 ./train_tdpipe --device cuda $SM $Q8 -y 1 --inject-nan 5 -o build/gpu_d2q_rb_noef &&
+            run gpu_d2_int8_rollback_equal 5 same "int8 over NCCL, a NaN at step 5 after resuming with and without the residuals" build/gpu_d2q_rb_ef build/gpu_d2q_rb_noef
     else
         skip pipelines "no working mpirun (or train_tdpipe without MPI): the multi-rank steps need one"
     fi

@@ -80,27 +80,13 @@ check "  says the residuals are not used" grep -q "holds an int8 sync's error-fe
 
 # --- a rollback clears the residuals: the refused attempt's sync left its rounding in them. Resumed
 # from step 6 with a NaN at step 7, from the checkpoint as written and from a copy without its
-# residuals (they start at zero), both runs clear them at the rollback and so end bitwise equal;
+# residuals (dev/ckpt_drop.py: they start at zero), both runs clear them at the rollback and so end bitwise equal;
 # without the NaN the same two differ, so the residuals they resumed with do reach the losses
-strip_ef() { python3 - "$1" "$2" <<'PY'
-import struct, sys, zlib
-raw = open(sys.argv[1], 'rb').read()
-hdr, pos, kept = list(struct.unpack('<256i', raw[:1024])), 1024, []
-for _ in range(hdr[2]): # each section: an 80-byte descriptor (comp bytes at 48), then its zlib stream
-    comp = struct.unpack('<Q', raw[pos + 48:pos + 56])[0]
-    if not raw[pos:pos + 32].rstrip(b'\0').startswith(b'grad_ef'):
-        kept.append(raw[pos:pos + 80 + comp])
-    pos += 80 + comp
-body = b''.join(kept)
-hdr[2] = len(kept)
-hdr[7:9] = struct.unpack('<2i', struct.pack('<q', 1024 + len(body)))
-h = struct.pack('<255i', *hdr[:255])
-open(sys.argv[2], 'wb').write(h + struct.pack('<I', zlib.crc32(h)) + body)
-PY
-}
 for v in ef noef efnan noefnan; do mkdir -p "$TMP/rb_$v"; done
 cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_ef/"; cp "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_efnan/"
-strip_ef "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_noef/ckpt_00000006.tdck"; cp "$TMP/rb_noef/ckpt_00000006.tdck" "$TMP/rb_noefnan/"
+check "dev/ckpt_drop.py: the step-6 checkpoint without its residuals' sections" python3 dev/ckpt_drop.py "$TMP/i8/ckpt_00000006.tdck" "$TMP/rb_noef/ckpt_00000006.tdck" grad_ef
+check "  both replicas' two" grep -q "dropped (grad_ef grad_ef_replica_0 grad_ef_owner_0 grad_ef_replica_1 grad_ef_owner_1)" "$TMP/out"
+cp "$TMP/rb_noef/ckpt_00000006.tdck" "$TMP/rb_noefnan/"
 check "resume the int8 run's step-6 checkpoint" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 -o "$TMP/rb_ef"
 check "resume a copy without its residuals" $MPI -np 2 $BIN $Q -x 9 -n 6 -y 1 -o "$TMP/rb_noef"
 check "  which start at zero" grep -q "residuals start at zero: it holds none" "$TMP/err"
