@@ -5,7 +5,6 @@
 // with it. Compiled as C, or by nvcc with the CUDA backend.
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +38,7 @@
 #include "tdpipe/schedule.h"
 #include "tdpipe/simulator.h"
 #include "tdpipe/staleness.h"
+#include "tdpipe/stop_request.h"
 #include "tdpipe/stage.h"
 #include "tdpipe/stage_cuda.cuh"
 #include "tdpipe/stage_staged.h"
@@ -95,19 +95,6 @@ typedef struct {
     RunState snap_state;    // the run's state then (the guard's window of losses, the noise scale's estimate)
 } Trainer;
 
-// The first SIGINT, SIGTERM or SIGUSR1 (which mpirun forwards to the ranks at once: README) asks the run to stop at the
-// next consistency point (it finishes the chunk, or the validation batch, writes a checkpoint and exits 0); a second one
-// ends the process at once (every file is written to a temporary name and renamed, so nothing half-written is trusted).
-static volatile sig_atomic_t g_stop_signal = 0;
-static void on_stop_signal(int sig) {
-    if (g_stop_signal) {
-        static const char msg[] = "train_tdpipe: a second signal: exiting at once (a file being written stays a temporary one, never trusted)\n";
-        ssize_t w = write(2, msg, sizeof msg - 1); // write: async-signal-safe, as fprintf is not
-        (void)w;
-        _exit(128 + sig);
-    }
-    g_stop_signal = sig;
-}
 static int is_boundary(int step, int every) { return every > 0 && step % every == 0; }
 
 // each stage's window at (0-based) step: the requested (or auto's measured) one, halved by rollbacks
@@ -625,12 +612,7 @@ static void open_outputs(Trainer* tr) {
                 td_fatal("-o %s: cannot append to %s: not a regular file, or %s", a->out_dir, log_path, strerror(errno));
         }
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    stop_request_install();
 }
 
 // phase 6: the executor, its reporter and trace
