@@ -235,8 +235,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
     if (a->print_schedule) {
         if (g_rank == 0) {
             // (no ranks to time passes on here: auto solves over the FLOP model, as print_startup says of it)
-            printf("partition (%s%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition,
-                   !strcmp(a->partition, "auto") ? " over the FLOP model: a run times passes instead" : "");
+            run_model_partition_header(stdout, a, !strcmp(a->partition, "auto") ? "auto over the FLOP model: a run times passes instead" : a->partition, 0);
             partition_print(stdout, &tr->part);
             schedule_print(&sch, stdout);
         }
@@ -326,6 +325,9 @@ static void choose_device(Trainer* tr) {
 #endif
     if (!tr->use_cuda && strcmp(a->matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a->matmul);
     tr->device = tr->synthetic ? &STAGE_SYNTHETIC : tr->use_cuda ? &STAGE_CUDA : !strcmp(a->device, "cpu-staged") ? &STAGE_CPU_STAGED : &STAGE_CPU;
+    if (a->recompute && (tr->use_cuda || tr->synthetic))
+        fatal_all("--recompute 1: %s", tr->synthetic ? "synthetic compute has no activations to recompute"
+                                                      : "the GPU's code path keeps every activation; the CPU's recomputes (--device cpu or cpu-staged)");
     if (tr->comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) { // ranks sharing this host share its cores
         int threads = omp_get_num_procs() / tr->comm.local_ranks;
         omp_set_num_threads(threads > 0 ? threads : 1);
@@ -357,7 +359,7 @@ static void make_stage(Trainer* tr) {
     int needs_data = !tr->synthetic && (range.has_embed || range.has_head);
     char err[1024];
     fatal_any(&tr->comm, run_data_init(&tr->data, a, tr->cfg.vocab_size, needs_data, tr->comm.replica, tr->comm.D, err, sizeof(err)) != 0, err);
-    StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed};
+    StageInit init = {&tr->cfg, range, a->B, a->T, NULL, NULL, &tr->comm, 0.0, 0.0, a->jitter, (unsigned long long)a->seed, a->recompute};
     if (!tr->synthetic) check_weights_fit(tr, &range);
     float* slice = tr->synthetic ? NULL : run_model_init(a, &tr->cfg, !tr->from_file, &range, err, sizeof(err));
     fatal_any(&tr->comm, !tr->synthetic && !slice, err);
@@ -431,8 +433,10 @@ static void print_startup(const Trainer* tr) {
     printf("| %-20s | %zu\n", "parameters", gpt2_param_sizes(cfg, &all, sizes));
     if (!tr->synthetic) { // rank 0's stage; the pipeline's extra slots, stashes and gradient ring are reported at the end
         double mib = 1.0 / (1024.0 * 1024.0);
-        printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight\n", "memory (stage 0)",
+        printf("| %-20s | weights + gradient + AdamW %.1f MiB; activations %.1f MiB per micro-batch in flight", "memory (stage 0)",
                16.0 * tr->stage.num_params * mib, stage_slot_bytes(&tr->stage) * mib);
+        if (a->recompute) printf(" (--recompute: its input and output; backward runs its forward again in %.1f MiB held once)", stage_once_bytes(&tr->stage) * mib);
+        printf("\n");
     }
     if (tr->use_cuda) printf("| %-20s | cuda (bf16 compute, fp32 master weights), matmul %s\n", "device", a->matmul);
     else if (tr->synthetic) printf("| %-20s | synthetic compute (timed waits from a cost model), no model\n", "device");
@@ -477,15 +481,16 @@ static void print_startup(const Trainer* tr) {
            a->beta1, a->beta2, a->eps, a->warmup, a->final_lr_frac, a->weight_decay, a->clip);
     printf("+----------------------+--------------------------------------------------------------\n");
     if (tr->profiled) {
-        printf("partition (auto, from timed passes: predicted seconds of forward + backward a micro-batch, memory per stage):\n");
+        run_model_partition_header(stdout, a, "auto, from timed passes", 1);
         for (int i = 0; i < tr->comm.P; i++)
             printf("  stage %d measured: a layer %.3f ms, embeddings %.3f ms, head %.3f ms\n", i, 1e3 * tr->profiled[i].layer,
                    1e3 * tr->profiled[i].embed, 1e3 * tr->profiled[i].head);
     } else if (!strcmp(a->partition, "auto") && !tr->synthetic && windows_differ(tr)) {
-        printf("partition (auto: the FLOP model, not timed passes, as the per-stage windows --aew %s make the results depend on the split; "
-               "predicted time in FLOPs of forward + backward, memory per stage):\n", a->aew);
+        char how[160];
+        snprintf(how, sizeof how, "auto: the FLOP model, not timed passes, as the per-stage windows --aew %s make the results depend on the split", a->aew);
+        run_model_partition_header(stdout, a, how, 0);
     } else {
-        printf("partition (%s; predicted time in FLOPs of forward + backward, memory per stage):\n", a->partition);
+        run_model_partition_header(stdout, a, a->partition, 0);
     }
     partition_print(stdout, &tr->part);
     fflush(stdout);
@@ -520,8 +525,8 @@ static void check_memory(Trainer* tr) {
     if (run_memory_host_over(&tr->comm, mine, &host, &ranks, &m)) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
-                        "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model\n",
-                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source);
+                        "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model%s\n",
+                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, a->recompute ? "" : ", or give --recompute 1");
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device

@@ -208,6 +208,11 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         grep -q "^train_tdpipe: --device cuda: -t 12: the GPU's matmuls take rows" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
     export -f gpu_shape_refused
     run gpu_shape_refusal 20 gpu_shape_refused
+    # --recompute is the CPU's: the GPU's code path keeps every activation, and says so at start
+    gpu_recompute_refused() { ./train_tdpipe --device cuda --recompute 1 -e d2 -x 1 -v 0 -s 0 -o build/gpu_recompute 2>&1 | tee /dev/stderr |
+        grep -q "^train_tdpipe: --recompute 1: the GPU's code path keeps every activation" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
+    export -f gpu_recompute_refused
+    run gpu_recompute_refusal 20 gpu_recompute_refused
     # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
     # (--partition auto, the default, times a layer on the GPU at start: its table has to say so)
     # (weight stashes and the gradient ring on the device), against one rank, and one rank

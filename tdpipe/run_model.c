@@ -71,7 +71,14 @@ static int parse_per_rank(const char* flag, const char* list, int P, double hi, 
 // from each stage's timed passes (layer_costs_measure on the ranks of that stage, averaged over its
 // replicas): a layer's time is the mean over stages, each stage's speed the mean over its own (unless
 // --rank-speed says otherwise). Memory: 16 bytes per parameter (weights, gradient, two AdamW moments)
-// plus the activations of up to P micro-batches.
+// plus the activations of up to P micro-batches. Under --recompute a backward runs its forward again
+// (4 forwards' time where 3 were: every cost alike, so the split is the same) and a stage holds one
+// micro-batch's activations whole (the kept inputs and outputs, 2 (B, T, C) a micro-batch, left out).
+void run_model_partition_header(FILE* f, const TrainArgs* a, const char* how, int timed) {
+    fprintf(f, "partition (%s; predicted %s of forward + backward%s%s, memory per stage):\n", how, timed ? "seconds" : "time in FLOPs",
+            a->recompute ? " + the forward again" : "", timed ? " a micro-batch" : "");
+}
+
 int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured, char* err, size_t errlen) {
     char why[512];
     if (P > cfg->num_layers) {
@@ -95,6 +102,7 @@ int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* c
         return -1;
     }
     double BT = (double)a->B * a->T, C = cfg->channels, T = a->T, Vp = cfg->padded_vocab_size;
+    double again = a->recompute ? 4.0 / 3.0 : 1.0, whole = a->recompute ? 1.0 : P; // (the time's factor; micro-batches whole)
     double mean_layer = 0.0, mean_embed = 0.0, mean_head = 0.0;
     for (int s = 0; measured && s < P; s++) {
         mean_layer += measured[s].layer / P;
@@ -104,16 +112,16 @@ int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* c
     double* layer_time = (double*)malloc_check(cfg->num_layers * sizeof(double));
     double* layer_mem = (double*)malloc_check(cfg->num_layers * sizeof(double));
     for (int l = 0; l < cfg->num_layers; l++) {
-        layer_time[l] = measured ? mean_layer : 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C);
-        layer_mem[l] = 16.0 * 12.0 * C * C + 4.0 * P * BT * (16.0 * C + cfg->num_heads * T);
+        layer_time[l] = again * (measured ? mean_layer : 3.0 * (24.0 * BT * C * C + 4.0 * BT * T * C));
+        layer_mem[l] = 16.0 * 12.0 * C * C + 4.0 * whole * BT * (16.0 * C + cfg->num_heads * T);
     }
     PartitionCost cost;
     memset(&cost, 0, sizeof(cost));
     cost.L = cfg->num_layers;
     cost.P = P;
     cost.layer_time = layer_time;
-    cost.first_time = measured ? mean_embed : 3.0 * BT * C;
-    cost.last_time = measured ? mean_head : 3.0 * 2.0 * BT * C * Vp;
+    cost.first_time = again * (measured ? mean_embed : 3.0 * BT * C);
+    cost.last_time = again * (measured ? mean_head : 3.0 * 2.0 * BT * C * Vp);
     cost.layer_mem = layer_mem;
     cost.first_mem = 16.0 * Vp * C;
     cost.last_mem = 16.0 * Vp * C + 4.0 * 2 * BT * Vp;

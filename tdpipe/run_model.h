@@ -20,6 +20,9 @@ float* run_model_init(const TrainArgs* a, const GPT2Config* cfg, int fresh, cons
 // part: the layers of each of P stages. measured: NULL for the FLOP model, else (P) each stage's
 // timed passes (seconds a micro-batch). 0, or -1 with what is wrong in err (naming the flag)
 int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured, char* err, size_t errlen);
+// the partition table's heading: how (the split was found), and what its predicted time counts
+// (timed: seconds a micro-batch from timed passes, else FLOPs; --recompute adds the forward again)
+void run_model_partition_header(FILE* f, const TrainArgs* a, const char* how, int timed);
 
 #ifdef __cplusplus
 }

@@ -446,19 +446,20 @@ void stage_load_params(Stage* st, const float* full) { gpt2_slice_params(&st->cf
 void stage_store_params(const Stage* st, float* full) { gpt2_unslice_params(&st->cfg, &st->range, st->params, full); }
 
 static StageUnitBytes unit_bytes(const Stage* st) {
-    StageUnitBytes b = {0.0, 0.0, 0.0, 0.0};
+    StageUnitBytes b = {0.0, 0.0, 0.0, 0.0, 0.0};
     if (st->be->memory) st->be->memory(st, &b);
     return b;
 }
 
 StageMemory stage_memory(const Stage* st) {
     StageUnitBytes b = unit_bytes(st);
-    StageMemory m = {st->n_slots, st->n_stash, st->n_grad_slots, b.slot * st->n_slots + b.gacts * st->n_gacts, b.stash * st->n_stash,
+    StageMemory m = {st->n_slots, st->n_stash, st->n_grad_slots, b.slot * st->n_slots + b.gacts * st->n_gacts + b.once, b.stash * st->n_stash,
                      b.grad_slot * st->n_grad_slots};
     return m;
 }
 
 double stage_slot_bytes(const Stage* st) { return unit_bytes(st).slot; }
+double stage_once_bytes(const Stage* st) { return unit_bytes(st).once; }
 
 // second-order prediction's trajectory: two fp32 copies of the weights' size
 static double trajectory_bytes(const Stage* st) {
@@ -468,15 +469,15 @@ static double trajectory_bytes(const Stage* st) {
 double stage_planned_device_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
     if (st->be->host_memory || !st->be->memory) return 0.0;
     StageUnitBytes b = unit_bytes(st);
-    return b.slot * slots + b.gacts * gacts + b.stash * stashes + b.grad_slot * (grad_slots > 1 ? grad_slots - 1 : 0) + trajectory_bytes(st);
+    return b.slot * slots + b.gacts * gacts + b.once + b.stash * stashes + b.grad_slot * (grad_slots > 1 ? grad_slots - 1 : 0) + trajectory_bytes(st);
 }
 
 double stage_planned_bytes(const Stage* st, int slots, int gacts, int grad_slots, int stashes) {
     double host = st->params ? 12.0 * (double)st->num_params : 0.0;
-    StageUnitBytes b = {0.0, 0.0, 0.0, 0.0};
+    StageUnitBytes b = {0.0, 0.0, 0.0, 0.0, 0.0};
     if (st->be->memory && st->be->host_memory) {
         b = unit_bytes(st);
         b.stash = 4.0 * (double)st->num_params; // a stash's bytes, allocated or not yet
     }
-    return host + b.slot * slots + b.gacts * gacts + b.grad_slot * grad_slots + b.stash * stashes + (st->be->host_memory ? trajectory_bytes(st) : 0.0);
+    return host + b.slot * slots + b.gacts * gacts + b.once + b.grad_slot * grad_slots + b.stash * stashes + (st->be->host_memory ? trajectory_bytes(st) : 0.0);
 }

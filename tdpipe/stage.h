@@ -35,6 +35,7 @@ typedef struct {
     double gacts;     // one activation-gradient buffer
     double stash;     // one weight stash (the CPU: the average over its stashes of those allocated so far)
     double grad_slot; // one gradient slot, the head's wte share included
+    double once;      // held once whatever the counts: the working set of activations under recomputation
 } StageUnitBytes;
 
 // A device. Compute calls name the weights by stash (-1: the current weights, else a stash slot)
@@ -162,6 +163,7 @@ typedef struct {
     void* comm;
     double syn_f, syn_b, jitter;
     unsigned long long seed;
+    int recompute; // 1: slots keep a micro-batch's input and output only; its backward runs its forward again (the CPU's)
 } StageInit;
 
 // A device: a name and how to make a stage on it (the CPU's, cpu-staged's and synthetic compute's
@@ -329,6 +331,8 @@ typedef struct {
 StageMemory stage_memory(const Stage* st);
 // one activation slot's bytes (a micro-batch in flight), allocated or not yet
 double stage_slot_bytes(const Stage* st);
+// the bytes a backend holds once whatever the counts (the working set of activations under recomputation)
+double stage_once_bytes(const Stage* st);
 // the host memory this stage will hold with that many activation slots, activation-gradient
 // buffers, gradient slots and stashes: its host weights and AdamW moments, and the backend's
 // buffers where they are host memory (a GPU's are the GPU's)

@@ -9,8 +9,23 @@
 #include "llmc/profile.h"
 #include "tdpipe/comm.h"
 
+// Under recomputation (StageInit.recompute) a slot keeps only what its backward cannot redo: the
+// stage input it received and the output being sent; the forward runs in one working set of
+// activations (work), and a backward first runs the forward again there, with the weights and
+// tokens the first one used, so it computes bitwise what it would have from kept activations.
 typedef struct {
-    GPT2Acts* acts;            // (n_acts) one per activation slot
+    float* x_in; // (B, T, C) the input received (off the first stage), else NULL
+    float* out;  // (B, T, C) the output sent (off the last stage), else NULL
+    int stash;   // the weights its input-gradient half named (the weight half may run the forward again with them)
+} KeptSlot;
+
+typedef struct {
+    GPT2Acts* acts;            // (n_acts) one per activation slot (not under recomputation: kept, work)
+    int recompute;
+    KeptSlot* kept;            // (n_acts) under recomputation
+    GPT2Acts work;             // under recomputation: the one micro-batch whose activations are whole
+    int work_holds;            // the slot whose forward work holds now, -1 none
+    float* work_x_in;          // (B, T, C) work's own input buffer (the first stage's encoder writes it)
     GPT2Acts sample;           // (1, T) the sample slot, once reserved
     GPT2GradActs* gacts;       // (n_gacts)
     float** grads;             // (n_grads)[num_params] gradient slots
@@ -75,7 +90,9 @@ GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
         if (!c->has_sample) td_fatal("stage_cpu_acts: the sample slot is not reserved (stage_reserve_sample)");
         return &c->sample;
     }
-    return &c->acts[slot];
+    if (!c->recompute) return &c->acts[slot];
+    if (c->work_holds != slot) td_fatal("stage_cpu_acts: slot %d's activations were not kept (recomputation) and the working set holds %d's", slot, c->work_holds);
+    return &c->work;
 }
 GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
 float* stage_cpu_grads(Stage* st, int k) {
@@ -103,11 +120,22 @@ static void cpu_reserve(Stage* st) {
     const GPT2Range* r = &st->range;
     int pipelined = !(r->has_embed && r->has_head); // a stage of P > 1 exchanges messages and tied shares
     if (st->n_slots > c->n_acts) {
-        c->acts = (GPT2Acts*)realloc_check(c->acts, st->n_slots * sizeof(GPT2Acts));
+        if (c->recompute) c->kept = (KeptSlot*)realloc_check(c->kept, st->n_slots * sizeof(KeptSlot));
+        else c->acts = (GPT2Acts*)realloc_check(c->acts, st->n_slots * sizeof(GPT2Acts));
         grow_ptrs((void***)&c->dx_send, c->n_acts, st->n_slots);
+        size_t btc = cpu_btc(st, 0);
         for (int i = c->n_acts; i < st->n_slots; i++) {
-            gpt2_acts_alloc(&c->acts[i], cfg, r, st->B, st->T);
-            if (!r->has_embed) c->dx_send[i] = (float*)malloc_check(cpu_btc(st, 0) * sizeof(float));
+            if (c->recompute) {
+                c->kept[i].x_in = r->has_embed ? NULL : (float*)calloc_check(btc, sizeof(float));
+                c->kept[i].out = r->has_head ? NULL : (float*)calloc_check(btc, sizeof(float));
+            } else {
+                gpt2_acts_alloc(&c->acts[i], cfg, r, st->B, st->T);
+            }
+            if (!r->has_embed) c->dx_send[i] = (float*)malloc_check(btc * sizeof(float));
+        }
+        if (c->recompute && c->n_acts == 0) {
+            gpt2_acts_alloc(&c->work, cfg, r, st->B, st->T);
+            c->work_x_in = c->work.x_in;
         }
         c->n_acts = st->n_slots;
     }
@@ -146,9 +174,19 @@ static void cpu_reserve(Stage* st) {
 static void cpu_destroy(Stage* st) {
     CpuStage* c = cpu_of(st);
     for (int i = 0; i < c->n_acts; i++) {
-        gpt2_acts_free(&c->acts[i]);
+        if (c->recompute) {
+            free(c->kept[i].x_in);
+            free(c->kept[i].out);
+        } else {
+            gpt2_acts_free(&c->acts[i]);
+        }
         free(c->dx_send[i]);
     }
+    if (c->recompute && c->n_acts) {
+        c->work.x_in = c->work_x_in; // (its own, where a kept input was lent to it)
+        gpt2_acts_free(&c->work);
+    }
+    free(c->kept);
     if (c->has_sample) gpt2_acts_free(&c->sample);
     for (int i = 0; i < c->n_gacts; i++) gpt2_grad_acts_free(&c->gacts[i]);
     for (int k = 0; k < c->n_grads; k++) {
@@ -187,17 +225,53 @@ static const GPT2UnitHook* progress_of(const Stage* st) {
     return c->progress.between ? &c->progress : NULL;
 }
 
-static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
-    GPT2Acts* a = stage_cpu_acts(st, slot);
+// slot's forward into a: its tokens (first stage) and targets (when valid) copied in, its input read
+// from a->x_in
+static float forward_into(Stage* st, GPT2Acts* a, int slot, int stash, int targets_valid) {
     size_t bt = (size_t)a->B * a->T;
     if (st->range.has_embed) memcpy(a->inputs, stage_inputs(st, slot), bt * sizeof(int));
     if (targets_valid) memcpy(a->targets, stage_targets(st, slot), bt * sizeof(int));
     return gpt2_forward(&st->cfg, &st->range, weights(st, stash), a, targets_valid, progress_of(st));
 }
 
+// under recomputation: the working set holding slot's forward, (re)computed with the weights of
+// stash; its input is the kept one, lent (off the first stage)
+static GPT2Acts* work_for(Stage* st, int slot, int stash, int targets_valid) {
+    CpuStage* c = cpu_of(st);
+    if (c->work_holds == slot) return &c->work;
+    c->work.x_in = st->range.has_embed ? c->work_x_in : c->kept[slot].x_in;
+    forward_into(st, &c->work, slot, stash, targets_valid);
+    c->work_holds = slot;
+    return &c->work;
+}
+
+static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+    CpuStage* c = cpu_of(st);
+    if (!c->recompute || slot == STAGE_SAMPLE_SLOT) return forward_into(st, stage_cpu_acts(st, slot), slot, stash, targets_valid);
+    c->work.x_in = st->range.has_embed ? c->work_x_in : c->kept[slot].x_in;
+    c->work_holds = -1; // (until the forward below is whole)
+    float loss = forward_into(st, &c->work, slot, stash, targets_valid);
+    c->work_holds = slot;
+    if (!st->range.has_head) memcpy(c->kept[slot].out, gpt2_stage_output(&st->cfg, &st->range, &c->work), cpu_btc(st, slot) * sizeof(float));
+    return loss;
+}
+
+// the activations slot's backward reads: kept, or under recomputation its forward run again, with the
+// weights the input-gradient half names (stash; the weight half passes STASH_AS_NAMED: those again). A backward
+// follows a training forward, so the targets are valid on the last stage. (The forward's own weights
+// may have become a stash since: an update came between, and the version was stashed for it.)
+enum { STASH_AS_NAMED = -3 }; // (-1 names the current weights, -2 is STAGE_NO_DC)
+static const GPT2Acts* acts_for_backward(Stage* st, int slot, int stash) {
+    CpuStage* c = cpu_of(st);
+    if (!c->recompute) return &c->acts[slot];
+    if (stash != STASH_AS_NAMED) c->kept[slot].stash = stash;
+    return work_for(st, slot, c->kept[slot].stash, st->range.has_head);
+}
+
 // the output gradient was received in place (grad_msg): the last slice of gacts' dres3
 static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
-    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), &cpu_of(st)->acts[slot], &cpu_of(st)->gacts[gacts], NULL, dloss, progress_of(st));
+    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), acts_for_backward(st, slot, stash), &cpu_of(st)->gacts[gacts], NULL, dloss,
+                        progress_of(st));
 }
 
 // a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter,
@@ -206,7 +280,7 @@ static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, in
     CpuStage* c = cpu_of(st);
     int accumulate = c->state[k] != SLOT_FRESH;
     c->state[k] = SLOT_LIVE;
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], hook ? hook : progress_of(st), &c->gviews[k], c->dwte_head[k],
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], hook ? hook : progress_of(st), &c->gviews[k], c->dwte_head[k],
                          accumulate); // (a data-parallel sync's hook moves MPI along itself)
 }
 
@@ -282,7 +356,7 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, &c->acts[slot], &c->gacts[gacts], progress_of(st), &g, vc ? c->dc_g + n : NULL, 1);
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], progress_of(st), &g, vc ? c->dc_g + n : NULL, 1);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);
@@ -405,8 +479,14 @@ static float* cpu_host_grads(Stage* st, int k, float** dwte_head) {
 }
 
 static size_t cpu_msg_bytes(const Stage* st, int slot) { return cpu_btc(st, slot) * sizeof(float); }
-static void* cpu_input_msg(Stage* st, int slot) { return stage_cpu_acts(st, slot)->x_in; }
-static const void* cpu_output_msg(Stage* st, int slot) { return gpt2_stage_output(&st->cfg, &st->range, stage_cpu_acts(st, slot)); }
+static void* cpu_input_msg(Stage* st, int slot) {
+    CpuStage* c = cpu_of(st);
+    return c->recompute && slot != STAGE_SAMPLE_SLOT ? c->kept[slot].x_in : stage_cpu_acts(st, slot)->x_in;
+}
+static const void* cpu_output_msg(Stage* st, int slot) {
+    CpuStage* c = cpu_of(st);
+    return c->recompute && slot != STAGE_SAMPLE_SLOT ? c->kept[slot].out : gpt2_stage_output(&st->cfg, &st->range, stage_cpu_acts(st, slot));
+}
 static void* cpu_grad_msg(Stage* st, int gacts) {
     return cpu_of(st)->gacts[gacts].dres3 + (size_t)(st->range.l1 - st->range.l0 - 1) * cpu_btc(st, 0);
 }
@@ -425,7 +505,9 @@ static double cpu_tied_sum(Stage* st, int k, const float* first, const float* la
 
 static void cpu_memory(const Stage* st, StageUnitBytes* b) {
     CpuStage* c = cpu_of(st);
-    b->slot = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T);
+    double whole = 4.0 * (double)gpt2_acts_floats(&st->cfg, &st->range, st->B, st->T), btc = 4.0 * (double)cpu_btc(st, 0);
+    b->slot = c->recompute ? btc * (!st->range.has_embed + !st->range.has_head) : whole;
+    b->once = c->recompute ? whole : 0.0;
     b->gacts = 4.0 * (double)gpt2_grad_acts_floats(&st->cfg, &st->range, st->B, st->T);
     int held = 0; // stashes allocated so far (weight prediction may use more than plain stashing)
     for (int i = 0; i < c->n_stash; i++) held += c->stash[i] != NULL;
@@ -471,6 +553,8 @@ static void cpu_create(Stage* st, const StageInit* init) {
     CpuStage* c = (CpuStage*)calloc_check(1, sizeof(CpuStage));
     Comm* comm = (Comm*)init->comm;
     if (comm && comm_has_peers(comm)) c->progress = (GPT2UnitHook){NULL, comm, progress_between};
+    c->recompute = init->recompute;
+    c->work_holds = -1;
     stage_init_common(st, init, &CPU_BACKEND, c);
 }
 
