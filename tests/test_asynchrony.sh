@@ -70,6 +70,13 @@ check "  bitwise equal" same_run "$TMP/w2222" "$TMP/w2"
 check "--aew 6,4,2,0 at P = 4" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 -o "$TMP/wl"
 check "--aew 6,4,2,0 at P = 4 with jitter 0.3" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 --jitter 0.3 -o "$TMP/wlj"
 check "  bitwise equal" same_run "$TMP/wl" "$TMP/wlj"
+# across P: each window applies to its stage's layers, so the same window per layer at another P is
+# the same run (P = 2 with 2 layers a stage at 4,2 against P = 4 at 4,4,2,2), and not the uniform W
+check "--aew 4,4,2,2 at P = 4" $MPI -np 4 $BIN $P4 --aew 4,4,2,2 -o "$TMP/w4422"
+check "--aew 4,2 at P = 2, --partition 2,2 (the same window per layer)" $MPI -np 2 $BIN $S --stages 2 --partition 2,2 --aew 4,2 -o "$TMP/w42"
+check "  bitwise equal" same_run "$TMP/w4422" "$TMP/w42"
+check "  and neither --aew 2's run nor --aew 4's (each stage ran its own window)" \
+    bash -c "! cmp -s '$TMP/w42/model.bin' '$TMP/w2/model.bin' && ! cmp -s '$TMP/w42/model.bin' '$TMP/plain/model.bin'"
 # windows that differ make the split part of the result (each W applies to its stage's layers), so
 # --partition auto takes the FLOP model there: before, d3 at P = 2 with --aew 3,0 split 1,2 or 2,1 by
 # the timed passes, and the same command gave one of two models from run to run
