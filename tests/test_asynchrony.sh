@@ -143,6 +143,11 @@ EOF
 check "  stale: the lowest cosine below 1, per unit in log.jsonl" cos_below "$TMP/dr4"
 check "  the line says so" grep -q "drift at step 4 | cosine to the exact synchronous gradient: lowest" "$TMP/dr4.txt"
 check "  the drift passes are counted: every micro-batch ran once more per measurement" grep -q "every rank ran exactly forwards and backwards (expected 80 each)" "$TMP/dr4.txt"
+# a measured step ends a chunk and changes nothing else: --drift-every N is --consistency-every N's
+# run, bitwise, and (at W > 0, where a flush moves the stale forwards) not the run without it
+check "--consistency-every 4 at W = 4, P = 2" $MPI -np 2 $BIN $S --aew 4 --consistency-every 4 --stages 2 -o "$TMP/ce4"
+check "  bitwise the --drift-every 4 run" same_run "$TMP/dr4" "$TMP/ce4"
+check "  and not the run without either (W = 4 at P = 1, bitwise P = 2's above)" bash -c "! cmp -s '$TMP/dr4/model.bin' '$TMP/plain/model.bin'"
 check "--drift-min-cos 0.999 halves the window" $MPI -np 2 $BIN $S --aew 4 --drift-every 4 --drift-min-cos 0.999 --stages 2 -o "$TMP/drh"
 check "  and says so" grep -q "below --drift-min-cos 0.999: AEW W 4 -> 2" "$TMP/out"
 check "  bitwise at every P: the same run at P = 1" $BIN $S --aew 4 --drift-every 4 --drift-min-cos 0.999 -o "$TMP/drh1"
