@@ -191,6 +191,12 @@ EOF
 }
 check "  20 applied steps each logged once, every loss finite, model.bin all finite" finite_end
 check "  every micro-batch counted (the refused chunk's run again)" grep -q "every rank ran exactly forwards and backwards" "$TMP/nan.txt"
+# the rollback is a function of the steps too (the chunk's start, the window halved, the micro-batches
+# skipped), not of P: one process with the same window and NaN runs the same 20 steps
+check "--inject-nan 7 at P = 1" ./train_tdpipe ${G/--stages 2/} -o "$TMP/nan1"
+check "  rolled back to step 5 too" grep -q "step     7/20 | not applied: .* rolled back to step 5" "$TMP/out"
+nan_same() { same_run "$TMP/nan1" "$TMP/nan" && diff <(grep -o '"val_loss": [^,}]*' "$TMP/nan1/log.jsonl") <(grep -o '"val_loss": [^,}]*' "$TMP/nan/log.jsonl") >/dev/null; }
+check "  losses, validation losses and model bitwise the P = 2 run's" nan_same
 mkdir -p "$TMP/nanr" && cp "$TMP/nan/ckpt_00000010.tdck" "$TMP/nanr/"
 check "resume the rolled-back run from its step-10 checkpoint" $MPI -np 2 ./train_tdpipe $G -y 1 -o "$TMP/nanr"
 tail_same() { diff <(losses "$TMP/nan" | tail -10) <(losses "$TMP/nanr") >/dev/null && cmp -s "$TMP/nan/model.bin" "$TMP/nanr/model.bin"; }
