@@ -246,6 +246,18 @@ check "  20 losses bitwise equal to P = 1" same_ref1 "$TMP/profst"
 check "--partition model at P = 2: the FLOP model, not profiled" $MPI -np 2 $BIN $SMALL --stages 2 --partition model -o "$TMP/pmod"
 check "  the start-up table says so" grep -q "partition (model; predicted time in FLOPs" "$TMP/out"
 check "  20 losses bitwise equal to P = 1" same_ref1 "$TMP/pmod"
+# any split, not only the even one model chooses here (2,2): each stage's part of the whole
+# model's weights (gpt2_init_range) and of a model file (model_file_load_range) at an uneven offset
+same_ref1_model() { same_ref1 "$1" && cmp -s "$1/model.bin" "$TMP/ref1/model.bin"; }
+for split in 1,3 3,1; do
+    check "--partition $split at P = 2" $MPI -np 2 $BIN $SMALL --stages 2 --partition $split -o "$TMP/part$split"
+    check "  20 losses and the model bitwise equal to P = 1" same_ref1_model "$TMP/part$split"
+done
+EF="-e $TMP/ref1/model.bin -b 2 -t 16 -x 4 -v 0 -s 0 --micro-batches 4"
+check "-e model.bin, P = 1, 4 steps" $BIN $EF -o "$TMP/ef1"
+check "-e model.bin, P = 2, --partition 1,3" $MPI -np 2 $BIN $EF --stages 2 --partition 1,3 -o "$TMP/ef2"
+ef_same() { [ "$(losses "$TMP/ef2" | wc -l)" -eq 4 ] && diff <(losses "$TMP/ef1") <(losses "$TMP/ef2") >/dev/null && cmp -s "$TMP/ef1/model.bin" "$TMP/ef2/model.bin"; }
+check "  4 losses and the model bitwise equal to P = 1" ef_same
 
 # --- bad pipeline shapes: one message from rank 0, non-zero exit, no hang (timeout)
 once() { [ "$(grep -c "$1" "$TMP/err")" -eq 1 ]; }
