@@ -31,8 +31,10 @@ check "start-up table: activations $act_start MiB per micro-batch in flight (end
 # (9 significant digits identify a float32 uniquely, so equal text means equal bits)
 OMP_NUM_THREADS=1 $BIN -x 15 $Q -o "$TMP/t1" >/dev/null 2>&1
 OMP_NUM_THREADS=2 $BIN -x 15 $Q -o "$TMP/t2" >/dev/null 2>&1
-same_losses() { [ -s "$TMP/t1/log.jsonl" ] && diff <(losses "$TMP/t1") <(losses "$TMP/t2"); }
-check "losses bitwise equal with OMP_NUM_THREADS=1 and 2" same_losses
+OMP_NUM_THREADS=3 $BIN -x 15 $Q -o "$TMP/t3" >/dev/null 2>&1
+# 3 threads too: a count that divides none of the even sizes; and the models (the 15th update is in no loss)
+same_losses() { [ -s "$TMP/t1/log.jsonl" ] && for t in 2 3; do diff <(losses "$TMP/t1") <(losses "$TMP/t$t") && cmp "$TMP/t1/model.bin" "$TMP/t$t/model.bin" || return 1; done; }
+check "losses and model bitwise equal with OMP_NUM_THREADS=1, 2 and 3" same_losses
 check "log.jsonl has one object per step with step and loss" test "$(grep -c '^{"step": [0-9]*, "loss": ' "$TMP/t1/log.jsonl")" -eq 15
 OMP_NUM_THREADS=2 $BIN -x 15 $Q --grad-accum 2 -b 4 -o "$TMP/ga" >/dev/null 2>&1
 check "gradient accumulation runs (M = 2)" test "$(losses "$TMP/ga" | wc -l)" -eq 15
