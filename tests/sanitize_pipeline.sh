@@ -3,7 +3,7 @@
 # through what the C unit tests cannot reach: the executor, the links and the replicas' sync over MPI.
 # Each run must end well and print no sanitizer report (any report also ends the process: no
 # recovery). Leak checks are off: Open MPI's own allocations live until exit. Also the guard's rollback
-# to a consistency point (the snapshot's restore and the log's cut).
+# to a consistency point (the snapshot's restore and the log's cut), and activation recomputation.
 # Usage: BIN="build-asan-mpi/train_tdpipe --device cpu" bash tests/sanitize_pipeline.sh
 source tests/lib.sh
 use_mpi "sanitized pipeline"
@@ -32,4 +32,8 @@ check "  from step 4" grep -q "resumed from .* at step 4" "$TMP/g.log"
 run h "a rollback to the consistency point (a NaN at step 3 of the chunk 1..4, W 2, P 2 x D 2, int8): the snapshot restored, the log cut" \
     -np 4 $BIN $S --stages 2 --micro-batches 4 --schedule tdpipe --aew 2 --grad-quant int8 --inject-nan 3 -x 6 -o "$TMP/h"
 check "  rolled back to step 0, steps 1 and 2 undone" grep -q "rolled back to step 0, the consistency point (steps 1..2, computed stale, undone)" "$TMP/h.log"
+run i "--recompute 1: ZB-H1, P 2 (kept inputs lent to the working set, the weight half recomputed again)" \
+    -np 2 $BIN $S --stages 2 --schedule zbh1 --micro-batches 4 --recompute 1 -x 3 -o "$TMP/i"
+run j "  TD-Pipe W 2, weight prediction, DC-ASGD, P 2" -np 2 $BIN $S --stages 2 --schedule tdpipe --aew 2 --stale-comp predict+dcasgd \
+    --micro-batches 4 --recompute 1 -x 4 -o "$TMP/j"
 finish
