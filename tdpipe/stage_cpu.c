@@ -91,7 +91,8 @@ GPT2Acts* stage_cpu_acts(Stage* st, int slot) {
         return &c->sample;
     }
     if (!c->recompute) return &c->acts[slot];
-    if (c->work_holds != slot) td_fatal("stage_cpu_acts: slot %d's activations were not kept (recomputation) and the working set holds %d's", slot, c->work_holds);
+    if (c->work_holds != slot)
+        td_fatal("stage_cpu_acts: slot %d's activations were not kept (recomputation) and the working set holds %d's", slot, c->work_holds);
     return &c->work;
 }
 GPT2GradActs* stage_cpu_gacts(Stage* st, int gacts) { return &cpu_of(st)->gacts[gacts]; }
@@ -234,38 +235,36 @@ static float forward_into(Stage* st, GPT2Acts* a, int slot, int stash, int targe
     return gpt2_forward(&st->cfg, &st->range, weights(st, stash), a, targets_valid, progress_of(st));
 }
 
-// under recomputation: the working set holding slot's forward, (re)computed with the weights of
-// stash; its input is the kept one, lent (off the first stage)
-static GPT2Acts* work_for(Stage* st, int slot, int stash, int targets_valid) {
+// under recomputation: slot's forward in the working set, its input the kept one (lent off the first stage)
+static float work_forward(Stage* st, int slot, int stash, int targets_valid) {
     CpuStage* c = cpu_of(st);
-    if (c->work_holds == slot) return &c->work;
     c->work.x_in = st->range.has_embed ? c->work_x_in : c->kept[slot].x_in;
-    forward_into(st, &c->work, slot, stash, targets_valid);
+    c->work_holds = -1; // (until the forward below is whole)
+    float loss = forward_into(st, &c->work, slot, stash, targets_valid);
     c->work_holds = slot;
-    return &c->work;
+    return loss;
 }
 
 static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
     CpuStage* c = cpu_of(st);
     if (!c->recompute || slot == STAGE_SAMPLE_SLOT) return forward_into(st, stage_cpu_acts(st, slot), slot, stash, targets_valid);
-    c->work.x_in = st->range.has_embed ? c->work_x_in : c->kept[slot].x_in;
-    c->work_holds = -1; // (until the forward below is whole)
-    float loss = forward_into(st, &c->work, slot, stash, targets_valid);
-    c->work_holds = slot;
+    float loss = work_forward(st, slot, stash, targets_valid);
     if (!st->range.has_head) memcpy(c->kept[slot].out, gpt2_stage_output(&st->cfg, &st->range, &c->work), cpu_btc(st, slot) * sizeof(float));
     return loss;
 }
 
-// the activations slot's backward reads: kept, or under recomputation its forward run again, with the
-// weights the input-gradient half names (stash; the weight half passes STASH_AS_NAMED: those again). A backward
-// follows a training forward, so the targets are valid on the last stage. (The forward's own weights
-// may have become a stash since: an update came between, and the version was stashed for it.)
+// the activations slot's backward reads: kept, or under recomputation its forward run again (unless
+// the working set still holds it), with the weights the input-gradient half names (stash; the weight
+// half passes STASH_AS_NAMED: those again). The forward's own weights may have become a stash since
+// (an update came between, and the version was stashed for it). A backward follows a training
+// forward, so the targets are valid on the last stage; the loss it computes again is dropped.
 enum { STASH_AS_NAMED = -3 }; // (-1 names the current weights, -2 is STAGE_NO_DC)
 static const GPT2Acts* acts_for_backward(Stage* st, int slot, int stash) {
     CpuStage* c = cpu_of(st);
     if (!c->recompute) return &c->acts[slot];
     if (stash != STASH_AS_NAMED) c->kept[slot].stash = stash;
-    return work_for(st, slot, c->kept[slot].stash, st->range.has_head);
+    if (c->work_holds != slot) work_forward(st, slot, c->kept[slot].stash, st->range.has_head);
+    return &c->work;
 }
 
 // the output gradient was received in place (grad_msg): the last slice of gacts' dres3
@@ -280,8 +279,8 @@ static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, in
     CpuStage* c = cpu_of(st);
     int accumulate = c->state[k] != SLOT_FRESH;
     c->state[k] = SLOT_LIVE;
-    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], hook ? hook : progress_of(st), &c->gviews[k], c->dwte_head[k],
-                         accumulate); // (a data-parallel sync's hook moves MPI along itself)
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], hook ? hook : progress_of(st),
+                         &c->gviews[k], c->dwte_head[k], accumulate); // (a data-parallel sync's hook moves MPI along itself)
 }
 
 static void cpu_probs(Stage* st, int slot, int t, float* out) {
@@ -356,7 +355,8 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], progress_of(st), &g, vc ? c->dc_g + n : NULL, 1);
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], progress_of(st), &g,
+                         vc ? c->dc_g + n : NULL, 1);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
         int ns = stage_slices(st, sl);
