@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "llmc/common.h"
 #include "tdpipe/outdir.h"
 
@@ -163,11 +164,13 @@ StageSummary report_stage_summary(const Executor* ex) {
     s.f_ms = ex->stats.f.n ? 1e3 * ex->stats.f.sum / ex->stats.f.n : 0.0;
     s.b_ms = ex->stats.b.n ? 1e3 * ex->stats.b.sum / ex->stats.b.n : 0.0;
     s.mem = stage_memory(ex->stage);
+    struct rusage u;
+    s.peak_rss = getrusage(RUSAGE_SELF, &u) == 0 ? 1024.0 * (double)u.ru_maxrss : 0.0; // (Linux: kilobytes)
     return s;
 }
 
 void report_end_table(const Reporter* rep, const Partition* part, const StageSummary* per_stage) {
-    printf("stage  layers    pred. share  meas. F ms  meas. B ms  act. slots      MiB  stashes      MiB  grad ring      MiB\n");
+    printf("stage  layers    pred. share  meas. F ms  meas. B ms  act. slots      MiB  stashes      MiB  grad ring      MiB  host peak MiB\n");
     double total_pred = 0.0;
     for (int i = 0; i < rep->P; i++) total_pred += part->time[i];
     for (int i = 0; i < rep->P; i++) {
@@ -175,9 +178,9 @@ void report_end_table(const Reporter* rep, const Partition* part, const StageSum
         char layers[32];
         snprintf(layers, sizeof(layers), "[%d,%d)", part->first[i], part->first[i + 1]);
         double mib = 1.0 / (1024.0 * 1024.0);
-        printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10d %8.1f  %7d %8.1f  %9d %8.1f\n", i, layers,
+        printf("%-6d %-9s %10.1f%%  %10.2f  %10.2f  %10d %8.1f  %7d %8.1f  %9d %8.1f  %13.1f\n", i, layers,
                total_pred > 0 ? 100.0 * part->time[i] / total_pred : 100.0, t->f_ms, t->b_ms, t->mem.slots, t->mem.act_bytes * mib,
-               t->mem.stashes, t->mem.stash_bytes * mib, t->mem.grad_slots, t->mem.grad_bytes * mib);
+               t->mem.stashes, t->mem.stash_bytes * mib, t->mem.grad_slots, t->mem.grad_bytes * mib, t->peak_rss * mib);
     }
     if (rep->seconds_n) printf("average step: %.1f ms (%d steps, first left out)\n", rep->seconds_sum / rep->seconds_n * 1e3, rep->seconds_n);
 }

@@ -47,7 +47,9 @@ int report_close_log(Reporter* rep);
 // one stage's figures for the end table: measured mean op times, and what its pipeline state took
 typedef struct {
     double f_ms, b_ms;     // mean forward / backward op (a zero-bubble half counts as one)
-    StageMemory mem;       // activation slots, stashes, gradient ring, in the device's precision
+    StageMemory mem;       // activation slots, stashes, gradient ring, in the device's precision (allocated: a page never
+                           // written is not resident, as a slot the schedule's bound allows but the run never filled)
+    double peak_rss;       // the rank's peak resident host memory, bytes (the whole process: weights, AdamW, buffers, MPI)
 } StageSummary;
 
 StageSummary report_stage_summary(const Executor* ex);

@@ -26,6 +26,12 @@ act_start=$(grep -o 'activations [0-9.]* MiB per micro-batch' "$TMP/conv.out" | 
 act_end=$(awk '/act\. slots/ { getline; print $7 }' "$TMP/conv.out")
 act_ok() { awk -v a="$act_start" -v e="$act_end" 'BEGIN { exit !(a > 0 && e != "" && a <= e) }'; }
 check "start-up table: activations $act_start MiB per micro-batch in flight (end-of-run table: $act_end MiB in all)" act_ok
+# the end table's host peak: the rank's peak resident memory, at least the weights, gradient and AdamW
+# the start-up table counts (16 bytes a parameter, all written), and under 64 GiB (a unit slip: KB as MiB)
+state_mib=$(grep -o 'weights + gradient + AdamW [0-9.]* MiB' "$TMP/conv.out" | awk '{ print $(NF - 1) }')
+peak_mib=$(awk '/host peak MiB/ { getline; print $NF }' "$TMP/conv.out")
+peak_ok() { awk -v p="$peak_mib" -v w="$state_mib" 'BEGIN { exit !(p != "" && w > 0 && p >= w && p < 65536) }'; }
+check "end table: the host peak ($peak_mib MiB) holds at least the weights, gradient and AdamW ($state_mib MiB)" peak_ok
 
 # --- determinism: the same flags give bitwise the same losses with 1 and 2 threads
 # (9 significant digits identify a float32 uniquely, so equal text means equal bits)
