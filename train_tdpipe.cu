@@ -526,7 +526,7 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model%s\n",
-                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, a->recompute ? "" : ", or give --recompute 1");
+                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, a->recompute || slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device

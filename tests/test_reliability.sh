@@ -77,7 +77,8 @@ check "  the first run, stopped by SIGINT (exit $rc), logged every step once and
 check "  and its lock is gone: a later run may use the folder" $BIN $S -x 2 -y 0 -o "$TMP/shared"
 
 # --- memory: a run that cannot fit is refused with the figures before anything is allocated
-refuse "-e d12 -b 2000 -t 64 on this machine" "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available" \
+refuse "-e d12 -b 2000 -t 64 on this machine (one slot: no recomputation offered)" \
+    "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available .*: lower -b, -t, --aew or the model$" \
     $BIN -e d12 -b 2000 -t 64 -x 1 -o "$TMP/big"
 check "  and did not create -o" test ! -e "$TMP/big"
 # a model file whose header describes 206 G parameters (L 1024, C 4096; sparse: the header, then a
@@ -94,7 +95,8 @@ PY
 refuse "a model file of 206 G parameters" "-e $TMP/huge.bin: the model needs [0-9.]+ GiB of host memory \\(weights, gradient and AdamW state, 16 bytes a parameter, 1 rank\\(s\\)\\) but [0-9.]+ GiB are available" \
     $BIN -e "$TMP/huge.bin" -b 2 -t 16 -x 1 -o "$TMP/big"
 check "  and did not create -o" test ! -e "$TMP/big"
-refuse "a window of 100000 micro-batches' stashes" "this run would reserve [0-9.]+ GiB .* 100001 activation slots" \
+refuse "a window of 100000 micro-batches' stashes (with more than one slot, recomputation is offered)" \
+    "this run would reserve [0-9.]+ GiB .* 100001 activation slots.*: lower -b, -t, --aew or the model, or give --recompute 1$" \
     $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule tdpipe --aew 100000 -x 1 -o "$TMP/big"
 check "--aew 8 with M = 8: runs with a note that every micro-batch is stale" $BIN $S -x 2 --micro-batches 8 --schedule tdpipe --aew 8 -o "$TMP/stale"
 check "  the note" grep -q "note: --aew 8 with M = 8: every micro-batch of a step runs on weights at least one update old" "$TMP/err"
