@@ -175,6 +175,10 @@ void args_print_yaml(const TrainArgs* a, FILE* f) {
         fprintf(f, "%.*s:\n", (int)n, key);
         for (int j = i; j < NSPECS; j++) {
             if (!in_section(&SPECS[j], key, n)) continue;
+            if (SPECS[j].offset == offsetof(TrainArgs, grad_accum) && a->global_batch) { // (M for this D: read back, it would refuse another D or B)
+                fprintf(f, "  # %s: follows from global_batch, M = global_batch / (B x D)\n", SPECS[j].yaml + n + 1);
+                continue;
+            }
             fprintf(f, "  %s: ", SPECS[j].yaml + n + 1);
             print_yaml_value(f, a, &SPECS[j]);
             fputc('\n', f);

@@ -118,6 +118,11 @@ refuse "--global-batch and --micro-batches that disagree" \
 printf 'pipeline: {micro_batch: 2}\n' > "$TMP/mb2.yaml"
 refuse "  and when the config file gives --micro-batches" "but --micro-batches says 2" $BIN --config "$TMP/mb2.yaml" --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gb32"
 check "--global-batch and --micro-batches that agree" $BIN --global-batch 32 -b 8 --micro-batches 4 -x 1 $Q -o "$TMP/gb4"
+check "--global-batch's settings printed" $BIN --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gbp" --print-config
+cp "$TMP/out" "$TMP/gb.yaml"
+check "  read back with another -b: M follows from the global batch (the printed file names no M of its own)" \
+    $BIN --config "$TMP/gb.yaml" -b 4 -x 1 $Q -o "$TMP/gbp"
+check "  M = 8 in the start-up table" grep -q "^| batch .*B 4, T 64, M 8, D 1:" "$TMP/out"
 refuse "--recompute 1 with synthetic compute" "^train_tdpipe: --recompute 1: synthetic compute has no activations to recompute$" \
     $BIN --recompute 1 --synthetic-compute -x 1 $Q -o "$TMP/rcs"
 refuse "--inject-nan past -x" "^train_tdpipe: --inject-nan 4: past the run's last step \\(-x 3\\), so nothing would be injected$" $BIN -x 3 --inject-nan 4 $Q -o "$TMP/nan4"
