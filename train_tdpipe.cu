@@ -212,7 +212,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
                   "stage's differ, so the tied embedding's two copies would be updated at two rates; give one window, or leave lr out", a->stale_comp, a->aew);
     if (args_aew_start(a->aew_start_arg, tr->W, tr->comp.methods != STALE_NONE, a->warmup, &a->aew_start, err, sizeof(err))) fatal_all("%s", err);
     if (a->aew_start > 0 && tr->kind != SCHED_TDPIPE) fatal_all("--aew-start %d: only the tdpipe schedule has a window to open", a->aew_start);
-    if (args_check_injections(a, tr->comm.world_size, err, sizeof(err))) fatal_all("%s", err);
+    if (args_check_injections(a, a->print_schedule ? 0 : tr->comm.world_size, err, sizeof(err))) fatal_all("%s", err);
     if (a->resume && a->synthetic) // (it would cut a real run's log in -o back to step 0 and append to it)
         fatal_all("-y 1 with --synthetic-compute: a synthetic run has no model and writes no checkpoint, so there is nothing to resume");
     tr->comp.curvature = a->predict_order == 2;

@@ -304,7 +304,7 @@ int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t 
     if (t == 0) return 0;
     if (t > a->steps)
         return td_error(err, errlen, "--inject-diverge %d: past the run's last step (-x %d), so nothing would be flipped", t, a->steps);
-    if (world_size < 2)
+    if (world_size > 0 && world_size < 2) // (0: ranks not known, as for --print-schedule)
         return td_error(err, errlen, "--inject-diverge %d: one rank holds the only copy of the weights, so no check could see the flipped bit", t);
     int checked = t == a->steps || (a->ckpt_every > 0 && t % a->ckpt_every == 0) || (a->consistency_every > 0 && t % a->consistency_every == 0);
     if (!checked)

@@ -103,7 +103,8 @@ int args_aew_start(const char* s, int W, int compensated, int warmup, int* out, 
 int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);
 
 // --inject-nan and --inject-diverge (tests) at a step where they would act: within -x, and for the
-// divergence a consistency point with another copy to compare; world_size: the ranks of the run
+// divergence a consistency point with another copy to compare; world_size: the ranks of the run (0:
+// not known, as for --print-schedule, which runs on one process for any grid)
 int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t errlen);
 
 // --global-batch N: M = N / (B x D), refused where it does not divide or where --micro-batches was

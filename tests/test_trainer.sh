@@ -126,6 +126,8 @@ check "  M = 8 in the start-up table" grep -q "^| batch .*B 4, T 64, M 8, D 1:" 
 refuse "--recompute 1 with synthetic compute" "^train_tdpipe: --recompute 1: synthetic compute has no activations to recompute$" \
     $BIN --recompute 1 --synthetic-compute -x 1 $Q -o "$TMP/rcs"
 refuse "--inject-nan past -x" "^train_tdpipe: --inject-nan 4: past the run's last step \\(-x 3\\), so nothing would be injected$" $BIN -x 3 --inject-nan 4 $Q -o "$TMP/nan4"
+check "--print-schedule of a run whose --inject-diverge needs two ranks (it runs on one process for any grid)" \
+    $BIN -e d4 --stages 2 --micro-batches 2 -x 2 --inject-diverge 2 --print-schedule
 refuse "an unknown flag" "unknown flag '--frobnicate'" $BIN --frobnicate 1
 refuse "a flag without its value" "-x needs a value" $BIN -x
 refuse "-t beyond the model's maxT" "-t 2048 exceeds the model's maximum sequence length 1024" $BIN -t 2048 -x 1 $Q -o "$TMP/r"
