@@ -312,6 +312,7 @@ check "--recompute 1, P = 2 1f1b: bitwise the same, fewer activation MiB" rc_cas
 check "--recompute 1, P = 2 zbh1" rc_case zb 2 --stages 2 --schedule zbh1
 check "--recompute 1, P = 2 tdpipe W = 3, jitter 0.3, weight prediction" rc_case td 2 --stages 2 --aew 3 --jitter 0.3 --stale-comp predict
 check "--recompute 1, P = 1 tdpipe W = 4, DC-ASGD, --gns, drift monitor" rc_case dc 1 --aew 4 --stale-comp dcasgd --gns 1 --drift-every 2
+check "--recompute 1, P = 2 tdpipe W = 2, a rollback (--inject-nan 3) and its restored snapshot" rc_case nan 2 --stages 2 --aew 2 --inject-nan 3 -n 2
 check "--recompute 1, P = 2 x D = 2 int8, cpu-staged" rc_case i8 4 --stages 2 --grad-quant int8 --device cpu-staged
 check "  the start-up table says what a micro-batch keeps" grep -q "activations 0.0 MiB per micro-batch in flight (--recompute: its input and output; backward runs its forward again in [0-9.]* MiB held once)" "$TMP/rc1_dc.out"
 
