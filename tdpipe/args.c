@@ -197,7 +197,7 @@ void args_defaults(TrainArgs* a) {
 static int set_yaml_key(void* a, const char* yaml_key, const char* value, char* err, size_t errlen) {
     for (int i = 0; i < NSPECS; i++)
         if (SPECS[i].yaml && !strcmp(SPECS[i].yaml, yaml_key)) {
-            ((TrainArgs*)a)->given[i] = 1;
+            ((TrainArgs*)a)->given[i] = GIVEN_FILE;
             return set_value(a, &SPECS[i], value, yaml_key, err, errlen);
         }
     snprintf(err, errlen, "unknown key '%s'", yaml_key);
@@ -313,25 +313,34 @@ int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t 
     return 0;
 }
 
-// 1 where the command line or the config file set the field of flag `long_name` (through any of its flags)
+// where the field of flag `long_name` was set (through any of its flags): GIVEN_FILE, GIVEN_FLAG, or 0 (its default)
 static int args_given(const TrainArgs* a, const char* long_name) {
     size_t off = (size_t)-1;
+    int from = 0;
     for (int i = 0; i < NSPECS; i++)
         if (!strcmp(SPECS[i].long_name, long_name)) off = SPECS[i].offset;
     for (int i = 0; i < NSPECS; i++)
-        if (SPECS[i].offset == off && a->given[i]) return 1;
-    return 0;
+        if (SPECS[i].offset == off && a->given[i] > from) from = a->given[i];
+    return from;
 }
 
+// M from the global batch where it was given at least as near the command line as M itself (a flag
+// wins over the config file, as everywhere); the two at one level must agree
 int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen) {
-    if (a->global_batch == 0) return 0;
+    int m_from = args_given(a, "micro-batches");
+    if (a->global_batch == 0 || m_from > args_given(a, "global-batch")) {
+        if (a->global_batch && g_rank == 0)
+            fprintf(stderr, "note: --micro-batches %d (on the command line) overrides the config file's global_batch %d\n", a->grad_accum, a->global_batch);
+        a->global_batch = 0;
+        return 0;
+    }
     long per = (long)a->B * D; // sequences in a step's micro-batch over the replicas
     if (a->global_batch % per)
         return td_error(err, errlen, "--global-batch %d: not a multiple of -b %d x %d replica(s) = %ld, the sequences of one micro-batch on every replica",
                         a->global_batch, a->B, D, per);
     long M = a->global_batch / per;
     if (M > 1000000) return td_error(err, errlen, "--global-batch %d: %ld micro-batches a step (-b %d, D %d), over the 1e6 --micro-batches takes", a->global_batch, M, a->B, D);
-    if (args_given(a, "micro-batches") && a->grad_accum != M)
+    if (m_from == args_given(a, "global-batch") && a->grad_accum != M)
         return td_error(err, errlen, "--global-batch %d with -b %d and %d replica(s) makes M = %ld micro-batches a step, but --micro-batches says %d; give one of the two",
                         a->global_batch, a->B, D, M, a->grad_accum);
     a->grad_accum = (int)M;
@@ -382,7 +391,7 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         char shown[64];
         if (s->short_name && argv[i][1] != '-') snprintf(shown, sizeof(shown), "-%c", s->short_name);
         else snprintf(shown, sizeof(shown), "--%s", s->long_name);
-        a->given[s - SPECS] = 1;
+        a->given[s - SPECS] = GIVEN_FLAG;
         if (s->type == A_BOOL) {
             *(int*)((char*)a + s->offset) = 1;
             continue;

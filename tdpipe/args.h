@@ -77,8 +77,9 @@ typedef struct {
     int max_rollbacks;        // --max-rollbacks  rollbacks in a row at W = 0 before the run stops
     int inject_nan;           // --inject-nan STEP  (tests) a NaN in stage 0's gradient at STEP's first attempt (0 = none)
     int inject_diverge;       // --inject-diverge STEP  (tests) one bit of the last rank's wte flipped before STEP's consistency check
-    unsigned char given[128]; // (by the flag table's row) 1 where the command line or the config file set it, not its default
+    unsigned char given[128]; // (by the flag table's row) where it was set: GIVEN_FILE (--config), GIVEN_FLAG, or 0 (its default)
 } TrainArgs;
+enum { GIVEN_FILE = 1, GIVEN_FLAG = 2 }; // TrainArgs.given: a flag outranks the config file
 
 void args_defaults(TrainArgs* a);
 // parses argv into a (after --config FILE, if given, was applied, so flags override the file);
@@ -108,7 +109,8 @@ int args_load_config(TrainArgs* a, const char* path, char* err, size_t errlen);
 int args_check_injections(const TrainArgs* a, int world_size, char* err, size_t errlen);
 
 // --global-batch N: M = N / (B x D), refused where it does not divide or where --micro-batches was
-// given another M; D: the run's replicas (1 where it has no ranks yet: --print-schedule)
+// given another M at the same level (both flags, or both in the config file; a flag wins over the
+// file either way); D: the run's replicas (1 where it has no ranks yet: --print-schedule)
 int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen);
 
 #ifdef __cplusplus

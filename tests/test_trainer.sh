@@ -116,7 +116,14 @@ refuse "--global-batch and --micro-batches that disagree" \
     "^train_tdpipe: --global-batch 32 with -b 8 and 1 replica\\(s\\) makes M = 4 micro-batches a step, but --micro-batches says 2; give one of the two$" \
     $BIN --global-batch 32 -b 8 --micro-batches 2 -x 1 $Q -o "$TMP/gb32"
 printf 'pipeline: {micro_batch: 2}\n' > "$TMP/mb2.yaml"
-refuse "  and when the config file gives --micro-batches" "but --micro-batches says 2" $BIN --config "$TMP/mb2.yaml" --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gb32"
+check "--global-batch 32 (flag) over the config file's micro_batch 2: the flag wins, M = 4" $BIN --config "$TMP/mb2.yaml" --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gbf"
+check "  in the start-up table" grep -q "^| batch .*B 8, T 64, M 4, D 1:" "$TMP/out"
+printf 'pipeline: {global_batch: 32}\n' > "$TMP/gb32.yaml"
+check "--micro-batches 2 (flag) over the config file's global_batch 32: M = 2" $BIN --config "$TMP/gb32.yaml" --micro-batches 2 -b 8 -x 1 $Q -o "$TMP/mbf"
+check "  in the start-up table, and a note says so" bash -c "grep -q '^| batch .*B 8, T 64, M 2, D 1:' '$TMP/out' &&
+    grep -q 'note: --micro-batches 2 (on the command line) overrides the config file.s global_batch 32' '$TMP/err'"
+printf 'pipeline: {global_batch: 32, micro_batch: 2}\n' > "$TMP/gbmb.yaml"
+refuse "the config file's global_batch and micro_batch that disagree" "but --micro-batches says 2" $BIN --config "$TMP/gbmb.yaml" -b 8 -x 1 $Q -o "$TMP/gbmb"
 check "--global-batch and --micro-batches that agree" $BIN --global-batch 32 -b 8 --micro-batches 4 -x 1 $Q -o "$TMP/gb4"
 check "--global-batch's settings printed" $BIN --global-batch 32 -b 8 -x 1 $Q -o "$TMP/gbp" --print-config
 cp "$TMP/out" "$TMP/gb.yaml"
