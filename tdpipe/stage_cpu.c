@@ -16,7 +16,8 @@
 typedef struct {
     float* x_in; // (B, T, C) the input received (off the first stage), else NULL
     float* out;  // (B, T, C) the output sent (off the last stage), else NULL
-    int stash;   // the weights its input-gradient half named (the weight half may run the forward again with them)
+    int stash;   // the weights its input-gradient half named (the weight half may run the forward again with them:
+                 // only zbh1 splits the halves, and it is synchronous, so no update comes between and they still stand)
 } KeptSlot;
 
 typedef struct {
