@@ -21,6 +21,7 @@ void stop_request_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; // (a call the signal lands in goes on: the run stops where it checks, not inside a read or a sleep)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL); // (Open MPI forwards it to every rank at once; a SIGTERM to mpirun it holds, then kills)
