@@ -327,8 +327,8 @@ static int args_given(const TrainArgs* a, const char* long_name) {
 // M from the global batch where it was given at least as near the command line as M itself (a flag
 // wins over the config file, as everywhere); the two at one level must agree
 int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen) {
-    int m_from = args_given(a, "micro-batches");
-    if (a->global_batch == 0 || m_from > args_given(a, "global-batch")) {
+    int m_from = args_given(a, "micro-batches"), g_from = args_given(a, "global-batch");
+    if (a->global_batch == 0 || m_from > g_from) {
         if (a->global_batch && g_rank == 0)
             fprintf(stderr, "note: --micro-batches %d (on the command line) overrides the config file's global_batch %d\n", a->grad_accum, a->global_batch);
         a->global_batch = 0;
@@ -340,7 +340,7 @@ int args_global_batch(TrainArgs* a, int D, char* err, size_t errlen) {
                         a->global_batch, a->B, D, per);
     long M = a->global_batch / per;
     if (M > 1000000) return td_error(err, errlen, "--global-batch %d: %ld micro-batches a step (-b %d, D %d), over the 1e6 --micro-batches takes", a->global_batch, M, a->B, D);
-    if (m_from == args_given(a, "global-batch") && a->grad_accum != M)
+    if (m_from == g_from && a->grad_accum != M)
         return td_error(err, errlen, "--global-batch %d with -b %d and %d replica(s) makes M = %ld micro-batches a step, but --micro-batches says %d; give one of the two",
                         a->global_batch, a->B, D, M, a->grad_accum);
     a->grad_accum = (int)M;
@@ -380,8 +380,7 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
             if (args_load_config(a, argv[i + 1], err, sizeof(err))) args_fail("train_tdpipe: --config %s", err);
         }
     // two flags for one field (--micro-batches and --grad-accum): given with two values, neither wins
-    const ArgSpec* given[NSPECS] = {0}; // given[k]: the flag that last set SPECS[k]'s field
-    const char* given_value[NSPECS] = {0};
+    const char* value_of[NSPECS] = {0}; // (by row) the value the flag was last given here
     for (int i = 1; i < argc; i++) {
         const ArgSpec* s = find_flag(argv[i]);
         const ArgSpec* before = i > 1 ? find_flag(argv[i - 1]) : NULL;
@@ -402,13 +401,10 @@ void args_parse(TrainArgs* a, int argc, char** argv) {
         char was[sizeof(TrainArgs)];
         memcpy(was, (char*)a + s->offset, s->size);
         if (set_value(a, s, argv[++i], shown, err, sizeof(err))) args_fail("train_tdpipe: %s", err);
-        for (int k = 0; k < NSPECS; k++) {
-            if (SPECS[k].offset != s->offset) continue;
-            if (given[k] && given[k] != s && memcmp(was, (char*)a + s->offset, s->size))
-                args_fail("train_tdpipe: --%s %s and --%s %s are one setting given two values; give one", given[k]->long_name, given_value[k],
+        for (int k = 0; k < NSPECS; k++)
+            if (&SPECS[k] != s && SPECS[k].offset == s->offset && value_of[k] && memcmp(was, (char*)a + s->offset, s->size))
+                args_fail("train_tdpipe: --%s %s and --%s %s are one setting given two values; give one", SPECS[k].long_name, value_of[k],
                           s->long_name, argv[i]);
-            given[k] = s;
-            given_value[k] = argv[i];
-        }
+        value_of[s - SPECS] = argv[i];
     }
 }

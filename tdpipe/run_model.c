@@ -67,6 +67,11 @@ static int parse_per_rank(const char* flag, const char* list, int P, double hi, 
     return 0;
 }
 
+void run_model_partition_header(FILE* f, const TrainArgs* a, const char* how, int timed) {
+    fprintf(f, "partition (%s; predicted %s of forward + backward%s%s, memory per stage):\n", how, timed ? "seconds" : "time in FLOPs",
+            a->recompute ? " + the forward again" : "", timed ? " a micro-batch" : "");
+}
+
 // The split's costs: from the FLOP model (measured NULL; forward + backward = 3x the forward FLOPs), or
 // from each stage's timed passes (layer_costs_measure on the ranks of that stage, averaged over its
 // replicas): a layer's time is the mean over stages, each stage's speed the mean over its own (unless
@@ -74,11 +79,6 @@ static int parse_per_rank(const char* flag, const char* list, int P, double hi, 
 // plus the activations of up to P micro-batches. Under --recompute a backward runs its forward again
 // (4 forwards' time where 3 were: every cost alike, so the split is the same) and a stage holds one
 // micro-batch's activations whole (the kept inputs and outputs, 2 (B, T, C) a micro-batch, left out).
-void run_model_partition_header(FILE* f, const TrainArgs* a, const char* how, int timed) {
-    fprintf(f, "partition (%s; predicted %s of forward + backward%s%s, memory per stage):\n", how, timed ? "seconds" : "time in FLOPs",
-            a->recompute ? " + the forward again" : "", timed ? " a micro-batch" : "");
-}
-
 int run_model_partition(Partition* part, const TrainArgs* a, const GPT2Config* cfg, int P, const LayerCosts* measured, char* err, size_t errlen) {
     char why[512];
     if (P > cfg->num_layers) {
