@@ -451,7 +451,9 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
         // backwards reach at most micro-batch (v+1)*M + W - 1, step v + 1 + (W-1)/M. And no more than
         // the schedule's steps: it starts flushed (no older version exists), so at most n_steps - 1
         // versions are left behind by its updates, and at most n_steps steps are open
-        int in = (P - s) + W, held = (W + M - 1) / M;
+        // The last stage is the exception to the window: its backward needs nothing but its own
+        // forward, so it is ready at once, and the policy takes a backward after a forward; it holds one
+        int in = s == P - 1 ? 1 : (P - s) + W, held = (W + M - 1) / M;
         int open = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
         if (slots) *slots = in < nM ? in : nM;
         if (stashes) *stashes = held < sch->n_steps - 1 ? held : sch->n_steps - 1;
