@@ -452,8 +452,9 @@ void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes,
         // the schedule's steps: it starts flushed (no older version exists), so at most n_steps - 1
         // versions are left behind by its updates, and at most n_steps steps are open
         // The last stage is the exception to the window: its backward needs nothing but its own
-        // forward, so it is ready at once, and the policy takes a backward after a forward; it holds one
-        int in = s == P - 1 ? 1 : (P - s) + W, held = (W + M - 1) / M;
+        // forward, so it is ready at once, and the policy takes a backward after a forward. It holds
+        // that micro-batch and, when P > 1, the next one's input, whose receive the executor posts ahead
+        int in = s == P - 1 ? (P == 1 ? 1 : 2) : (P - s) + W, held = (W + M - 1) / M;
         int open = W > 0 ? schedule_shape_grad_slots(&(ScheduleShape){.kind = sch->kind, .P = P, .M = M, .W = W}) : 1;
         if (slots) *slots = in < nM ? in : nM;
         if (stashes) *stashes = held < sch->n_steps - 1 ? held : sch->n_steps - 1;

@@ -96,7 +96,8 @@ check "  the tied embedding's copies bitwise equal" grep -q "step 5: consistency
 # a window wider than the run holds only what the run's steps can use: 2 steps leave one old version and
 # open two steps (it reserved ceil(1000/3) = 334 stashes and 335 ring slots, 28 GiB, and was refused)
 check "--aew 1000 of M 3 for a 2-step run, d6" $BIN -e d6 -b 1 -t 8 -x 2 -v 0 -s 0 --micro-batches 3 --aew 1000 -o "$TMP/wwide"
-check "  stage 0 holds 1 stash and 2 ring slots" grep -Eq "^0 +\[0,6\) .* +6 +[0-9.]+ +1 +[0-9.]+ +2 +[0-9.]+ +[0-9.]+$" "$TMP/out"
+# (and one activation slot: at P = 1 the stage is the last, whose backward follows each forward; 6 before)
+check "  stage 0 holds 1 activation slot, 1 stash and 2 ring slots" grep -Eq "^0 +\[0,6\) .* +1 +[0-9.]+ +1 +[0-9.]+ +2 +[0-9.]+ +[0-9.]+$" "$TMP/out"
 refuse "--aew with a list of the wrong length" "--aew 2,2: 2 windows for 4 stages" $BIN --schedule tdpipe --stages 4 --aew 2,2
 refuse "--aew with a negative window in a list" "--aew 2,-1,2,2: expected a window size" $BIN --schedule tdpipe --stages 4 --aew 2,-1,2,2
 
