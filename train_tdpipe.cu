@@ -496,6 +496,13 @@ static void print_startup(const Trainer* tr) {
     fflush(stdout);
 }
 
+// the flags that shrink what a memory refusal counted: the schedule's own knob where it has one (GPipe
+// keeps all M micro-batches in flight, a window its stashes), beside -b, -t and the model
+static const char* memory_knobs(const Trainer* tr, int W_max) {
+    if (tr->kind == SCHED_GPIPE) return "-b, -t, --micro-batches (GPipe holds them all in flight) or the model";
+    return tr->kind == SCHED_TDPIPE && W_max != 0 ? "-b, -t, --aew or the model" : "-b, -t or the model";
+}
+
 // what the run will reserve on this host (every rank of it: the host's memory is shared), against what
 // the host, or the container's memory limit, has left: refused with both figures before training
 static void check_memory(Trainer* tr) {
@@ -525,8 +532,8 @@ static void check_memory(Trainer* tr) {
     if (run_memory_host_over(&tr->comm, mine, &host, &ranks, &m)) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
-                        "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower -b, -t, --aew or the model%s\n",
-                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, a->recompute || slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
+                        "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower %s%s\n",
+                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, memory_knobs(tr, W_max), a->recompute || slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device
@@ -537,8 +544,8 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
                         "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
-                        "lower -b, -t, --aew or the model\n",
-                g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib);
+                        "lower %s\n",
+                g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(tr, W_max));
         bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);

@@ -78,7 +78,7 @@ check "  and its lock is gone: a later run may use the folder" $BIN $S -x 2 -y 0
 
 # --- memory: a run that cannot fit is refused with the figures before anything is allocated
 refuse "-e d12 -b 2000 -t 64 on this machine (one slot: no recomputation offered)" \
-    "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available .*: lower -b, -t, --aew or the model$" \
+    "this run would reserve [0-9.]+ GiB of host memory .* but [0-9.]+ GiB are available .*: lower -b, -t or the model$" \
     $BIN -e d12 -b 2000 -t 64 -x 1 -o "$TMP/big"
 check "  and did not create -o" test ! -e "$TMP/big"
 # a model file whose header describes 206 G parameters (L 1024, C 4096; sparse: the header, then a
@@ -95,9 +95,15 @@ PY
 refuse "a model file of 206 G parameters" "-e $TMP/huge.bin: the model needs [0-9.]+ GiB of host memory \\(weights, gradient and AdamW state, 16 bytes a parameter, 1 rank\\(s\\)\\) but [0-9.]+ GiB are available" \
     $BIN -e "$TMP/huge.bin" -b 2 -t 16 -x 1 -o "$TMP/big"
 check "  and did not create -o" test ! -e "$TMP/big"
-refuse "a window of 100000 micro-batches' stashes (with more than one slot, recomputation is offered)" \
-    "this run would reserve [0-9.]+ GiB .* 100001 activation slots.*: lower -b, -t, --aew or the model, or give --recompute 1$" \
-    $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule tdpipe --aew 100000 -x 1 -o "$TMP/big"
+refuse "GPipe's 100001 micro-batches in flight (more than one slot: recomputation is offered)" \
+    "this run would reserve [0-9.]+ GiB .* 100001 activation slots.*: lower -b, -t, --micro-batches \\(GPipe holds them all in flight\\) or the model, or give --recompute 1$" \
+    $BIN -e d12 -b 1 -t 16 --micro-batches 100001 --schedule gpipe -x 1 -o "$TMP/big"
+# a window's stashes at P = 1: its one stage is the last, whose backward follows each forward, so one
+# activation slot; 1000 steps of W 100000 over M 1 keep 999 older versions
+refuse "a window of 100000 micro-batches' 999 stashes over 1000 steps (one slot: no recomputation offered)" \
+    "this run would reserve [0-9.]+ GiB .* 1 activation slots, 999 weight stashes .*: lower -b, -t, --aew or the model$" \
+    $BIN -e d12 -b 1 -t 16 --micro-batches 1 --schedule tdpipe --aew 100000 -x 1000 --consistency-every 1000 -o "$TMP/big"
+check "  and did not create -o" test ! -e "$TMP/big"
 check "--aew 8 with M = 8: runs with a note that every micro-batch is stale" $BIN $S -x 2 --micro-batches 8 --schedule tdpipe --aew 8 -o "$TMP/stale"
 check "  the note" grep -q "note: --aew 8 with M = 8: every micro-batch of a step runs on weights at least one update old" "$TMP/err"
 check "--aew auto with a compensation (it may choose up to 2M)" $BIN $S -x 3 --micro-batches 4 --schedule tdpipe --aew auto --stale-comp predict -o "$TMP/auto_note"
