@@ -120,6 +120,17 @@ static int aew_auto_max(const Trainer* tr) {
     return tr->a.warmup > 0 && tr->a.aew_start >= tr->a.warmup ? 2 * M : M;
 }
 
+// the shape the run's memory is planned for: its widest window (auto: the widest it may choose) on
+// every stage; and its longest chunk (tdpipe's run up to --consistency-every steps)
+static ScheduleShape planned_shape(const Trainer* tr, int* longest) {
+    const TrainArgs* a = &tr->a;
+    int W_max = 0;
+    for (int i = 0; i < a->stages; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
+    if (tr->W == -1) W_max = aew_auto_max(tr);
+    *longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
+    return (ScheduleShape){.kind = tr->kind, .P = a->stages, .M = a->grad_accum, .W = W_max};
+}
+
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
 static void check_grad_cache(const Trainer* tr, const ScheduleShape* shape) {
     int need = schedule_shape_grad_slots(shape);
@@ -238,6 +249,9 @@ static void parse(Trainer* tr, int argc, char** argv) {
             run_model_partition_header(stdout, a, !strcmp(a->partition, "auto") ? "auto over the FLOP model: a run times passes instead" : a->partition, 0);
             partition_print(stdout, &tr->part);
             schedule_print(&sch, stdout);
+            int longest;
+            ScheduleShape planned = planned_shape(tr, &longest);
+            if (run_memory_print_holds(stdout, &planned, longest, &tr->comp, err, sizeof(err))) fatal_all("%s", err);
         }
         schedule_free(&sch);
         comm_finalize(&tr->comm);
@@ -507,23 +521,13 @@ static const char* memory_knobs(const Trainer* tr, int W_max) {
 // the host, or the container's memory limit, has left: refused with both figures before training
 static void check_memory(Trainer* tr) {
     TrainArgs* a = &tr->a;
-    int slots, stashes, grad_slots, W_max = 0;
-    for (int i = 0; i < tr->comm.P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
-    if (tr->W == -1) W_max = aew_auto_max(tr);
-    // tdpipe's chunks run up to --consistency-every steps, and a window's stashes and ring grow with a
-    // chunk's length up to the steady steps: the longest chunk this run has, to there
-    int longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
-    Schedule sch;
-    ScheduleShape shape = {.kind = tr->kind, .P = tr->comm.P, .M = a->grad_accum, .W = W_max};
-    shape.n_steps = schedule_shape_steady_steps(&shape);
-    if (longest < shape.n_steps) shape.n_steps = longest > 2 ? longest : 2;
+    int longest;
+    ScheduleShape planned = planned_shape(tr, &longest);
+    StageHolds h;
     char err[1024];
-    if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
-    schedule_stage_limits(&sch, tr->comm.stage, &slots, &stashes, &grad_slots);
-    schedule_free(&sch);
-    stashes = staleness_stashes(&tr->comp, stashes);
-    int gacts = shape.kind == SCHED_ZBH1 ? slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
-    double mine = stage_planned_bytes(&tr->stage, slots, gacts, grad_slots, stashes);
+    if (run_memory_stage_holds(&planned, longest, &tr->comp, tr->comm.stage, &h, err, sizeof(err))) fatal_all("%s", err);
+    int W_max = planned.W, gacts = tr->kind == SCHED_ZBH1 ? h.slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
+    double mine = stage_planned_bytes(&tr->stage, h.slots, gacts, h.grad_slots, h.stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
     if (tr->kind == SCHED_TDPIPE && W_max > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
     double host;
@@ -533,11 +537,11 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower %s%s\n",
-                host / gib, ranks, slots, stashes, grad_slots, (double)m.bytes / gib, m.source, memory_knobs(tr, W_max), a->recompute || slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
+                host / gib, ranks, h.slots, h.stashes, h.grad_slots, (double)m.bytes / gib, m.source, memory_knobs(tr, W_max), a->recompute || h.slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device
-    double dev = stage_planned_device_bytes(&tr->stage, slots, gacts, grad_slots, stashes) +
+    double dev = stage_planned_device_bytes(&tr->stage, h.slots, gacts, h.grad_slots, h.stashes) +
                  (tr->device_sync ? dp_sync_device_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D) : 0.0), used, total;
     int sharing;
     if (run_memory_device_over(&tr->stage, tr->comm.local_ranks, dev, &used, &total, &sharing)) {
@@ -545,7 +549,7 @@ static void check_memory(Trainer* tr) {
         fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
                         "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
                         "lower %s\n",
-                g_rank, dev / gib, slots, stashes, grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(tr, W_max));
+                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(tr, W_max));
         bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);

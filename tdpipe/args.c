@@ -75,7 +75,7 @@ static const ArgSpec SPECS[] = {
     {"pipeline", 0, "comm", "pipeline.comm", A_STR, F(comm), 0, 0, "auto", "a device stage's messages and data-parallel average: auto (on the device: NCCL between GPUs it can connect) | mpi (through host memory)"},
     {"pipeline", 0, "comm-timeout", "pipeline.comm_timeout", A_FLOAT, F(comm_timeout), 0, 1e9, "600", "seconds a rank may wait for a message, collective or the pipeline sum before it names what it waits for and every rank exits; 0 = forever"},
     {"pipeline", 0, "consistency-every", "pipeline.consistency_every", A_INT, F(consistency_every), 1, 1e9, "50", "every K steps, check the replicas and the tied embedding's copies bitwise equal (any schedule); tdpipe's pipeline flushes there at the latest (where a signal stops it)"},
-    {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and exit"},
+    {"pipeline", 0, "print-schedule", NULL, A_BOOL, F(print_schedule), 0, 1, "0", "print every stage's op list and what it holds (activation slots, weight stashes, gradient slots), and exit"},
     {"pipeline", 0, "jitter", "pipeline.jitter", A_FLOAT, F(jitter), 0, 10, "0", "stretch op times at random with coefficient of variation beta (seeded)"},
     {"pipeline", 0, "synthetic-compute", "pipeline.synthetic_compute", A_BOOL, F(synthetic), 0, 1, "0", "replace the model by timed waits from a cost model"},
     {"asynchrony", 0, "stale-comp", "pipeline.stale_comp", A_STR, F(stale_comp), 0, 0, "none", "staleness compensation of tdpipe's stale micro-batches: none, or predict (weight prediction), dcasgd, lr (LR by staleness) alone or joined by + (predict+lr)"},

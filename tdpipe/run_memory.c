@@ -26,3 +26,28 @@ int run_memory_device_over(Stage* st, int local_ranks, double plan, double* used
     *sharing = devices > 0 ? (local_ranks + devices - 1) / devices : 1;
     return *used + plan * *sharing > *total;
 }
+
+int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen) {
+    ScheduleShape planned = *shape;
+    planned.first_step = 0;
+    planned.stage_W = NULL; // (every stage at the widest window)
+    planned.n_steps = schedule_shape_steady_steps(&planned);
+    if (longest < planned.n_steps) planned.n_steps = longest > 2 ? longest : 2;
+    Schedule sch;
+    if (schedule_build(&sch, &planned, err, errlen)) return 1;
+    schedule_stage_limits(&sch, s, &h->slots, &h->stashes, &h->grad_slots);
+    schedule_free(&sch);
+    h->stashes = staleness_stashes(comp, h->stashes);
+    return 0;
+}
+
+int run_memory_print_holds(FILE* f, const ScheduleShape* shape, int longest, const StaleComp* comp, char* err, size_t errlen) {
+    fprintf(f, "what each stage holds at most (the run's memory plan; its end table shows what it took):\n");
+    fprintf(f, "stage  act. slots  stashes  grad ring\n");
+    for (int s = 0; s < shape->P; s++) {
+        StageHolds h;
+        if (run_memory_stage_holds(shape, longest, comp, s, &h, err, errlen)) return 1;
+        fprintf(f, "%-5d  %10d  %7d  %9d\n", s, h.slots, h.stashes, h.grad_slots);
+    }
+    return 0;
+}

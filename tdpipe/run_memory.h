@@ -1,13 +1,31 @@
-// A run's memory against what it runs on: the plans of a host's ranks summed against what the host
-// (or its container) has left, and a rank's device plan, once for each rank sharing the device,
-// against the device's total. The caller words the refusal; every rank takes part.
+// A run's memory against what it runs on: what each stage holds at most under the run's schedule,
+// the plans of a host's ranks summed against what the host (or its container) has left, and a rank's
+// device plan, once for each rank sharing the device, against the device's total. The caller words
+// the refusal; every rank takes part.
 #pragma once
+#include <stdio.h>
 #include "tdpipe/comm.h"
 #include "tdpipe/outdir.h"
+#include "tdpipe/schedule.h"
 #include "tdpipe/stage.h"
+#include "tdpipe/staleness.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// what a stage holds at most, the buffers its memory plan counts (schedule_stage_limits)
+typedef struct {
+    int slots;      // activation slots
+    int stashes;    // weight stashes, compensation's included
+    int grad_slots; // gradient-cache slots
+} StageHolds;
+
+// stage s of a run of this shape (kind, P, M, the widest window W) whose chunks run at most `longest`
+// steps: a window's stashes and ring grow with a chunk's length up to the schedule's steady steps, so
+// it is planned at the longer of 2 and the shorter of the two. 1 with err when the shape does not build
+int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen);
+// every stage's, as a table (--print-schedule)
+int run_memory_print_holds(FILE* f, const ScheduleShape* shape, int longest, const StaleComp* comp, char* err, size_t errlen);
 
 // rank 0: the bytes every rank on its host plans (`mine` on each: the host's memory is shared; a
 // multi-host run counts rank 0's share of its host), 1 when they exceed what the host has left

@@ -113,6 +113,7 @@ check "  P = 1: losses and model bitwise equal to the CPU path" tsame "$TMP/sw1"
 check "  P = 4: losses and model bitwise equal to the CPU path" tsame "$TMP/sw4" "$TMP/tref2"
 check "  P = 2, D = 2: losses and model bitwise equal to the CPU path with D = 2" tsame "$TMP/sw22" "$TMP/tref2d2"
 check "--device cpu-staged, tdpipe W = 2, P = 4, jitter 0.3, --comm mpi" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule tdpipe --aew 2 --jitter 0.3 --comm mpi -o "$TMP/sw4m"
+cp "$TMP/out" "$TMP/sw4m.txt" # (its end table: what each stage allocated)
 check "  losses and model bitwise equal to the CPU path" tsame "$TMP/sw4m" "$TMP/tref2"
 check "--device cpu-staged, zbh1, P = 4 (split backward: one message buffer per slot)" $MPI -np 4 $BIN $SMALL --device cpu-staged --stages 4 --schedule zbh1 -o "$TMP/sz4"
 check "  losses and model bitwise equal to the CPU path" tsame "$TMP/sz4" "$TMP/ref1"
@@ -223,6 +224,12 @@ check "--print-schedule prints every stage's ops" $BIN --print-schedule --schedu
 $MPI -np 2 $BIN --print-schedule --stages 2 --schedule zbh1 --micro-batches 2 -e d4 > "$TMP/sched.txt" 2>&1
 check "--print-schedule under mpirun: rank 0 prints both stages' lists once" test "$(grep -c '^stage [01]' "$TMP/sched.txt")" -eq 2
 $BIN --print-schedule --stages 4 --schedule tdpipe --aew 2 --micro-batches 4 -e d4 > "$TMP/sched4.txt" 2>&1
+# what each stage holds: (P - s) + W slots but 2 on the last stage, 1 stash, a ring of 2; and it is what
+# the P = 4 run of the same shape above allocated (its end table)
+plan_holds() { awk '/^stage  act\. slots/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $2, $3, $4 }' "$1"; }
+end_holds() { awk '/act\. slots/ && /meas/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $6, $8, $10; next } { f = 0 }' "$1"; }
+check "--print-schedule: what each stage holds (6, 5, 4 and 2 activation slots, 1 stash, a ring of 2)" test "$(plan_holds "$TMP/sched4.txt")" = "0:6,1,2 1:5,1,2 2:4,1,2 3:2,1,2 "
+check "  what the P = 4 run allocated, stage by stage" test "$(plan_holds "$TMP/sched4.txt")" = "$(end_holds "$TMP/sw4m.txt")"
 check "--print-schedule prints P = 4 from one process (no ranks needed to print)" test "$(grep -c '^stage [0-3]:' "$TMP/sched4.txt")" -eq 4
 
 # --- the partition: per-rank speed and memory steer the dynamic program
