@@ -9,24 +9,32 @@ trap 'rm -rf "$TMP"' EXIT
 ok()   { PASSED=$((PASSED+1)); echo "ok   $*"; }
 fail() { FAILED=$((FAILED+1)); echo "FAIL $*"; }
 
+# a program a check runs is bounded (a shell function is not: timeout runs programs only), so a
+# refusal that regressed into a run, or a run that hangs, fails with its name instead of stalling
+# the suite: TEST_TIMEOUT seconds, far above any check's own time here
+TEST_TIMEOUT=${TEST_TIMEOUT:-600}
+bounded() { if [ "$(type -t "$1")" = file ]; then timeout -k 10 "$TEST_TIMEOUT" "$@"; else "$@"; fi; }
+how() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ] && echo "exit $1: not done in $TEST_TIMEOUT s" || echo "exit $1"; }
+
 # check NAME CMD...: passes when CMD exits 0
 check() {
     local name=$1; shift
     # output lands in $TMP/out and $TMP/err only when the command is done, so a check may grep the previous one's
-    "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
+    bounded "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
     mv "$TMP/out.new" "$TMP/out"; mv "$TMP/err.new" "$TMP/err"
-    if [ $rc -eq 0 ]; then ok "$name"; else fail "$name (exit $rc)"; tail -5 "$TMP/err" | sed 's/^/     /'; fi
+    if [ $rc -eq 0 ]; then ok "$name"; else fail "$name ($(how $rc))"; tail -5 "$TMP/err" | sed 's/^/     /'; fi
 }
 
-# refuse NAME REGEX CMD...: passes when CMD exits non-zero, does not crash (signal), and stderr matches REGEX
+# refuse NAME REGEX CMD...: passes when CMD exits non-zero by itself (not by a signal, not by a timeout)
+# and stderr matches REGEX; the line that matched is printed
 refuse() {
     local name=$1 re=$2; shift 2
-    "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
+    bounded "$@" >"$TMP/out.new" 2>"$TMP/err.new"; local rc=$?
     mv "$TMP/out.new" "$TMP/out"; mv "$TMP/err.new" "$TMP/err"
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
-        ok "$name: $(head -1 "$TMP/err" | cut -c1-140)"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
+        ok "$name: $(grep -E -m1 -- "$re" "$TMP/err" | cut -c1-140)"
     else
-        fail "$name (exit $rc, stderr: $(head -2 "$TMP/err" | tr '\n' ' ' | cut -c1-200))"
+        fail "$name ($(how $rc), stderr: $(head -2 "$TMP/err" | tr '\n' ' ' | cut -c1-200))"
     fi
 }
 

@@ -20,18 +20,6 @@ tally() {
     fi
 }
 
-# ends NAME REGEX CMD...: the job exits non-zero by itself (not by the timeout, not by a signal) and
-# stderr matches REGEX
-ends() {
-    local name=$1 re=$2; shift 2
-    "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -lt 128 ] && grep -Eq -- "$re" "$TMP/err"; then
-        ok "$name: $(grep -E -m1 -- "$re" "$TMP/err" | cut -c1-140)"
-    else
-        fail "$name (exit $rc$([ $rc -eq 124 ] && echo ': hung until the timeout'), stderr: $(head -2 "$TMP/err" | tr '\n' ' ' | cut -c1-200))"
-    fi
-}
-
 if [ ! -x $T ]; then
     fail "$T is not built (make $T)"
     finish; exit
@@ -39,12 +27,12 @@ fi
 
 tally "one process, no mpirun" timeout 60 $T
 built_with_mpi=$(grep -c "built with MPI" "$TMP/out")
-ends "one process, P = 2: refused" "--stages 2 does not divide the 1 rank: the rank count must be P x D \(launch with mpirun" \
+refuse "one process, P = 2: refused" "--stages 2 does not divide the 1 rank: the rank count must be P x D \(launch with mpirun" \
     timeout 60 $T 2
 if [ "$built_with_mpi" -eq 0 ]; then
     echo "note: $T was built without MPI (no mpicc, or NO_MPI=1): the multi-rank cases do not apply"
     if command -v mpirun >/dev/null; then
-        ends "a build without MPI refuses to run as 2 ranks" "launched by mpirun with 2 ranks, but this build has no MPI" \
+        refuse "a build without MPI refuses to run as 2 ranks" "launched by mpirun with 2 ranks, but this build has no MPI" \
             "${MPIRUN[@]}" -np 2 $T
     fi
     finish; exit
@@ -67,31 +55,31 @@ tally "mpirun -np 4, P = 2 (D = 2), replicas first" "${MPIRUN[@]}" -np 4 $T 2 --
 tally "mpirun -np 6, P = 3 (D = 2), replicas first" "${MPIRUN[@]}" -np 6 $T 3 --replicas
 tally "mpirun -np 6, P = 2 (D = 3), replicas first" "${MPIRUN[@]}" -np 6 $T 2 --replicas
 
-ends "mpirun -np 4, P = 3: refused" "--stages 3 does not divide the 4 ranks: the rank count must be P x D" \
+refuse "mpirun -np 4, P = 3: refused" "--stages 3 does not divide the 4 ranks: the rank count must be P x D" \
     "${MPIRUN[@]}" -np 4 $T 3
 check "... by each of the 4 ranks" \
     test "$(grep -oE '^\[rank [0-3]\] --stages 3 does not divide' "$TMP/err" | sort -u | wc -l)" -eq 4
 
 # one rank fails while the others wait in a collective or a receive: the job must still end
-ends "a message over the size limit on rank 3 ends the job" \
+refuse "a message over the size limit on rank 3 ends the job" \
     '^\[rank 3\] tdpipe/comm\.c:[0-9]+: comm_gather_to_root of 2147483648 bytes exceeds' \
     "${MPIRUN[@]}" -np 4 $T 1 --fatal gather-size
-ends "a receive shorter than the message: MPI's error, with rank, file, line and call" \
+refuse "a receive shorter than the message: MPI's error, with rank, file, line and call" \
     '^\[rank [13]\] tdpipe/comm\.c:[0-9]+: MPI_(Wait|Test)\(.*\) failed: MPI_ERR_TRUNCATE' \
     "${MPIRUN[@]}" -np 4 $T 2 --fatal truncate
-ends "a message shorter than the receive expects" \
+refuse "a message shorter than the receive expects" \
     '^\[rank 1\] tdpipe/comm\.c:[0-9]+: a message of 100 bytes from stage 0 \(tag 3\): 50 bytes arrived where 100 were expected' \
     "${MPIRUN[@]}" -np 2 $T 2 --fatal short
-ends "a transfer between world ranks shorter than the receive expects (its second message of two)" \
+refuse "a transfer between world ranks shorter than the receive expects (its second message of two)" \
     '^\[rank 0\] tdpipe/comm\.c:[0-9]+: a message of 700 bytes from rank 1 \(tag 9\): 500 bytes arrived where 700 were expected' \
     "${MPIRUN[@]}" -np 2 $T 1 --fatal world-size
 # a rank that works alone for a while (rank 0 writing a checkpoint) under a short --comm-timeout
-ends "rank 0 busy 6 s, the others waiting under --comm-timeout 1: they time out" \
+refuse "rank 0 busy 6 s, the others waiting under --comm-timeout 1: they time out" \
     'waited [0-9]+ s for every rank.s agreement \(a value all ranks share\) \(--comm-timeout 1\)' \
     "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root
 slow_root_allowed() { "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root-allowed >"$TMP/out" 2>&1 && grep -q "the job went on" "$TMP/out"; }
 check "... and go on when comm_timeout_allow gives that work 30 s" slow_root_allowed
-ends "... and time out after 1 + 0.5 s when it gives 0.5 s, naming the allowance" \
+refuse "... and time out after 1 + 0.5 s when it gives 0.5 s, naming the allowance" \
     'waited [0-9]+ s for every rank.s agreement \(a value all ranks share\) \(--comm-timeout 1 \+ 0\.5 s for rank 0.s test work\)' \
     "${MPIRUN[@]}" -np 2 $T 1 --fatal slow-root-short
 # a rank stopped (SIGSTOP) for 4 s while it waits under --comm-timeout 2, then continued: the stop is not waiting
