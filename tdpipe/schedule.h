@@ -150,8 +150,8 @@ int schedule_shape_steady_steps(const ScheduleShape* shape);
 // what stage s must hold to run sch in any order its dependencies allow: activation slots,
 // weight stashes (versions kept besides the current one) and gradient-cache slots. Synchronous
 // schedules run their lists as printed (the stats above); tdpipe runs event-driven, so its bounds
-// come from the window (W > 0): (P - s) + W slots (on the last stage, whose backward is always ready
-// after its forward, 1 and the next input's: 2, 1 at P = 1), ceil(W / M) stashes, 1 or 2 + (W - 1) / M ring slots,
+// come from the window (W > 0): (P - s) + W slots (the last stage 2: its backward is always ready after
+// its forward, and the next input arrives meanwhile; 1 at P = 1), ceil(W / M) stashes, 1 or 2 + (W - 1) / M ring slots,
 // each at most what the schedule's length can use (n_steps * M slots, n_steps - 1 stashes, n_steps ring slots).
 void schedule_stage_limits(const Schedule* sch, int s, int* slots, int* stashes, int* grad_slots);
 
