@@ -120,15 +120,16 @@ static int aew_auto_max(const Trainer* tr) {
     return tr->a.warmup > 0 && tr->a.aew_start >= tr->a.warmup ? 2 * M : M;
 }
 
-// the shape the run's memory is planned for: its widest window (auto: the widest it may choose) on
-// every stage; and its longest chunk (tdpipe's run up to --consistency-every steps)
+// the shape the run's memory is planned for: each stage's window (auto: the widest it may choose, on
+// every stage; rollbacks and the drift monitor only narrow them); and its longest chunk (tdpipe's run
+// up to --consistency-every steps)
 static ScheduleShape planned_shape(const Trainer* tr, int* longest) {
     const TrainArgs* a = &tr->a;
     int W_max = 0;
     for (int i = 0; i < a->stages; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
     if (tr->W == -1) W_max = aew_auto_max(tr);
     *longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
-    return (ScheduleShape){.kind = tr->kind, .P = a->stages, .M = a->grad_accum, .W = W_max};
+    return (ScheduleShape){.kind = tr->kind, .P = a->stages, .M = a->grad_accum, .W = W_max, .stage_W = tr->W == -1 ? NULL : tr->stage_W};
 }
 
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage

@@ -30,7 +30,6 @@ int run_memory_device_over(Stage* st, int local_ranks, double plan, double* used
 int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen) {
     ScheduleShape planned = *shape;
     planned.first_step = 0;
-    planned.stage_W = NULL; // (every stage at the widest window)
     planned.n_steps = schedule_shape_steady_steps(&planned);
     if (longest < planned.n_steps) planned.n_steps = longest > 2 ? longest : 2;
     Schedule sch;

@@ -20,9 +20,10 @@ typedef struct {
     int grad_slots; // gradient-cache slots
 } StageHolds;
 
-// stage s of a run of this shape (kind, P, M, the widest window W) whose chunks run at most `longest`
-// steps: a window's stashes and ring grow with a chunk's length up to the schedule's steady steps, so
-// it is planned at the longer of 2 and the shorter of the two. 1 with err when the shape does not build
+// stage s of a run of this shape (kind, P, M, the widest window W, stage_W or NULL: W on every stage)
+// whose chunks run at most `longest` steps: a window's stashes and ring grow with a chunk's length up
+// to the schedule's steady steps, so it is planned at the longer of 2 and the shorter of the two. 1
+// with err when the shape does not build
 int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen);
 // every stage's, as a table (--print-schedule)
 int run_memory_print_holds(FILE* f, const ScheduleShape* shape, int longest, const StaleComp* comp, char* err, size_t errlen);

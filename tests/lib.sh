@@ -48,6 +48,10 @@ use_mpi() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
     MPI="timeout 180 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
 }
+# what each stage holds, "stage:slots,stashes,ring " per stage: plan_holds from --print-schedule's
+# table, end_holds from a run's end table (what it allocated)
+plan_holds() { awk '/^stage  act\. slots/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $2, $3, $4 }' "$1"; }
+end_holds() { awk '/act\. slots/ && /meas/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $6, $8, $10; next } { f = 0 }' "$1"; }
 losses() { grep -o '^{"step": [0-9]*, "loss": [^,]*' "$1/log.jsonl" | cut -d' ' -f4; }
 
 finish() { echo "$PASSED passed, $FAILED failed"; [ $FAILED -eq 0 ]; }

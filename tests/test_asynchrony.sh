@@ -68,6 +68,12 @@ check "--aew 2,2,2,2 at P = 4" $MPI -np 4 $BIN $P4 --aew 2,2,2,2 -o "$TMP/w2222"
 check "--aew 2 at P = 4" $MPI -np 4 $BIN $P4 --aew 2 -o "$TMP/w2"
 check "  bitwise equal" same_run "$TMP/w2222" "$TMP/w2"
 check "--aew 6,4,2,0 at P = 4" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 -o "$TMP/wl"
+cp "$TMP/out" "$TMP/wl.txt" # (its end table: what each stage allocated)
+# the memory plan takes each stage's own window: --print-schedule's table is what that run allocated
+# (stage 3, at W 0, holds no stash and one ring slot; planned at the widest window it had 2 and 3)
+check "  --print-schedule of it: each stage's own window's slots, stashes and ring" bash -c "$BIN $P4 --aew 6,4,2,0 --print-schedule > '$TMP/wl_plan.txt'"
+check "  what the run allocated, stage by stage" test "$(plan_holds "$TMP/wl_plan.txt")" = "$(end_holds "$TMP/wl.txt")"
+check "  stage 3 (W 0): no stash, one ring slot" grep -Eq "^3 +2 +0 +1$" "$TMP/wl_plan.txt"
 check "--aew 6,4,2,0 at P = 4 with jitter 0.3" $MPI -np 4 $BIN $P4 --aew 6,4,2,0 --jitter 0.3 -o "$TMP/wlj"
 check "  bitwise equal" same_run "$TMP/wl" "$TMP/wlj"
 # across P: each window applies to its stage's layers, so the same window per layer at another P is

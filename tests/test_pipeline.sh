@@ -226,8 +226,6 @@ check "--print-schedule under mpirun: rank 0 prints both stages' lists once" tes
 $BIN --print-schedule --stages 4 --schedule tdpipe --aew 2 --micro-batches 4 -e d4 > "$TMP/sched4.txt" 2>&1
 # what each stage holds: (P - s) + W slots but 2 on the last stage, 1 stash, a ring of 2; and it is what
 # the P = 4 run of the same shape above allocated (its end table)
-plan_holds() { awk '/^stage  act\. slots/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $2, $3, $4 }' "$1"; }
-end_holds() { awk '/act\. slots/ && /meas/ { f = 1; next } f && /^[0-9]/ { printf "%s:%s,%s,%s ", $1, $6, $8, $10; next } { f = 0 }' "$1"; }
 check "--print-schedule: what each stage holds (6, 5, 4 and 2 activation slots, 1 stash, a ring of 2)" test "$(plan_holds "$TMP/sched4.txt")" = "0:6,1,2 1:5,1,2 2:4,1,2 3:2,1,2 "
 check "  what the P = 4 run allocated, stage by stage" test "$(plan_holds "$TMP/sched4.txt")" = "$(end_holds "$TMP/sw4m.txt")"
 check "--print-schedule prints P = 4 from one process (no ranks needed to print)" test "$(grep -c '^stage [0-3]:' "$TMP/sched4.txt")" -eq 4
