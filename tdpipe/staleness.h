@@ -43,9 +43,10 @@ static inline int staleness_ahead(const StaleComp* c, const Op* op) {
 static inline int staleness_second_order(const StaleComp* c) { return c && c->curvature && (c->methods & STALE_PREDICT); }
 // the weight stashes a stage holds for a schedule whose limits ask `stashes`: weight prediction holds
 // each stale version's extrapolations instead of (and, while the versions of two steps overlap,
-// beside) its plain copy, at most one per (version, ahead) in flight
+// beside) its plain copy, at most one per (version, ahead) in flight. None where the limits ask none:
+// such a schedule runs every micro-batch on the current weights, so nothing is stale to predict for
 static inline int staleness_stashes(const StaleComp* c, int stashes) {
-    return c && (c->methods & STALE_PREDICT) ? (stashes + 1) * (stashes > 0 ? stashes : 1) : stashes;
+    return c && (c->methods & STALE_PREDICT) ? (stashes + 1) * stashes : stashes;
 }
 // second-order prediction: the factor on the change between the last two updates, u_v - u_(v-1), for a
 // prediction `ahead` updates ahead: if each update to come changes by that much again, the sum of the

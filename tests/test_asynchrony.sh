@@ -20,6 +20,7 @@ check "  and the run is bitwise the one without it" same_run "$TMP/plain" "$TMP/
 check "tdpipe W = 4, --stale-comp none" $BIN $S --aew 4 --stale-comp none -o "$TMP/none"
 check "  none is bitwise the run without the flag" same_run "$TMP/plain" "$TMP/none"
 check "--stale-comp predict at W = 0 (nothing stale)" $BIN $S --aew 0 --stale-comp predict -o "$TMP/p0"
+check "  it holds no weight stash (it held one that no micro-batch could use)" test "$(end_holds "$TMP/out")" = "0:1,0,1 "
 check "1f1b" $BIN ${S/--schedule tdpipe/--schedule 1f1b} -o "$TMP/f1b"
 check "  prediction with no stale micro-batch is 1F1B, bitwise" same_run "$TMP/p0" "$TMP/f1b"
 for c in predict dcasgd lr; do
