@@ -120,16 +120,20 @@ static int aew_auto_max(const Trainer* tr) {
     return tr->a.warmup > 0 && tr->a.aew_start >= tr->a.warmup ? 2 * M : M;
 }
 
-// the shape the run's memory is planned for: each stage's window (auto: the widest it may choose, on
-// every stage; rollbacks and the drift monitor only narrow them); and its longest chunk (tdpipe's run
-// up to --consistency-every steps)
-static ScheduleShape planned_shape(const Trainer* tr, int* longest) {
+// the widest of --aew's windows (0 under auto, before it has chosen)
+static int widest_window(const Trainer* tr) {
+    int W = 0;
+    for (int i = 0; i < tr->a.stages; i++) W = tr->stage_W[i] > W ? tr->stage_W[i] : W;
+    return W;
+}
+
+// the shape the run's memory is planned for: each stage's window (auto: its widest choice on every stage;
+// rollbacks and the drift monitor only narrow them), over its longest chunk (up to --consistency-every)
+static ScheduleShape planned_shape(const Trainer* tr) {
     const TrainArgs* a = &tr->a;
-    int W_max = 0;
-    for (int i = 0; i < a->stages; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
-    if (tr->W == -1) W_max = aew_auto_max(tr);
-    *longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
-    return (ScheduleShape){.kind = tr->kind, .P = a->stages, .M = a->grad_accum, .W = W_max, .stage_W = tr->W == -1 ? NULL : tr->stage_W};
+    int longest = a->consistency_every < a->steps ? a->consistency_every : a->steps;
+    return (ScheduleShape){.kind = tr->kind, .P = a->stages, .M = a->grad_accum, .W = tr->W == -1 ? aew_auto_max(tr) : widest_window(tr),
+                           .n_steps = longest, .stage_W = tr->W == -1 ? NULL : tr->stage_W};
 }
 
 // --grad-cache N caps the gradient-cache ring: refuse a schedule that needs more slots per stage
@@ -238,9 +242,7 @@ static void parse(Trainer* tr, int argc, char** argv) {
         fprintf(stderr, "note: lr %g (-l; 3e-3 by default, for the small models) is high for a model of width C %d: GPT-3's 125M model (C 768) "
                         "trained at 6e-4 and llm.c trains GPT-2 124M at 3e-4; the loss may diverge\n", a->lr, tr->cfg.channels);
     if (run_model_partition(&tr->part, a, &tr->cfg, P, NULL, err, sizeof(err))) fatal_all("%s", err);
-    int W_max = 0;
-    for (int i = 0; i < P; i++) W_max = tr->stage_W[i] > W_max ? tr->stage_W[i] : W_max;
-    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = W_max, .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
+    ScheduleShape shape = {.kind = tr->kind, .P = P, .M = a->grad_accum, .W = widest_window(tr), .first_step = 0, .n_steps = 2, .stage_W = tr->stage_W};
     Schedule sch;
     if (schedule_build(&sch, &shape, err, sizeof(err))) fatal_all("%s", err);
     check_grad_cache(tr, &shape);
@@ -250,9 +252,8 @@ static void parse(Trainer* tr, int argc, char** argv) {
             run_model_partition_header(stdout, a, !strcmp(a->partition, "auto") ? "auto over the FLOP model: a run times passes instead" : a->partition, 0);
             partition_print(stdout, &tr->part);
             schedule_print(&sch, stdout);
-            int longest;
-            ScheduleShape planned = planned_shape(tr, &longest);
-            if (run_memory_print_holds(stdout, &planned, longest, &tr->comp, err, sizeof(err))) fatal_all("%s", err);
+            ScheduleShape planned = planned_shape(tr);
+            if (run_memory_print_holds(stdout, &planned, &tr->comp, err, sizeof(err))) fatal_all("%s", err);
         }
         schedule_free(&sch);
         comm_finalize(&tr->comm);
@@ -511,22 +512,20 @@ static void print_startup(const Trainer* tr) {
     fflush(stdout);
 }
 
-// the flags that shrink what a memory refusal counted: the schedule's own knob where it has one (GPipe
-// keeps all M micro-batches in flight, a window its stashes), beside -b, -t and the model
-static const char* memory_knobs(const Trainer* tr, int W_max) {
-    if (tr->kind == SCHED_GPIPE) return "-b, -t, --micro-batches (GPipe holds them all in flight) or the model";
-    return tr->kind == SCHED_TDPIPE && W_max != 0 ? "-b, -t, --aew or the model" : "-b, -t or the model";
+// the flags that shrink what a memory refusal counted: -b, -t, the model, and the schedule's own knob
+static const char* memory_knobs(const ScheduleShape* planned) {
+    if (planned->kind == SCHED_GPIPE) return "-b, -t, --micro-batches (GPipe holds them all in flight) or the model";
+    return planned->kind == SCHED_TDPIPE && planned->W != 0 ? "-b, -t, --aew or the model" : "-b, -t or the model";
 }
 
 // what the run will reserve on this host (every rank of it: the host's memory is shared), against what
 // the host, or the container's memory limit, has left: refused with both figures before training
 static void check_memory(Trainer* tr) {
     TrainArgs* a = &tr->a;
-    int longest;
-    ScheduleShape planned = planned_shape(tr, &longest);
+    ScheduleShape planned = planned_shape(tr);
     StageHolds h;
     char err[1024];
-    if (run_memory_stage_holds(&planned, longest, &tr->comp, tr->comm.stage, &h, err, sizeof(err))) fatal_all("%s", err);
+    if (run_memory_stage_holds(&planned, &tr->comp, tr->comm.stage, &h, err, sizeof(err))) fatal_all("%s", err);
     int W_max = planned.W, gacts = tr->kind == SCHED_ZBH1 ? h.slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
     double mine = stage_planned_bytes(&tr->stage, h.slots, gacts, h.grad_slots, h.stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
@@ -538,7 +537,7 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower %s%s\n",
-                host / gib, ranks, h.slots, h.stashes, h.grad_slots, (double)m.bytes / gib, m.source, memory_knobs(tr, W_max), a->recompute || h.slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
+                host / gib, ranks, h.slots, h.stashes, h.grad_slots, (double)m.bytes / gib, m.source, memory_knobs(&planned), a->recompute || h.slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device
@@ -550,7 +549,7 @@ static void check_memory(Trainer* tr) {
         fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
                         "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
                         "lower %s\n",
-                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(tr, W_max));
+                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(&planned));
         bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);

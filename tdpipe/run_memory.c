@@ -27,26 +27,40 @@ int run_memory_device_over(Stage* st, int local_ranks, double plan, double* used
     return *used + plan * *sharing > *total;
 }
 
-int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen) {
+// the schedule a plan reads: shape for the longer of 2 and the shorter of its n_steps (the run's longest
+// chunk) and its steady steps, after which a window's stashes and ring grow no more
+static int planned_schedule(const ScheduleShape* shape, Schedule* sch, char* err, size_t errlen) {
     ScheduleShape planned = *shape;
+    int steady = schedule_shape_steady_steps(shape);
     planned.first_step = 0;
-    planned.n_steps = schedule_shape_steady_steps(&planned);
-    if (longest < planned.n_steps) planned.n_steps = longest > 2 ? longest : 2;
+    planned.n_steps = shape->n_steps < steady ? (shape->n_steps > 2 ? shape->n_steps : 2) : steady;
+    return schedule_build(sch, &planned, err, errlen);
+}
+
+static StageHolds holds_of(const Schedule* sch, int s, const StaleComp* comp) {
+    StageHolds h;
+    schedule_stage_limits(sch, s, &h.slots, &h.stashes, &h.grad_slots);
+    h.stashes = staleness_stashes(comp, h.stashes);
+    return h;
+}
+
+int run_memory_stage_holds(const ScheduleShape* shape, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen) {
     Schedule sch;
-    if (schedule_build(&sch, &planned, err, errlen)) return 1;
-    schedule_stage_limits(&sch, s, &h->slots, &h->stashes, &h->grad_slots);
+    if (planned_schedule(shape, &sch, err, errlen)) return 1;
+    *h = holds_of(&sch, s, comp);
     schedule_free(&sch);
-    h->stashes = staleness_stashes(comp, h->stashes);
     return 0;
 }
 
-int run_memory_print_holds(FILE* f, const ScheduleShape* shape, int longest, const StaleComp* comp, char* err, size_t errlen) {
+int run_memory_print_holds(FILE* f, const ScheduleShape* shape, const StaleComp* comp, char* err, size_t errlen) {
+    Schedule sch;
+    if (planned_schedule(shape, &sch, err, errlen)) return 1;
     fprintf(f, "what each stage holds at most (the run's memory plan; its end table shows what it took):\n");
     fprintf(f, "stage  act. slots  stashes  grad ring\n");
-    for (int s = 0; s < shape->P; s++) {
-        StageHolds h;
-        if (run_memory_stage_holds(shape, longest, comp, s, &h, err, errlen)) return 1;
-        fprintf(f, "%-5d  %10d  %7d  %9d\n", s, h.slots, h.stashes, h.grad_slots);
+    for (int st = 0; st < shape->P; st++) {
+        StageHolds h = holds_of(&sch, st, comp);
+        fprintf(f, "%-5d  %10d  %7d  %9d\n", st, h.slots, h.stashes, h.grad_slots);
     }
+    schedule_free(&sch);
     return 0;
 }

@@ -20,13 +20,13 @@ typedef struct {
     int grad_slots; // gradient-cache slots
 } StageHolds;
 
-// stage s of a run of this shape (kind, P, M, the widest window W, stage_W or NULL: W on every stage)
-// whose chunks run at most `longest` steps: a window's stashes and ring grow with a chunk's length up
-// to the schedule's steady steps, so it is planned at the longer of 2 and the shorter of the two. 1
-// with err when the shape does not build
-int run_memory_stage_holds(const ScheduleShape* shape, int longest, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen);
+// stage s of a run of this shape (kind, P, M, the widest window W, stage_W or NULL: W on every stage;
+// n_steps: the run's longest chunk): a window's stashes and ring grow with a chunk's length up to the
+// schedule's steady steps, so it is planned at the longer of 2 and the shorter of the two. 1 with err
+// when the shape does not build
+int run_memory_stage_holds(const ScheduleShape* shape, const StaleComp* comp, int s, StageHolds* h, char* err, size_t errlen);
 // every stage's, as a table (--print-schedule)
-int run_memory_print_holds(FILE* f, const ScheduleShape* shape, int longest, const StaleComp* comp, char* err, size_t errlen);
+int run_memory_print_holds(FILE* f, const ScheduleShape* shape, const StaleComp* comp, char* err, size_t errlen);
 
 // rank 0: the bytes every rank on its host plans (`mine` on each: the host's memory is shared; a
 // multi-host run counts rank 0's share of its host), 1 when they exceed what the host has left
