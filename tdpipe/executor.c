@@ -359,7 +359,8 @@ static void backward_weight(Run* r, const Op* op, int slot, int ga) {
 }
 
 // B: the gradient of the output in (off the last stage), then both halves of backward. Zero-bubble
-// splits them: BI the input half (the slot's weights are then done with), BW the weight half, later
+// splits them: BI the input half (the slot's weights are then done with; a weight half that runs the
+// forward again under --recompute finds them still current, zbh1 being synchronous), BW the weight half, later
 static OpMarks op_backward(Run* r, const Op* op) {
     int g = mb_of(r, op), slot = r->slot_of[g];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);

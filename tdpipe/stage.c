@@ -162,6 +162,12 @@ int stage_has_weights(const Stage* st, int version, int ahead) {
     return (version == st->version && ahead == 0) || find_stash(st, version, ahead) >= 0;
 }
 
+// the same for a weight half, where they may be gone: the input half was their last reader
+static int weights_if_held(const Stage* st, const Op* op) {
+    int ahead = st->comp ? staleness_ahead(st->comp, op) : 0;
+    return stage_has_weights(st, op->version, ahead) ? stash_of(st, op->version, ahead) : STAGE_WEIGHTS_GONE;
+}
+
 float stage_forward(Stage* st, const Op* op, int slot, int targets_valid) {
     if (!msgs_direct(st) && !st->range.has_embed)
         st->be->upload_input(st, slot, slot == STAGE_SAMPLE_SLOT ? st->host_sample[0] : st->host_in[slot]);
@@ -176,12 +182,13 @@ void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dl
 void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook) {
     int k = stage_grad_slot(st, op->step);
     int dc = st->comp && staleness_applies(st->comp, STALE_DCASGD, op);
+    int stash = dc ? weights_of(st, op) : weights_if_held(st, op); // (DC-ASGD reads them always)
     if (!dc && !unit_sq) {
-        st->be->backward_weight(st, op, slot, gacts, k, hook);
+        st->be->backward_weight(st, op, slot, gacts, k, stash, hook);
         return;
     }
     if (!st->be->backward_weight_alone) td_fatal("the %s backend cannot compute a micro-batch's gradient alone (DC-ASGD, --gns)", st->be->name);
-    st->be->backward_weight_alone(st, op, slot, gacts, k, dc ? weights_of(st, op) : STAGE_NO_DC, unit_sq);
+    st->be->backward_weight_alone(st, op, slot, gacts, k, stash, dc, unit_sq);
 }
 
 int stage_grads_readable_during_backward(const Stage* st) { return st->be->host_memory; }

@@ -24,7 +24,7 @@ extern "C" {
 //   share    the tied embedding's gradient on one end: the encoder's (first stage, in wte's
 //            gradient) or the LM head's (last stage, dwte_head); both ends apply first + last
 #define STAGE_SAMPLE_SLOT (-1)
-#define STAGE_NO_DC (-2) // backward_weight_alone: no DC-ASGD sums
+#define STAGE_WEIGHTS_GONE (-3) // a weight half's weights are neither current nor stashed (its input half read them last)
 
 typedef struct Stage Stage;
 
@@ -50,9 +50,10 @@ typedef struct {
     // compute; forward reads the slot's tokens (stage_inputs, stage_targets) and, off the first stage, its input_msg
     float (*forward)(Stage* st, const Op* op, int slot, int stash, int targets_valid);
     void (*backward_input)(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss); // reads grad_msg(gacts) off the last stage
-    // hook: NULL, or told of each unit of slot k that is complete (gpt2.h: GPT2UnitHook); a backend
-    // whose gradient is not in host memory may ignore it
-    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook);
+    // stash: the weights the micro-batch ran on, or STAGE_WEIGHTS_GONE (only a backend that runs the
+    // forward again, under recomputation, reads them); hook: NULL, or told of each unit of slot k that
+    // is complete (gpt2.h: GPT2UnitHook); a backend whose gradient is not in host memory may ignore it
+    void (*backward_weight)(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook);
     void (*finish)(Stage* st); // returns when the compute enqueued so far has run (NULL: calls return when done)
     void (*probs)(Stage* st, int slot, int t, float* out); // (V) last stage: softmax of row 0's logits at position t
     // weights, gradients and the optimizer
@@ -100,10 +101,10 @@ typedef struct {
     void (*predict)(Stage* st, int i, const AdamWConfig* opt, float lr_sum, float c);
     // before an update, under second-order prediction: w_prev, u_prev (llmc/compensation.h: compensation_track)
     void (*track)(Stage* st, int first);
-    // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc_stash
-    // (>= -1: the weights it used) adds it into slot k's DC-ASGD sums too (STAGE_NO_DC: not), unit_sq
-    // (L + 3, or NULL) gets its per-unit squared norms added, the tied LM head's share in unit L + 2
-    void (*backward_weight_alone)(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq);
+    // backward_weight with the micro-batch's gradient computed alone, then added into slot k: dc adds it
+    // into slot k's DC-ASGD sums too (stash, the weights it used, then held), unit_sq (L + 3, or NULL)
+    // gets its per-unit squared norms added, the tied LM head's share in unit L + 2
+    void (*backward_weight_alone)(Stage* st, const Op* op, int slot, int gacts, int k, int stash, int dc, double* unit_sq);
     void (*head_share_sumsq)(Stage* st, int k, double* out); // last stage: *out = |slot k's LM-head share of wte's gradient|^2
     void (*dc_correct)(Stage* st, int k, float lambda); // slot k += lambda (w * sum g^2 - sum g^2 w_used); the sums zeroed
 } StageBackend;

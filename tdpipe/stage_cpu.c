@@ -16,8 +16,6 @@
 typedef struct {
     float* x_in; // (B, T, C) the input received (off the first stage), else NULL
     float* out;  // (B, T, C) the output sent (off the last stage), else NULL
-    int stash;   // the weights its input-gradient half named (the weight half may run the forward again with them:
-                 // only zbh1 splits the halves, and it is synchronous, so no update comes between and they still stand)
 } KeptSlot;
 
 typedef struct {
@@ -255,32 +253,35 @@ static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targe
 }
 
 // the activations slot's backward reads: kept, or under recomputation its forward run again (unless
-// the working set still holds it), with the weights the input-gradient half names (stash; the weight
-// half passes STASH_AS_NAMED: those again). The forward's own weights may have become a stash since
-// (an update came between, and the version was stashed for it). A backward follows a training
-// forward, so the targets are valid on the last stage; the loss it computes again is dropped.
-enum { STASH_AS_NAMED = -3 }; // (-1 names the current weights, -2 is STAGE_NO_DC)
-static const GPT2Acts* acts_for_backward(Stage* st, int slot, int stash) {
+// the working set still holds it), with the weights each half is given for op: they may have become
+// a stash since the forward (an update came between, and the version was stashed for it), and where a
+// weight half finds them gone it stops rather than recompute on other weights. A backward follows a
+// training forward, so the targets are valid on the last stage; the loss it computes again is dropped.
+static const GPT2Acts* acts_for_backward(Stage* st, const Op* op, int slot, int stash) {
     CpuStage* c = cpu_of(st);
     if (!c->recompute) return &c->acts[slot];
-    if (stash != STASH_AS_NAMED) c->kept[slot].stash = stash;
-    if (c->work_holds != slot) work_forward(st, slot, c->kept[slot].stash, st->range.has_head);
+    if (c->work_holds == slot) return &c->work;
+    if (stash == STAGE_WEIGHTS_GONE)
+        td_fatal("stage [%d, %d): the weight half of step %d micro-batch %d runs its forward again (--recompute), but its weights "
+                 "(version %d) are neither current nor stashed any more",
+                 st->range.l0, st->range.l1, op->step, op->mb, op->version);
+    work_forward(st, slot, stash, st->range.has_head);
     return &c->work;
 }
 
 // the output gradient was received in place (grad_msg): the last slice of gacts' dres3
 static void cpu_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
-    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), acts_for_backward(st, slot, stash), &cpu_of(st)->gacts[gacts], NULL, dloss,
+    gpt2_backward_input(&st->cfg, &st->range, weights(st, stash), acts_for_backward(st, op, slot, stash), &cpu_of(st)->gacts[gacts], NULL, dloss,
                         progress_of(st));
 }
 
 // a FRESH slot's first backward writes it (its embeddings' tensors are zero for the encoder's scatter,
 // which gpt2_backward_weight runs first: it adds into them, the other tensors are written)
-static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
+static void cpu_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook) {
     CpuStage* c = cpu_of(st);
     int accumulate = c->state[k] != SLOT_FRESH;
     c->state[k] = SLOT_LIVE;
-    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], hook ? hook : progress_of(st),
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, op, slot, stash), &c->gacts[gacts], hook ? hook : progress_of(st),
                          &c->gviews[k], c->dwte_head[k], accumulate); // (a data-parallel sync's hook moves MPI along itself)
 }
 
@@ -347,16 +348,15 @@ static void alone_alloc(Stage* st, int dc) {
 // squared norms, then into slot k (and the DC-ASGD sums), which is added to: a FRESH slot is made
 // exact in memory first. The head share belongs to the tied wte: its weights are the version's wte,
 // the first tensor.
-static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int stash, int dc, double* unit_sq) {
     CpuStage* c = cpu_of(st);
-    int dc = dc_stash != STAGE_NO_DC;
     alone_alloc(st, dc);
     slot_written(st, k);
     size_t n = st->num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     memset(c->dc_g, 0, (n + vc) * sizeof(float));
     ParameterTensors g;
     gpt2_point_params(&g, c->dc_g, st->sizes);
-    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, slot, STASH_AS_NAMED), &c->gacts[gacts], progress_of(st), &g,
+    gpt2_backward_weight(&st->cfg, &st->range, acts_for_backward(st, op, slot, stash), &c->gacts[gacts], progress_of(st), &g,
                          vc ? c->dc_g + n : NULL, 1);
     if (unit_sq) {
         StageSlice sl[STAGE_MAX_SLICES(st->range.l1 - st->range.l0)];
@@ -365,7 +365,7 @@ static void cpu_backward_weight_alone(Stage* st, const Op* op, int slot, int gac
         if (vc) unit_sq[st->cfg.num_layers + 2] += global_norm_sumsq(c->dc_g + n, vc);
     }
     if (dc) {
-        const float* w = dc_stash < 0 ? st->params : c->stash[dc_stash];
+        const float* w = stash < 0 ? st->params : c->stash[stash];
         compensation_dc_accumulate(c->grads[k], c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
         if (vc) compensation_dc_accumulate(c->dwte_head[k], c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
     } else {

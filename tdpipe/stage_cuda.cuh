@@ -144,7 +144,7 @@ static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, in
     gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
     cuda_use_weights(c, -1);
 }
-static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) { // (hook: told as each unit's kernels are enqueued)
+static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook) { // (hook: told as each unit's kernels are enqueued)
     gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts], hook);
 }
 // Waits for the stream (not the device), letting MPI move the messages in flight meanwhile: Open MPI
@@ -289,7 +289,7 @@ static void cuda_track(Stage* st, int first) {
 // The micro-batch's weight gradient alone (m's gradient pointers at dc_g, its LM-head share after
 // it), its per-unit squared norms, then into slot k (and DC-ASGD's sums, w_used the compute copy the
 // micro-batch ran on)
-static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
+static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int stash, int dc, double* unit_sq) {
     CudaStage* c = cuda_of(st);
     size_t n = c->m.num_params, vc = st->range.has_head ? st->sizes[0] : 0;
     if (!c->dc_g) td_fatal("cuda_backward_weight_alone: its buffers were not reserved (DC-ASGD or --gns)");
@@ -307,8 +307,8 @@ static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int ga
         free(units);
     }
     GPT2Cuda* m = cuda_model_at(st, k);
-    if (dc_stash != STAGE_NO_DC) {
-        const floatX* w = dc_stash < 0 ? m->params_memory : c->stash[dc_stash];
+    if (dc) {
+        const floatX* w = stash < 0 ? m->params_memory : c->stash[stash];
         dc_accumulate_cuda(m->grads_memory, c->dc_a[k], c->dc_b[k], c->dc_g, w, n);
         if (vc) dc_accumulate_cuda(m->dwte_head, c->dc_a[k] + n, c->dc_b[k] + n, c->dc_g + n, w, vc);
     } else {

@@ -35,8 +35,8 @@ static void staged_backward_input(Stage* st, const Op* op, int slot, int gacts, 
     cpu()->backward_input(inner(st), op, slot, gacts, stash, dloss);
 }
 // (no hook: the gradient lives in the private memory, reached through a host copy only after the step)
-static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
-    cpu()->backward_weight(inner(st), op, slot, gacts, k, NULL);
+static void staged_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook) {
+    cpu()->backward_weight(inner(st), op, slot, gacts, k, stash, NULL);
 }
 static void staged_probs(Stage* st, int slot, int t, float* out) { cpu()->probs(inner(st), slot, t, out); }
 static void staged_stash(Stage* st, int i) { cpu()->stash(inner(st), i); }
@@ -91,8 +91,8 @@ static void staged_predict(Stage* st, int i, const AdamWConfig* opt, float lr_su
     cpu()->predict(inner(st), i, opt, lr_sum, c);
 }
 static void staged_track(Stage* st, int first) { cpu()->track(inner(st), first); }
-static void staged_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int dc_stash, double* unit_sq) {
-    cpu()->backward_weight_alone(inner(st), op, slot, gacts, k, dc_stash, unit_sq);
+static void staged_backward_weight_alone(Stage* st, const Op* op, int slot, int gacts, int k, int stash, int dc, double* unit_sq) {
+    cpu()->backward_weight_alone(inner(st), op, slot, gacts, k, stash, dc, unit_sq);
 }
 static void staged_head_share_sumsq(Stage* st, int k, double* out) { cpu()->head_share_sumsq(inner(st), k, out); }
 static void staged_dc_correct(Stage* st, int k, float lambda) { cpu()->dc_correct(inner(st), k, lambda); }

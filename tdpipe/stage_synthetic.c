@@ -41,7 +41,7 @@ static float syn_forward(Stage* st, const Op* op, int slot, int stash, int targe
 static void syn_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
     wait_for(st, op, op->kind == OP_B ? syn_of(st)->b : 0.5 * syn_of(st)->b);
 }
-static void syn_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, const GPT2UnitHook* hook) {
+static void syn_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook) {
     if (op->kind == OP_BW) wait_for(st, op, 0.5 * syn_of(st)->b);
 }
 

@@ -5,6 +5,8 @@
 // out. The two must agree bitwise, losses and final weights, for windows from 0 to beyond M.
 #include <math.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "llmc/adamw.h"
 #include "llmc/builtin_data.h"
 #include "llmc/compensation.h"
@@ -330,11 +332,80 @@ static void test_clip_and_guard(Comm* comm, const float* init, size_t n) {
     free(p_one);
 }
 
+// Recomputation's weight half (zero-bubble's BW) runs the forward again when the working set holds
+// another micro-batch: with the weights the micro-batch ran on, found again from its op, not with
+// whatever is current. Sequence: F0, F1, BI0 (slot 0 recomputed), B1 (slot 1 recomputed, its gradient
+// into slot k), then BW0 must recompute slot 0 on version 0. Run once with no update before BW0, once
+// with version 0 stashed and an update between: BW0's gradient is bitwise the same. Without the stash
+// the stage refuses (a child process), naming the version, rather than use version 1's weights.
+enum { RC_NEVER, RC_STASHED, RC_UNSTASHED }; // what comes between B1 and BW0
+#define RC_CHILD_FLAG "--recompute-unstashed" // main runs RC_UNSTASHED alone
+static void recompute_bw(const float* init, int between, float* grads_out) {
+    GPT2Range all = {0, CFG.num_layers, 1, 1};
+    Stage st;
+    stage_create(&st, &STAGE_CPU, &(StageInit){.cfg = &CFG, .range = all, .B = B, .T = T, .full = init, .recompute = 1});
+    stage_reserve(&st, 2, 2, 1, 1); // two slots, two gradient buffers (BI0's must outlive B1), one stash
+    for (int slot = 0; slot < 2; slot++)
+        for (int i = 0; i < B * T; i++) {
+            stage_inputs(&st, slot)[i] = g_tokens[slot * B * T + i];
+            stage_targets(&st, slot)[i] = g_tokens[slot * B * T + i + 1];
+        }
+    Op f0 = {OP_F, 0, 0, 0, 0}, f1 = {OP_F, 0, 1, 0, 0}, bi0 = {OP_BI, 0, 0, 0, 0}, b1 = {OP_B, 0, 1, 0, 0}, bw0 = {OP_BW, 0, 0, 0, 0};
+    float dloss = 1.0f / (B * T);
+    stage_forward(&st, &f0, 0, 1);
+    stage_forward(&st, &f1, 1, 1);
+    stage_backward_input(&st, &bi0, 0, 0, dloss);
+    stage_backward_input(&st, &b1, 1, 1, dloss);
+    stage_backward_weight(&st, &b1, 1, 1, NULL, NULL);
+    if (between == RC_NEVER) {
+        stage_zero_grad(&st, 0);
+    } else {
+        if (between == RC_STASHED) stage_stash_current(&st);
+        AdamWConfig o = adamw();
+        stage_update(&st, 0, &o, LR, 1, 1.0f); // moves the weights (B1's gradient): version 1
+        stage_zero_grad(&st, 0);
+    }
+    stage_backward_weight(&st, &bw0, 0, 0, NULL, NULL);
+    memcpy(grads_out, stage_cpu_grads(&st, 0), st.num_params * sizeof(float));
+    stage_destroy(&st);
+}
+
+static void test_recompute_weight_half(const char* self, const float* init, size_t n) {
+    float* never = (float*)malloc_check(n * sizeof(float));
+    float* stashed = (float*)malloc_check(n * sizeof(float));
+    recompute_bw(init, RC_NEVER, never);
+    recompute_bw(init, RC_STASHED, stashed);
+    double sq = 0.0;
+    for (size_t i = 0; i < n; i++) sq += (double)never[i] * never[i];
+    CHECK(sq > 0.0 && memcmp(never, stashed, n * sizeof(float)) == 0,
+          "--recompute: a weight half after an update recomputes on the stashed version, bitwise its gradient without the update (|g|^2 %.6g)", sq);
+    // the refusal in a fresh process of this program (a forked copy of an OpenMP process hangs in its
+    // first parallel region), its stderr read back
+    int fds[2];
+    char msg[512] = "";
+    if (pipe(fds) != 0) td_fatal("pipe failed");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execl(self, self, RC_CHILD_FLAG, (char*)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    ssize_t got, have = 0;
+    while (have < (ssize_t)sizeof msg - 1 && (got = read(fds[0], msg + have, sizeof msg - 1 - have)) > 0) have += got;
+    msg[have] = 0;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(msg, "the weight half of step 0 micro-batch 0 runs its forward again (--recompute), but its weights (version 0) are neither current nor stashed"),
+          "  and with version 0 not stashed it refuses instead of recomputing on version 1: %s", msg);
+    free(never);
+    free(stashed);
+}
+
 int main(int argc, char** argv) {
-    Comm comm;
-    comm_init(&comm, &argc, &argv);
-    char err[256];
-    if (comm_grid(&comm, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     MarkovSource src;
     markov_init(&src, 11);
     markov_generate(&src, g_tokens, TOKENS, 12);
@@ -343,6 +414,14 @@ int main(int argc, char** argv) {
     float* init = (float*)malloc_check(n * sizeof(float));
     float* ref = (float*)malloc_check(n * sizeof(float));
     gpt2_init_full(&CFG, init, 5);
+    if (argc == 2 && !strcmp(argv[1], RC_CHILD_FLAG)) {
+        recompute_bw(init, RC_UNSTASHED, ref); // expected to stop in td_fatal
+        return 0;
+    }
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    char err[256];
+    if (comm_grid(&comm, 1, PLACE_STAGES_FIRST, err, sizeof(err))) td_fatal("%s", err);
     int windows[] = {0, 1, M / 2, M, M + 1, 2 * M};
     for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
         int W = windows[k];
@@ -438,6 +517,7 @@ int main(int argc, char** argv) {
     test_lr_factor_late_chunk();
     test_drift_figures();
     test_clip_and_guard(&comm, init, n);
+    test_recompute_weight_half(argv[0], init, n);
     free(init);
     free(ref);
     comm_finalize(&comm);
