@@ -56,7 +56,9 @@ static int parse_per_rank(const char* flag, const char* list, int P, double hi, 
         char* end;
         v[i] = strtod(it, &end);
         if (end == it || !(v[i] > 0) || !(v[i] <= hi) || (*end != ',' && *end != '\0') || (*end == '\0' && i != P - 1) || (*end == ',' && i == P - 1)) {
-            snprintf(err, errlen, "--%s %s: expected %d positive numbers up to %g separated by commas, one per stage", flag, list, P, hi);
+            snprintf(err, errlen, P == 1 ? "--%s %s: expected %d positive number up to %g (one per stage)"
+                                          : "--%s %s: expected %d positive numbers up to %g separated by commas, one per stage",
+                     flag, list, P, hi);
             free(v);
             return -1;
         }

@@ -144,7 +144,7 @@ refuse "a switch given a value" "'1' after --synthetic-compute: the flag is a sw
 refuse "a flag where a value belongs (-o -v made a folder named -v)" "-o needs a value, but the flag -v follows it" $BIN -x 1 -o -v 0
 check "  no such folder" test ! -e ./-v
 refuse "--comm-timeout under a second" "--comm-timeout 0.001: a wait of under a second would end healthy runs" $BIN --comm-timeout 0.001
-refuse "--rank-speed inf" "--rank-speed inf: expected 1 positive numbers up to 1e\\+06" $BIN --rank-speed inf -x 1 $Q -o "$TMP/r"
+refuse "--rank-speed inf" "--rank-speed inf: expected 1 positive number up to 1e\\+06 \\(one per stage\\)$" $BIN --rank-speed inf -x 1 $Q -o "$TMP/r"
 # model files of an odd vocabulary: V 64 (the built-in data's bytes go past it), V 70000 (past uint16)
 vocab_model() { python3 - "$@" <<'PY'
 import struct, sys
