@@ -341,9 +341,7 @@ static void choose_device(Trainer* tr) {
 #endif
     if (!tr->use_cuda && strcmp(a->matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a->matmul);
     tr->device = tr->synthetic ? &STAGE_SYNTHETIC : tr->use_cuda ? &STAGE_CUDA : !strcmp(a->device, "cpu-staged") ? &STAGE_CPU_STAGED : &STAGE_CPU;
-    if (a->recompute && (tr->use_cuda || tr->synthetic))
-        fatal_all("--recompute 1: %s", tr->synthetic ? "synthetic compute has no activations to recompute"
-                                                      : "the GPU's code path keeps every activation; the CPU's recomputes (--device cpu or cpu-staged)");
+    if (a->recompute && tr->synthetic) fatal_all("--recompute 1: synthetic compute has no activations to recompute");
     if (tr->comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) { // ranks sharing this host share its cores
         int threads = omp_get_num_procs() / tr->comm.local_ranks;
         omp_set_num_threads(threads > 0 ? threads : 1);
@@ -548,8 +546,9 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
                         "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
-                        "lower %s\n",
-                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(&planned));
+                        "lower %s%s\n",
+                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(&planned),
+                a->recompute || h.slots < 2 ? "" : ", or give --recompute 1");
         bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);

@@ -208,11 +208,6 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
         grep -q "^train_tdpipe: --device cuda: -t 12: the GPU's matmuls take rows" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
     export -f gpu_shape_refused
     run gpu_shape_refusal 20 gpu_shape_refused
-    # --recompute is the CPU's: the GPU's code path keeps every activation, and says so at start
-    gpu_recompute_refused() { ./train_tdpipe --device cuda --recompute 1 -e d2 -x 1 -v 0 -s 0 -o build/gpu_recompute 2>&1 | tee /dev/stderr |
-        grep -q "^train_tdpipe: --recompute 1: the GPU's code path keeps every activation" && [ "${PIPESTATUS[0]}" -ne 0 ]; }
-    export -f gpu_recompute_refused
-    run gpu_recompute_refusal 20 gpu_recompute_refused
     # ---- pipelines on the one GPU: two ranks share it (host-staged MPI, then NCCL), 1f1b and TD-Pipe W = 2
     # (--partition auto, the default, times a layer on the GPU at start: its table has to say so)
     # (weight stashes and the gradient ring on the device), against one rank, and one rank
@@ -234,6 +229,16 @@ part_b() { # training: GPT-2 124M first (the headline figures), then pipelines a
                 run "gpu_p2_nccl_${tag}_used" 5 said "gpu_p2_nccl_$tag" "between stages in GPU memory, NCCL" &&
                 run "gpu_p2_nccl_${tag}_equal" 5 same "$tag: P = 2 over NCCL vs over host memory" "build/gpu_p2_$tag" "build/gpu_p2n_$tag"
         done
+        # --recompute 1 (a slot keeps its input and output, a backward runs its forward again in one
+        # working set): the kept run's losses and model, bitwise, under 1F1B and ZB-H1 (whose weight half
+        # recomputes once more and, on the last stage, turns the logits into their gradient again)
+        same_model() { same "$@" && cmp "$2/model.bin" "$3/model.bin"; }
+        export -f same_model
+        run gpu_p2_1f1b_recompute 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule 1f1b --recompute 1 -o build/gpu_p2rc_1f1b &&
+            { [ ! -s build/gpu_p2_1f1b/model.bin ] || run gpu_p2_1f1b_recompute_equal 5 same_model "1f1b P = 2: --recompute 1 vs kept" build/gpu_p2_1f1b build/gpu_p2rc_1f1b; }
+        run gpu_p2_zbh1 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule zbh1 -o build/gpu_p2_zbh1 &&
+            run gpu_p2_zbh1_recompute 120 mpirun --oversubscribe -np 2 ./train_tdpipe --device cuda $SM --stages 2 --schedule zbh1 --recompute 1 -o build/gpu_p2rc_zbh1 &&
+            run gpu_p2_zbh1_recompute_equal 5 same_model "zbh1 P = 2: --recompute 1 vs kept" build/gpu_p2_zbh1 build/gpu_p2rc_zbh1
         # three stages (a middle stage receives ahead from both sides) with jitter reordering TD-Pipe's
         # ops, over NCCL and over host memory: bitwise
         P3="--stages 3 --schedule tdpipe --aew 2 --jitter 0.3"

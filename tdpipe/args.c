@@ -33,7 +33,7 @@ static const ArgSpec SPECS[] = {
     {"model", 'e', "init", "model.init", A_STR, F(init), 0, 0, "d2", "llm.c model file (fp32/bf16), or dN: a fresh GPT-2 of depth N"},
     {"model", 'b', "batch", "model.batch", A_INT, F(B), 1, 65536, "8", "micro-batch size B"},
     {"model", 't', "seq-len", "model.seq_len", A_INT, F(T), 1, 1048576, "64", "sequence length T"},
-    {"model", 0, "recompute", "model.recompute", A_INT, F(recompute), 0, 1, "0", "activation recomputation: keep each micro-batch's stage input and output only, and run its forward again in its backward (a third more compute, the same bits; the CPU's)"},
+    {"model", 0, "recompute", "model.recompute", A_INT, F(recompute), 0, 1, "0", "activation recomputation: keep each micro-batch's stage input and output only, and run its forward again in its backward (a third more compute, the same bits; on a GPU not yet run: README)"},
     {"model", 0, "device", "model.device", A_STR, F(device), 0, 0, "auto", "auto | cpu | cuda (cpu-staged: the CPU behind the GPU's code path, for tests)"},
     {"model", 0, "matmul", "model.matmul", A_STR, F(matmul), 0, 0, "tdpipe", "CUDA matmul: tdpipe (hand-written) | tdpipe-mma (mma.sync only) | cublaslt"},
     {"optimisation", 'l', "lr", "optimizer.lr", A_FLOAT, F(lr), 0, 10, "3e-3", "peak learning rate (the default suits the small models; GPT-2 124M: 6e-4 to 3e-4)"},

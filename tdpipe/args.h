@@ -16,7 +16,7 @@ typedef struct {
     char init[1024];          // -e  llm.c model file, or dN for a fresh model of depth N
     int B;                    // -b  micro-batch size
     int T;                    // -t  sequence length
-    int recompute;            // --recompute 0|1  keep a micro-batch's stage input and output only; its backward runs its forward again (CPU)
+    int recompute;            // --recompute 0|1  keep a micro-batch's stage input and output only; its backward runs its forward again
     // optimisation
     float lr;                 // -l
     int warmup;               // -u

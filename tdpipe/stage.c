@@ -162,6 +162,15 @@ int stage_has_weights(const Stage* st, int version, int ahead) {
     return (version == st->version && ahead == 0) || find_stash(st, version, ahead) >= 0;
 }
 
+int stage_must_recompute(const Stage* st, const Op* op, int slot, int holds, int stash) {
+    if (holds == slot) return 0;
+    if (stash == STAGE_WEIGHTS_GONE)
+        td_fatal("stage [%d, %d): the weight half of step %d micro-batch %d runs its forward again (--recompute), but its weights "
+                 "(version %d) are neither current nor stashed any more",
+                 st->range.l0, st->range.l1, op->step, op->mb, op->version);
+    return 1;
+}
+
 // the same for a weight half, where they may be gone: the input half was their last reader
 static int weights_if_held(const Stage* st, const Op* op) {
     int ahead = st->comp ? staleness_ahead(st->comp, op) : 0;

@@ -164,7 +164,7 @@ typedef struct {
     void* comm;
     double syn_f, syn_b, jitter;
     unsigned long long seed;
-    int recompute; // 1: slots keep a micro-batch's input and output only; its backward runs its forward again (the CPU's)
+    int recompute; // 1: slots keep a micro-batch's input and output only; its backward runs its forward again
 } StageInit;
 
 // A device: a name and how to make a stage on it (the CPU's, cpu-staged's and synthetic compute's
@@ -287,6 +287,11 @@ typedef struct {
 void stage_stash_current(Stage* st);
 void stage_release_stash(Stage* st, int version, int ahead);
 int stage_has_weights(const Stage* st, int version, int ahead);
+// Recomputation, for a backend that keeps a slot's input and output only and makes its activations
+// whole in one working set, which holds slot `holds` (-1 none): 1 when slot's backward must first run
+// its forward again there, on the weights it was given (stash); 0 when the set holds it already. Stops
+// the run where a weight half's weights are gone (STAGE_WEIGHTS_GONE) rather than use others.
+int stage_must_recompute(const Stage* st, const Op* op, int slot, int holds, int stash);
 // Staleness compensation (tdpipe/staleness.h): the stage follows comp (NULL: none) from now on.
 // stage_predict keeps the current weights extrapolated `ahead` updates along AdamW's direction, by
 // lr_sum (the learning rates of those updates), for the micro-batches that will use them; second

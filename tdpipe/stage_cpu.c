@@ -260,12 +260,7 @@ static float cpu_forward(Stage* st, const Op* op, int slot, int stash, int targe
 static const GPT2Acts* acts_for_backward(Stage* st, const Op* op, int slot, int stash) {
     CpuStage* c = cpu_of(st);
     if (!c->recompute) return &c->acts[slot];
-    if (c->work_holds == slot) return &c->work;
-    if (stash == STAGE_WEIGHTS_GONE)
-        td_fatal("stage [%d, %d): the weight half of step %d micro-batch %d runs its forward again (--recompute), but its weights "
-                 "(version %d) are neither current nor stashed any more",
-                 st->range.l0, st->range.l1, op->step, op->mb, op->version);
-    work_forward(st, slot, stash, st->range.has_head);
+    if (stage_must_recompute(st, op, slot, c->work_holds, stash)) work_forward(st, slot, stash, st->range.has_head);
     return &c->work;
 }
 

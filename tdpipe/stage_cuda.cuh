@@ -13,9 +13,25 @@
 #include "llmc/gpt2_cuda.cuh"
 #include "tdpipe/comm_nccl.cuh"
 
+// Under recomputation (StageInit.recompute) a slot keeps only what its backward cannot redo, as the
+// CPU's does (stage_cpu.c): the stage input received and the output sent; the forward runs in one
+// working set (work), and a backward first runs the forward again there on the weights it is given.
+// The last stage's input half turns the logits into their gradient in place, so a weight half that
+// runs the forward again turns them again, with the dloss its input half had.
+typedef struct {
+    floatX* x_in; // (B, T, C) the input received (off the first stage), else NULL
+    floatX* out;  // (B, T, C) the output sent (off the last stage), else NULL
+    float dloss;  // the input half's weight of each token's loss (last stage)
+} CudaKeptSlot;
+
 typedef struct {
     GPT2Cuda m;
-    GPT2CudaActs* acts;   // (n_acts) one per activation slot
+    GPT2CudaActs* acts;   // (n_acts) one per activation slot (not under recomputation: kept, work)
+    int recompute;
+    CudaKeptSlot* kept;   // (n_acts) under recomputation
+    GPT2CudaActs work;    // under recomputation: the one micro-batch whose activations are whole
+    int work_holds;       // the slot whose forward work holds now, -1 none
+    floatX* work_x_in;    // (B, T, C) work's own input buffer (the first stage's encoder writes it)
     GPT2CudaActs sample;  // (1, T) the sample slot, once reserved
     GPT2CudaGradActs* ga; // (n_ga)
     floatX** stash;       // (n_stash)[num_params] compute copies of older weight versions (the Stage books them)
@@ -35,13 +51,38 @@ typedef struct {
 } CudaStage;
 
 static CudaStage* cuda_of(const Stage* st) { return (CudaStage*)st->dev; }
-static GPT2CudaActs* cuda_acts(const Stage* st, int slot) { return slot == STAGE_SAMPLE_SLOT ? &cuda_of(st)->sample : &cuda_of(st)->acts[slot]; }
+static GPT2CudaActs* cuda_acts(const Stage* st, int slot) {
+    CudaStage* c = cuda_of(st);
+    if (slot == STAGE_SAMPLE_SLOT) return &c->sample;
+    if (!c->recompute) return &c->acts[slot];
+    if (c->work_holds != slot)
+        td_fatal("cuda_acts: slot %d's activations were not kept (recomputation) and the working set holds %d's", slot, c->work_holds);
+    return &c->work;
+}
 static size_t cuda_btc(const Stage* st, int slot) { return (size_t)(slot == STAGE_SAMPLE_SLOT ? 1 : st->B) * st->T * st->cfg.channels; }
+static floatX* cuda_alloc_x(size_t n) {
+    floatX* p = NULL;
+    cudaCheck(cudaMalloc((void**)&p, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(p, 0, n * sizeof(floatX)));
+    return p;
+}
 
 // the device buffers follow the slots reserved on the Stage
 static void cuda_reserve(Stage* st) {
     CudaStage* c = cuda_of(st);
-    if (st->n_slots > c->n_acts) {
+    if (st->n_slots > c->n_acts && c->recompute) {
+        c->kept = (CudaKeptSlot*)realloc_check(c->kept, st->n_slots * sizeof(CudaKeptSlot));
+        for (int i = c->n_acts; i < st->n_slots; i++) {
+            c->kept[i].x_in = st->range.has_embed ? NULL : cuda_alloc_x(cuda_btc(st, 0));
+            c->kept[i].out = st->range.has_head ? NULL : cuda_alloc_x(cuda_btc(st, 0));
+            c->kept[i].dloss = 0.0f;
+        }
+        if (c->n_acts == 0) {
+            gpt2_cuda_acts_alloc(&c->work, &c->m, st->B, st->T);
+            c->work_x_in = c->work.x_in;
+        }
+        c->n_acts = st->n_slots;
+    } else if (st->n_slots > c->n_acts) {
         c->acts = (GPT2CudaActs*)realloc_check(c->acts, st->n_slots * sizeof(GPT2CudaActs));
         for (int i = c->n_acts; i < st->n_slots; i++) gpt2_cuda_acts_alloc(&c->acts[i], &c->m, st->B, st->T);
         c->n_acts = st->n_slots;
@@ -129,23 +170,61 @@ static void cuda_stash(Stage* st, int i) {
 }
 
 // the stage input was received (device messages) or uploaded (host staging) into the slot's x_in
-static float cuda_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+static float cuda_forward_into(Stage* st, GPT2CudaActs* a, int slot, int stash, int targets_valid) {
     CudaStage* c = cuda_of(st);
     cuda_use_weights(c, stash);
     int* targets = targets_valid ? stage_targets(st, slot) : NULL;
-    float loss = gpt2_cuda_forward(&c->m, cuda_acts(st, slot), stage_inputs(st, slot), targets, NULL);
+    float loss = gpt2_cuda_forward(&c->m, a, stage_inputs(st, slot), targets, NULL);
     cuda_use_weights(c, -1);
     return loss;
 }
+static float cuda_work_forward(Stage* st, int slot, int stash, int targets_valid) {
+    CudaStage* c = cuda_of(st);
+    c->work.x_in = st->range.has_embed ? c->work_x_in : c->kept[slot].x_in;
+    c->work_holds = -1; // (until the forward below is whole)
+    float loss = cuda_forward_into(st, &c->work, slot, stash, targets_valid);
+    c->work_holds = slot;
+    return loss;
+}
+static float cuda_forward(Stage* st, const Op* op, int slot, int stash, int targets_valid) {
+    CudaStage* c = cuda_of(st);
+    if (!c->recompute || slot == STAGE_SAMPLE_SLOT) return cuda_forward_into(st, cuda_acts(st, slot), slot, stash, targets_valid);
+    float loss = cuda_work_forward(st, slot, stash, targets_valid);
+    if (!st->range.has_head) {
+        size_t BTC = cuda_btc(st, slot);
+        const floatX* last = c->work.residual3 + (size_t)(st->range.l1 - st->range.l0 - 1) * BTC;
+        cudaCheck(cudaMemcpyAsync(c->kept[slot].out, last, BTC * sizeof(floatX), cudaMemcpyDeviceToDevice, g_cuda_stream));
+    }
+    return loss;
+}
+
+// the activations slot's backward reads: kept, or under recomputation its forward run again (unless
+// the working set still holds it) on the weights the half was given; a weight half on the last stage
+// then turns the logits into their gradient again, as its input half did (weight_half)
+static GPT2CudaActs* cuda_acts_for_backward(Stage* st, const Op* op, int slot, int stash, int weight_half) {
+    CudaStage* c = cuda_of(st);
+    if (!c->recompute) return &c->acts[slot];
+    if (!stage_must_recompute(st, op, slot, c->work_holds, stash)) return &c->work;
+    cuda_work_forward(st, slot, stash, st->range.has_head);
+    if (weight_half && st->range.has_head) {
+        GPT2CudaActs* w = &c->work;
+        classifier_backward_cuda(w->logits, w->lse, w->targets, c->kept[slot].dloss, w->B * w->T, st->cfg.vocab_size, st->cfg.padded_vocab_size);
+    }
+    return &c->work;
+}
+
 // the output gradient was received or uploaded into the last slice of the gacts' dres3
 static void cuda_backward_input(Stage* st, const Op* op, int slot, int gacts, int stash, float dloss) {
     CudaStage* c = cuda_of(st);
+    GPT2CudaActs* a = cuda_acts_for_backward(st, op, slot, stash, 0);
+    if (c->recompute) c->kept[slot].dloss = dloss;
     cuda_use_weights(c, stash);
-    gpt2_cuda_backward_input(&c->m, &c->acts[slot], &c->ga[gacts], NULL, dloss);
+    gpt2_cuda_backward_input(&c->m, a, &c->ga[gacts], NULL, dloss);
     cuda_use_weights(c, -1);
 }
 static void cuda_backward_weight(Stage* st, const Op* op, int slot, int gacts, int k, int stash, const GPT2UnitHook* hook) { // (hook: told as each unit's kernels are enqueued)
-    gpt2_cuda_backward_weight(cuda_model_at(st, k), &cuda_of(st)->acts[slot], &cuda_of(st)->ga[gacts], hook);
+    GPT2CudaActs* a = cuda_acts_for_backward(st, op, slot, stash, 1);
+    gpt2_cuda_backward_weight(cuda_model_at(st, k), a, &cuda_of(st)->ga[gacts], hook);
 }
 // Waits for the stream (not the device), letting MPI move the messages in flight meanwhile: Open MPI
 // moves a large message only inside MPI calls on both ranks (without a single-copy path between the
@@ -220,8 +299,13 @@ static void cuda_grads_from_host(Stage* st, int k, const float* grads, const flo
 // messages: floatX (B, T, C) buffers, sent and received (NCCL) or staged (host) where the model reads
 // and writes them
 static size_t cuda_msg_bytes(const Stage* st, int slot) { return cuda_btc(st, slot) * sizeof(floatX); }
-static void* cuda_input_msg(Stage* st, int slot) { return cuda_acts(st, slot)->x_in; }
+static void* cuda_input_msg(Stage* st, int slot) {
+    CudaStage* c = cuda_of(st);
+    return c->recompute && slot != STAGE_SAMPLE_SLOT ? c->kept[slot].x_in : cuda_acts(st, slot)->x_in;
+}
 static const void* cuda_output_msg(Stage* st, int slot) { // the last layer's output
+    CudaStage* c = cuda_of(st);
+    if (c->recompute && slot != STAGE_SAMPLE_SLOT) return c->kept[slot].out;
     return cuda_acts(st, slot)->residual3 + (size_t)(st->range.l1 - st->range.l0 - 1) * cuda_btc(st, slot);
 }
 static void* cuda_grad_msg(Stage* st, int gacts) { // the last layer's output gradient
@@ -297,7 +381,7 @@ static void cuda_backward_weight_alone(Stage* st, const Op* op, int slot, int ga
     c->m.grads_memory = c->dc_g;
     gpt2_point_params(&c->m.grads, c->dc_g, c->m.sizes);
     c->m.dwte_head = vc ? c->dc_g + n : NULL;
-    gpt2_cuda_backward_weight(&c->m, &c->acts[slot], &c->ga[gacts], NULL);
+    gpt2_cuda_backward_weight(&c->m, cuda_acts_for_backward(st, op, slot, stash, 1), &c->ga[gacts], NULL);
     if (unit_sq) {
         int L = st->cfg.num_layers;
         double* units = (double*)calloc_check(L + 2, sizeof(double));
@@ -334,7 +418,10 @@ static void cuda_memory(const Stage* st, StageUnitBytes* b) {
     const GPT2Config* cfg = &st->cfg;
     size_t C = cfg->channels, X = sizeof(floatX);
     size_t head = st->range.has_head ? 1 : 0, Vp = cfg->padded_vocab_size;
-    b->slot = (double)gpt2_cuda_acts_bytes(cfg, &st->range, st->B, st->T);
+    double whole = (double)gpt2_cuda_acts_bytes(cfg, &st->range, st->B, st->T), btc = (double)(cuda_btc(st, 0) * X);
+    int recompute = cuda_of(st)->recompute;
+    b->slot = recompute ? btc * (!st->range.has_embed + !st->range.has_head) : whole;
+    b->once = recompute ? whole : 0.0;
     b->gacts = (double)gpt2_cuda_grad_acts_bytes(cfg, &st->range, st->B, st->T);
     b->stash = (double)(st->num_params * X);
     b->grad_slot = (double)(st->num_params * 4 + head * Vp * C * 4);
@@ -351,7 +438,13 @@ static void cuda_device_memory(const Stage* st, double* total, double* used, int
 
 static void cuda_destroy(Stage* st) {
     CudaStage* c = cuda_of(st);
-    for (int i = 0; i < c->n_acts; i++) gpt2_cuda_acts_free(&c->acts[i]);
+    for (int i = 0; i < c->n_acts && !c->recompute; i++) gpt2_cuda_acts_free(&c->acts[i]);
+    for (int i = 0; i < c->n_acts && c->recompute; i++) {
+        if (c->kept[i].x_in) cudaCheck(cudaFree(c->kept[i].x_in));
+        if (c->kept[i].out) cudaCheck(cudaFree(c->kept[i].out));
+    }
+    if (c->recompute && c->n_acts) gpt2_cuda_acts_free(&c->work);
+    free(c->kept);
     if (c->has_sample) gpt2_cuda_acts_free(&c->sample);
     for (int i = 0; i < c->n_ga; i++) gpt2_cuda_grad_acts_free(&c->ga[i]);
     for (int i = 0; i < c->n_stash; i++) cudaCheck(cudaFree(c->stash[i]));
@@ -445,6 +538,8 @@ static void cuda_stage_create(Stage* st, const StageInit* init) {
     cuda_device_init(comm->local_rank % n);
     CudaStage* c = (CudaStage*)calloc_check(1, sizeof(CudaStage));
     c->comm = (Comm*)init->comm;
+    c->recompute = init->recompute;
+    c->work_holds = -1;
     stage_init_common(st, init, &CUDA_BACKEND, c);
     gpt2_cuda_init(&c->m, init->cfg, &init->range, st->params);
 }
