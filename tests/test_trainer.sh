@@ -145,6 +145,11 @@ refuse "a flag where a value belongs (-o -v made a folder named -v)" "-o needs a
 check "  no such folder" test ! -e ./-v
 refuse "--comm-timeout under a second" "--comm-timeout 0.001: a wait of under a second would end healthy runs" $BIN --comm-timeout 0.001
 refuse "--rank-speed inf" "--rank-speed inf: expected 1 positive number up to 1e\\+06 \\(one per stage\\)$" $BIN --rank-speed inf -x 1 $Q -o "$TMP/r"
+refuse "--matmul on the CPU" "^train_tdpipe: --matmul cublaslt: only the CUDA backend has a choice of matmul$" \
+    $BIN --device cpu --matmul cublaslt -x 1 $Q -o "$TMP/mmc"
+refuse "--config naming no file" "^train_tdpipe: --config $TMP/none.yaml: cannot open YAML config: No such file or directory$" \
+    $BIN --config "$TMP/none.yaml" -x 1 $Q -o "$TMP/cfn"
+check "  neither made its -o" test ! -e "$TMP/mmc" -a ! -e "$TMP/cfn"
 # model files of an odd vocabulary: V 64 (the built-in data's bytes go past it), V 70000 (past uint16)
 vocab_model() { python3 - "$@" <<'PY'
 import struct, sys
