@@ -39,6 +39,7 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         sys.exit("plot_reproduce: matplotlib is not installed (pip install -r scripts/requirements.txt)")
     with open(os.path.join(out, "throughput.csv")) as f:
@@ -52,7 +53,11 @@ def main():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, markersize=10 if key == "article" else 6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    finish(ax, fig, os.path.join(out, "throughput.png"), "parameters (billions)", "samples/s on 64 A100 80 GB",
+    # the models' own sizes as the x ticks: the log axis's own labels (2 x 10^1 ...) ran into each other
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:.0f}" for v in x])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    finish(ax, fig, os.path.join(out, "throughput.png"), "parameters (billions)", "samples/s on 64 A100 80 GB (T 512)",
            "throughput: claims, ceiling, simulation (a missing point: does not fit)")
 
     sims = {}  # (schedule, W) -> [(beta, util)]
@@ -80,7 +85,8 @@ def main():
     for name, u in measured.items():
         ax.plot([0.3], [u], "x", markersize=10, label=f"{name} (measured)")
     ax.axhline(95, color="r", linestyle=":", label="article: 95%")
-    finish(ax, fig, os.path.join(out, "utilisation.png"), "jitter beta (CV of op times)", "utilisation (%)", "P = 8, M = 16")
+    finish(ax, fig, os.path.join(out, "utilisation.png"), "jitter beta (CV of op times)", "utilisation (%)",
+           "pipeline utilisation, P = 8, M = 16: simulated (lines), measured (x)")
 
 
 if __name__ == "__main__":

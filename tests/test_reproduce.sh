@@ -10,6 +10,12 @@ R=$TMP/r
 check "reproduce_tables.sh --quick runs" bash scripts/reproduce_tables.sh --quick --out "$R"
 cp "$TMP/out" "$TMP/tables.txt"
 check "  its header names the machine and the command" grep -q "^# command: .*reproduce_tables.sh --quick" "$TMP/tables.txt"
+if $PY -c "import matplotlib" 2>/dev/null; then # (.ci/run installs it: scripts/requirements.txt)
+    check "  with matplotlib, its two plots, named at the end" grep -q "^# plots: $R/throughput.png, $R/utilisation.png$" "$TMP/tables.txt"
+    check "    PNG files" bash -c "for f in '$R/throughput.png' '$R/utilisation.png'; do [ \"\$(head -c 4 \"\$f\" | tail -c 3)\" = PNG ] || exit 1; done"
+else
+    check "  without matplotlib, it says the plots were skipped" grep -q "^# plots skipped: matplotlib is not installed" "$TMP/tables.txt"
+fi
 order=$(grep -o '^## table [0-9]*' "$TMP/tables.txt" | awk '{ printf "%s ", $3 }')
 check "  tables 0..11 in order (got: $order)" test "$order" = "0 1 2 3 4 5 6 7 8 9 10 11 "
 # every row of a table has as many ' | ' fields as the table's '#' column line
