@@ -44,6 +44,7 @@ def main():
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         sys.exit("plot_log: needs matplotlib (pip install -r scripts/requirements.txt)")
 
@@ -59,6 +60,7 @@ def main():
     if args.floor is not None:
         ax.axhline(args.floor, color="k", ls="--", lw=1, label=f"floor {args.floor:g}")
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # (a short run got ticks at 1.5, 2.5)
     ax.set_ylabel("loss (nats/token)")
     ax.grid(alpha=0.3)
     ax.legend()

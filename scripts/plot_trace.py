@@ -282,9 +282,10 @@ def plot(ops, out):
     handles = [h for _, h in legend]
     if any(o[5] for o in ops):
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="forward on an older version"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), frameon=False)
+    # above the axes: below them it sat on the "ms" label of a one-row timeline
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), frameon=False)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
     print(f"plot_trace: wrote {out}")
 
 
