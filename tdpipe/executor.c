@@ -78,8 +78,8 @@ typedef struct {
 // an activation slot: one micro-batch in flight on this stage, from its forward to its backward
 typedef struct {
     int version, ahead;   // the weights its forward used: a version, extrapolated ahead (weight prediction) or not
-    int needs_weights;    // until the backward that reads those weights has run: B whole (DC-ASGD reads them in
-                          // its weight half too), or zero-bubble's BI
+    int needs_weights;    // until the backward's weight half has run (B whole, or zero-bubble's BW): DC-ASGD and
+                          // a forward run again under --recompute read them there too
     CommRequest out_send; // its output, on its way downstream
     CommRequest dx_send;  // the gradient of its input, on its way upstream
 } Slot;
@@ -359,8 +359,9 @@ static void backward_weight(Run* r, const Op* op, int slot, int ga) {
 }
 
 // B: the gradient of the output in (off the last stage), then both halves of backward. Zero-bubble
-// splits them: BI the input half (the slot's weights are then done with; a weight half that runs the
-// forward again under --recompute finds them still current, zbh1 being synchronous), BW the weight half, later
+// splits them: BI the input half, BW the weight half, later. The slot's weights are done with after
+// the weight half, which may read them again (DC-ASGD's w_used, a forward run again under --recompute);
+// the schedule's stash count holds a version until then too (schedule_stage_stats)
 static OpMarks op_backward(Run* r, const Op* op) {
     int g = mb_of(r, op), slot = r->slot_of[g];
     if (slot < 0) td_fatal("stage %d: backward of step %d micro-batch %d before its forward", r->s, op->step, op->mb);
@@ -372,7 +373,7 @@ static OpMarks op_backward(Run* r, const Op* op) {
     double t0 = now_seconds(), sent = 0.0;
     if (input_half) sent = backward_input(r, op, slot, ga);
     if (weight_half) backward_weight(r, op, slot, ga);
-    if (input_half) weights_done(r, slot);
+    if (weight_half) weights_done(r, slot);
     OpMarks span = computed(r, op, t0);
     if (input_half && !r->last) marks_of(&span, &r->grad);
     span.sent = sent;
