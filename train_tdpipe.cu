@@ -524,10 +524,11 @@ static void check_memory(Trainer* tr) {
     StageHolds h;
     char err[1024];
     if (run_memory_stage_holds(&planned, &tr->comp, tr->comm.stage, &h, err, sizeof(err))) fatal_all("%s", err);
-    int W_max = planned.W, gacts = tr->kind == SCHED_ZBH1 ? h.slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
+    int gacts = tr->kind == SCHED_ZBH1 ? h.slots : 1; // zbh1: a gacts buffer per slot (its BW runs apart from BI)
+    const char* or_recompute = a->recompute || h.slots < 2 ? "" : ", or give --recompute 1"; // (it saves only where slots wait)
     double mine = stage_planned_bytes(&tr->stage, h.slots, gacts, h.grad_slots, h.stashes);
     if (tr->use_sync) mine += dp_sync_planned_bytes(&tr->sync_cfg, &tr->stage, tr->comm.D); // (on a device: the plan and residual mirrors, less)
-    if (tr->kind == SCHED_TDPIPE && W_max > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
+    if (tr->kind == SCHED_TDPIPE && planned.W > 0 && !tr->synthetic) mine += stage_snapshot_bytes(&tr->stage); // a rollback's way back (train)
     double host;
     OutdirMemory m;
     int bad = 0, ranks;
@@ -535,7 +536,7 @@ static void check_memory(Trainer* tr) {
         double gib = 1024.0 * 1024.0 * 1024.0;
         fprintf(stderr, "train_tdpipe: this run would reserve %.2f GiB of host memory (%d rank(s): weights, AdamW, %d activation slots, %d weight "
                         "stashes and %d gradient slots on stage 0) but %.2f GiB are available (%s): lower %s%s\n",
-                host / gib, ranks, h.slots, h.stashes, h.grad_slots, (double)m.bytes / gib, m.source, memory_knobs(&planned), a->recompute || h.slots < 2 || tr->use_cuda ? "" : ", or give --recompute 1");
+                host / gib, ranks, h.slots, h.stashes, h.grad_slots, (double)m.bytes / gib, m.source, memory_knobs(&planned), tr->use_cuda ? "" : or_recompute); // (a GPU's activations are not host memory)
         bad = 1;
     }
     // a device's own memory, checked by each rank against its device
@@ -547,12 +548,11 @@ static void check_memory(Trainer* tr) {
         fprintf(stderr, "train_tdpipe: rank %d: this run would add %.2f GiB of GPU memory (%d activation slots, %d weight stashes and %d "
                         "gradient slots on stage %d) for each of the %d rank(s) sharing its GPU, to the %.2f GiB in use, but the GPU has %.2f GiB: "
                         "lower %s%s\n",
-                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(&planned),
-                a->recompute || h.slots < 2 ? "" : ", or give --recompute 1");
+                g_rank, dev / gib, h.slots, h.stashes, h.grad_slots, tr->comm.stage, sharing, used / gib, total / gib, memory_knobs(&planned), or_recompute);
         bad = 1;
     }
     if (comm_any(&tr->comm, bad)) exit(1);
-    if (g_rank == 0 && W_max >= a->grad_accum && tr->kind == SCHED_TDPIPE && tr->W != -1) // (auto has not chosen yet: it says what it chose)
+    if (g_rank == 0 && planned.W >= a->grad_accum && tr->kind == SCHED_TDPIPE && tr->W != -1) // (auto has not chosen yet: it says what it chose)
         fprintf(stderr, "note: --aew %s with M = %d: every micro-batch of a step runs on weights at least one update old%s\n", a->aew, a->grad_accum,
                 tr->comp.methods == STALE_NONE ? " (without --stale-comp this costs convergence: README, TD-Pipe convergence)"
                 : a->aew_start < a->warmup ? " (opening it after the warm-up, --aew-start N >= --warmup, costs less: README, TD-Pipe convergence)"

@@ -143,24 +143,28 @@ static int find_stash(const Stage* st, int version, int ahead) {
     return -1;
 }
 
-// -1 for the current weights, else the stash slot holding (version, ahead)
-static int stash_of(const Stage* st, int version, int ahead) {
+// -1 for the current weights, the stash slot holding (version, ahead), or STAGE_WEIGHTS_GONE
+static int held_weights(const Stage* st, int version, int ahead) {
     if (version == st->version && ahead == 0) return -1;
     int i = find_stash(st, version, ahead);
-    if (i < 0)
+    return i >= 0 ? i : STAGE_WEIGHTS_GONE;
+}
+
+// the same, where they must be held
+static int stash_of(const Stage* st, int version, int ahead) {
+    int i = held_weights(st, version, ahead);
+    if (i == STAGE_WEIGHTS_GONE)
         td_fatal("stage [%d, %d): weight version %d%s%.0d is neither current (%d) nor stashed", st->range.l0, st->range.l1, version,
                  ahead ? " extrapolated ahead by " : "", ahead, st->version);
     return i;
 }
 
-// the stash slot of the weights op's micro-batch runs on
-static int weights_of(const Stage* st, const Op* op) {
-    return stash_of(st, op->version, st->comp ? staleness_ahead(st->comp, op) : 0);
-}
+static int ahead_of(const Stage* st, const Op* op) { return st->comp ? staleness_ahead(st->comp, op) : 0; }
 
-int stage_has_weights(const Stage* st, int version, int ahead) {
-    return (version == st->version && ahead == 0) || find_stash(st, version, ahead) >= 0;
-}
+// the stash slot of the weights op's micro-batch runs on
+static int weights_of(const Stage* st, const Op* op) { return stash_of(st, op->version, ahead_of(st, op)); }
+
+int stage_has_weights(const Stage* st, int version, int ahead) { return held_weights(st, version, ahead) != STAGE_WEIGHTS_GONE; }
 
 int stage_must_recompute(const Stage* st, const Op* op, int slot, int holds, int stash) {
     if (holds == slot) return 0;
@@ -169,12 +173,6 @@ int stage_must_recompute(const Stage* st, const Op* op, int slot, int holds, int
                  "(version %d) are neither current nor stashed any more",
                  st->range.l0, st->range.l1, op->step, op->mb, op->version);
     return 1;
-}
-
-// the same for a weight half, where they may be gone: the input half was their last reader
-static int weights_if_held(const Stage* st, const Op* op) {
-    int ahead = st->comp ? staleness_ahead(st->comp, op) : 0;
-    return stage_has_weights(st, op->version, ahead) ? stash_of(st, op->version, ahead) : STAGE_WEIGHTS_GONE;
 }
 
 float stage_forward(Stage* st, const Op* op, int slot, int targets_valid) {
@@ -191,7 +189,8 @@ void stage_backward_input(Stage* st, const Op* op, int slot, int gacts, float dl
 void stage_backward_weight(Stage* st, const Op* op, int slot, int gacts, double* unit_sq, const GPT2UnitHook* hook) {
     int k = stage_grad_slot(st, op->step);
     int dc = st->comp && staleness_applies(st->comp, STALE_DCASGD, op);
-    int stash = dc ? weights_of(st, op) : weights_if_held(st, op); // (DC-ASGD reads them always)
+    // the weights, for a backend that runs the forward again; DC-ASGD reads them always, so it needs them held
+    int stash = dc ? weights_of(st, op) : held_weights(st, op->version, ahead_of(st, op));
     if (!dc && !unit_sq) {
         st->be->backward_weight(st, op, slot, gacts, k, stash, hook);
         return;
