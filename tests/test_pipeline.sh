@@ -322,4 +322,14 @@ check "--recompute 1, P = 2 tdpipe W = 2, a rollback (--inject-nan 3) and its re
 check "--recompute 1, P = 2 x D = 2 int8, cpu-staged" rc_case i8 4 less --stages 2 --grad-quant int8 --device cpu-staged
 check "  the start-up table says what a micro-batch keeps" grep -q "activations 0.0 MiB per micro-batch in flight (--recompute: its input and output; backward runs its forward again in [0-9.]* MiB held once)" "$TMP/rc1_dc.out"
 
+# --- random flag combinations (dev/flag_sweep.sh; README, Reliability): two seeded draws, each at
+# P = 1, at a drawn P > 1 and resumed at another P, bitwise; and the sweep does see a difference: a
+# wrapper that trains every run given --stages at another learning rate is reported
+check "dev/flag_sweep.sh 2 7: two random flag combinations bitwise at P = 1, at P > 1 and resumed at another P" \
+    bash dev/flag_sweep.sh 2 7 ./train_tdpipe
+printf '#!/bin/sh\ncase "$*" in *--stages*) exec ./train_tdpipe "$@" -l 1e-3 ;; esac\nexec ./train_tdpipe "$@"\n' > "$TMP/lr_at_p"
+chmod +x "$TMP/lr_at_p"
+sweep_sees() { ! bash dev/flag_sweep.sh 1 7 "$TMP/lr_at_p" > "$TMP/sweep.txt" && grep -q "^case 1 DIFF P-numbers P-model" "$TMP/sweep.txt"; }
+check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees
+
 finish
