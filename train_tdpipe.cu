@@ -675,8 +675,7 @@ static int aew_measured(Trainer* tr) {
     executor_stage_times(&tr->ex, all);
     double beta = 0.0;
     for (int i = 0; i < P; i++) beta += all[2 * P + i] / P;
-    int W_max = aew_auto_max(tr), article = (int)ceil(P * (1.0 - beta));
-    if (article < 0) article = 0;
+    int W_max = aew_auto_max(tr), article = (int)fmax(0.0, ceil(P * (1.0 - beta)));
     double* util = (double*)calloc_check(W_max + 1, sizeof(double));
     char err[512];
     const double* b_send = all + 3 * P;
@@ -689,17 +688,8 @@ static int aew_measured(Trainer* tr) {
         int same = 1;
         for (int i = 0; i < tr->comm.world_size; i++) same &= chosen[i] == W;
         if (!same) td_fatal("--aew auto: the ranks chose different windows (rank 0: %d)", W);
-        printf("aew auto: measured beta %.3f; per stage F/B ms:", beta);
-        for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * all[i], 1e3 * all[P + i]);
-        printf("; input gradient out after");
-        for (int i = 1; i < P; i++) printf(" %.2f", b_send[i]);
-        printf(" of B");
-        printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
-        for (int w = 0; w <= W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * util[w]);
-        printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles%s); "
-               "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
-               W, 100.0 * util[W], W_max, staleness_name(tr->comp.methods), W_max > M ? " with the window opening after the warm-up" : "", P,
-               beta, article, 100.0 * u_article, tr->comm.world_size);
+        AewChoice c = {P, M, tr->comm.world_size, all, beta, util, W, W_max, staleness_name(tr->comp.methods), article, u_article};
+        report_aew_auto(&c);
     }
     free(chosen);
     free(util);
@@ -707,19 +697,27 @@ static int aew_measured(Trainer* tr) {
     return W;
 }
 
+// step's validation loss, reported by rank 0. A stop asked for during it ends it at a batch and sets
+// *stopping; returns 0 then, else 1 (every rank asks whether a stop cut it: a NaN is also a diverged
+// model's loss, and only rank 0 holds the loss)
+static int validate(Trainer* tr, int step, int* stopping) {
+    RunData* d = &tr->data;
+    float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, tr->a.val_batches, (const volatile int*)&g_stop_signal);
+    int cut = comm_max(&tr->comm, isnan(val) && g_stop_signal);
+    if (cut) *stopping = comm_max(&tr->comm, (int)g_stop_signal);
+    else if (g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
+    return !cut;
+}
+
 // after a chunk (the pipeline empty): validation, samples; at every --consistency-every step (and
 // wherever a checkpoint is written) the replicas and the tied embedding's two copies checked bitwise
 // equal; a checkpoint where -n asks, at the end and at a stop (a stop asked for during the validation
-// ends it there and skips the samples; *stopping then says so)
+// ends it there and skips the samples; *stopping then says so, and the checkpoint owes the validation)
 static void consistency_point(Trainer* tr, int step, int last, int* stopping) {
     TrainArgs* a = &tr->a;
     RunData* d = &tr->data;
     Stage* st = &tr->stage;
-    if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) {
-        float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, a->val_batches, (const volatile int*)&g_stop_signal);
-        if (isnan(val)) *stopping = comm_max(&tr->comm, (int)g_stop_signal);
-        if ((!isnan(val) || !*stopping) && g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
-    }
+    if (d->has_val && (is_boundary(step, a->val_every) || (last && a->val_every > 0))) tr->state.val_owed = !validate(tr, step, stopping);
     if (!*stopping && (is_boundary(step, a->sample_every) || (last && a->sample_every > 0))) {
         int* ids = (int*)calloc_check(a->gen_tokens, sizeof(int));
         int n = a->gen_tokens < a->T ? a->gen_tokens : a->T;
@@ -764,9 +762,7 @@ static double drift_measure(Trainer* tr, int t) {
     double min_cos = 2.0;
     for (int half = 0; half < halves; half++) {
         DriftUnit* units = all + half * (L + 2);
-        int worst = 0;
-        for (int u = 0; u < L + 2; u++)
-            if (drift_cosine(&units[u]) < drift_cosine(&units[worst])) worst = u;
+        int worst = drift_worst(units, L + 2);
         if (!half) min_cos = drift_cosine(&units[worst]);
         if (g_rank == 0) report_drift(&tr->rep, t + 1, units, L + 2, worst, half);
     }
@@ -834,6 +830,12 @@ static int train(Trainer* tr) {
     RunState* rs = &tr->state;
     char err[1024];
     int step = tr->start_step;
+    int stopping = 0; // the resumed checkpoint's validation, which a signal cut short (a second stop: it still owes it)
+    if (tr->state.val_owed && tr->data.has_val && !validate(tr, step, &stopping)) {
+        if (g_rank == 0) fprintf(stderr, "stopped by signal %d in step %d's validation; resume with the same flags and -y 1\n", stopping, step);
+        return 1;
+    }
+    tr->state.val_owed = 0;
     int* windows = (int*)malloc_check(tr->comm.P * sizeof(int)); // (P) each stage's window now
     while (step < a->steps) {
         int measure = rs->aew_base < 0; // --aew auto: this step runs synchronously and measures beta
@@ -882,15 +884,14 @@ static int train(Trainer* tr) {
                 if (g_rank == 0) printf("drift: lowest cosine %.6f below --drift-min-cos %g: AEW W %d -> %d\n", cos, a->drift_min_cos, W_was, windows_now(tr, step - 1, windows));
             }
         }
-        int stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got
+        stopping = comm_max(&tr->comm, (int)g_stop_signal); // the signal any rank got
         if (!tr->synthetic) consistency_point(tr, step, step == a->steps, &stopping);
         if (stopping && step < a->steps) {
             if (g_rank == 0) fprintf(stderr, "stopped by signal %d after step %d; resume with the same flags and -y 1\n", stopping, step);
             free(windows);
             return !tr->synthetic;
         }
-        // at the last step there is nothing to resume (-y 1 would be refused, as past -x): the run ends
-        // as it would have, with its model.bin
+        // at the last step a stop leaves nothing to resume (-y 1: past -x): the run ends as it would have, with model.bin
         if (stopping && g_rank == 0) fprintf(stderr, "signal %d at the last step (%d): the run ends as it would have\n", stopping, step);
     }
     free(windows);

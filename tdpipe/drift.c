@@ -27,6 +27,13 @@ double drift_cosine(const DriftUnit* u) {
     return u->dot / (sqrt(u->aa) * sqrt(u->bb));
 }
 
+int drift_worst(const DriftUnit* units, int n) {
+    int worst = 0;
+    for (int u = 1; u < n; u++)
+        if (drift_cosine(&units[u]) < drift_cosine(&units[worst])) worst = u;
+    return worst;
+}
+
 double drift_rel_err(const DriftUnit* u) {
     if (u->bb == 0.0) return u->dd == 0.0 ? 0.0 : INFINITY;
     return sqrt(u->dd) / sqrt(u->bb);

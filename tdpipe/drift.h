@@ -21,6 +21,8 @@ void drift_compare_add(const float* a, const float* e, size_t n, DriftUnit* u);
 // the cosine and the relative L2 error |a - e| / |e| of a unit (1 and 0 for two zero gradients)
 double drift_cosine(const DriftUnit* u);
 double drift_rel_err(const DriftUnit* u);
+// the unit of units (n) with the lowest cosine (the first of equals)
+int drift_worst(const DriftUnit* units, int n);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,7 @@ static float forward_through(Pipeline* pl, int slot, int targets_valid) {
 float pipeline_eval(Pipeline* pl, DataLoader* val, int batches, const volatile int* stop) {
     Stage* st = pl->stage;
     int s = pl->comm->stage, last = s == pl->P - 1;
+    stage_reserve(st, 1, 1, 1, 0); // (before any step: a resumed run's owed validation)
     if (val) dataloader_reset(val);
     double total = 0.0;
     for (int i = 0; i < batches; i++) {

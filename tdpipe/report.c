@@ -131,6 +131,21 @@ void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int wo
     log_flush(rep, step);
 }
 
+void report_aew_auto(const AewChoice* c) {
+    int P = c->P;
+    printf("aew auto: measured beta %.3f; per stage F/B ms:", c->beta);
+    for (int i = 0; i < P; i++) printf(" %.2f/%.2f", 1e3 * c->times[i], 1e3 * c->times[P + i]);
+    printf("; input gradient out after");
+    for (int i = 1; i < P; i++) printf(" %.2f", c->times[3 * P + i]);
+    printf(" of B");
+    printf("\naew auto: simulated utilisation (tdpipe, these times and beta):");
+    for (int w = 0; w <= c->W_max; w++) printf(" W=%d %.1f%%", w, 100.0 * c->util[w]);
+    printf("\naew auto: chose W = %d (%.1f%%: the smallest within 1 point of the best up to W = %d, the staleness %s handles%s); "
+           "the article's ceil(P (1 - beta)) = ceil(%d x (1 - %.3f)) = %d would give %.1f%%; the same on all %d ranks\n",
+           c->W, 100.0 * c->util[c->W], c->W_max, c->comp, c->W_max > c->M ? " with the window opening after the warm-up" : "", P, c->beta,
+           c->article, 100.0 * c->u_article, c->ranks);
+}
+
 void report_rollback(Reporter* rep, int step, int back, const char* reason, int W_from, int W_to, int in_row) {
     if (back == step - 1)
         printf("step %5d/%d | not applied: %s | rolled back: the step's micro-batches skipped, AEW W %d -> %d%s\n", step, rep->total_steps, reason,

@@ -32,6 +32,19 @@ void report_val(Reporter* rep, int step, float val, double floor);
 // against the fp32 average of the same local gradients (keys drift_int8_*), else the applied gradient
 // against the exact synchronous one (keys drift_*)
 void report_drift(Reporter* rep, int step, const DriftUnit* units, int n, int worst, int int8_sync);
+// --aew auto's choice after its measured first step: the per-stage times, beta, the simulated
+// utilisation of every window up to W_max, the one chosen and the article's ceil(P (1 - beta))
+typedef struct {
+    int P, M, ranks;
+    const double* times;  // (4, P) forward s, backward s, beta, share of B after which the input gradient left
+    double beta;          // the stages' mean coefficient of variation
+    const double* util;   // (W_max + 1) simulated utilisation of W = 0..W_max
+    int W, W_max;         // chosen; the staleness the compensation handles
+    const char* comp;     // the compensation's name
+    int article;          // ceil(P (1 - beta))
+    double u_article;     // its simulated utilisation
+} AewChoice;
+void report_aew_auto(const AewChoice* c);
 // the guard refused step's update (1-based) and the run goes on from `back` (0-based: step - 1 when
 // only the refused step is undone, the chunk's start when the steps before it go too): the line, and
 // a record {"step", "rollback": reason, "back_to", "aew_from", "aew_to", "rollbacks_in_row_at_w0"}

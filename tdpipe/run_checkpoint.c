@@ -208,6 +208,7 @@ int run_checkpoint_save(const RunCheckpoint* rc, Pipeline* pl, int step, const D
                            g->s_ema, g->g2_ema, g->b_sum, {0}};
         memcpy(ts.losses, state->losses.loss, sizeof(ts.losses));
         failed = failed || ckpt_writer_add(w, "tdpipe", &ts, sizeof(ts), 8, err, sizeof(err));
+        if (state->val_owed) failed = failed || ckpt_writer_add(w, "val_owed", &state->val_owed, sizeof(state->val_owed), 8, err, sizeof(err));
     }
     const char* names[3] = {"params", "adam_m", "adam_v"};
     const float* mine[3] = {s->params, s->adam_m, s->adam_v};
@@ -308,6 +309,12 @@ int run_checkpoint_resume(const RunCheckpoint* rc, Stage* s, DataLoader* train, 
             td_error(err, errlen, "%s: section 'tdpipe' has a guard window of %lld losses (at most %d)", path, (long long)ts->losses_n, GUARD_WINDOW);
             break;
         }
+        const CkptSection* vo = ckpt_section_entry(&c, "val_owed");
+        if (vo && (vo->bytes != sizeof(int64_t) || !vo->data || *(const int64_t*)vo->data != 1)) {
+            td_error(err, errlen, "%s: section 'val_owed' is not the one 8-byte 1 this version writes", path);
+            break;
+        }
+        state->val_owed = vo != NULL;
         if (ts) {
             state->gns = (GnsState){ts->gns_s_ema, ts->gns_g2_ema, (long)ts->gns_n, ts->gns_b_sum, (long)ts->gns_b_n};
             state->losses.n = (int)ts->losses_n;

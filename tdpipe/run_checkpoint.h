@@ -28,6 +28,8 @@ typedef struct {
     int64_t rollbacks_in_row; // at W = 0, without an applied step between
     LossWindow losses;        // the guard's window of applied steps' losses
     GnsState gns;             // the gradient noise scale's running estimate
+    int64_t val_owed;         // 1: a signal cut this step's validation short, so the resumed run runs it first (the
+                              // "val_owed" section, written only then: a checkpoint without it owes nothing)
 } RunState;
 
 // Collective. World rank 0 writes dir/ckpt_<step>.tdck (temporary file, fsync, rename) and prunes to

@@ -63,6 +63,20 @@ for i in $(seq 1 200); do [ -s "$TMP/int/log.jsonl" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 check "SIGINT: exit 0 with a checkpoint" test $rc -eq 0 -a -n "$(ls "$TMP/int"/ckpt_*.tdck 2>/dev/null)"
 
+# --- SIGTERM during a validation: the checkpoint owes it ('val_owed'), and the resumed run runs it
+# before its first step, so its log is the unbroken run's (before, that val loss was never computed)
+V="-x 3 -v 2 --val-batches 800 -s 0"
+numbers() { grep -o '"step": [0-9]*, "\(loss\|val_loss\)": [^,}]*' "$1/log.jsonl"; }
+check "unbroken: validation at steps 2 and 3" $BIN $V -o "$TMP/vu"
+$BIN $V -o "$TMP/vs" >"$TMP/vs.out" 2>"$TMP/vs.err" & pid=$!
+for i in $(seq 1 300); do [ -f "$TMP/vs/log.jsonl" ] && [ "$(wc -l < "$TMP/vs/log.jsonl")" -ge 2 ] && break; sleep 0.05; done
+kill -TERM $pid; wait $pid; rc=$?
+check "SIGTERM in step 2's validation: exit 0, a checkpoint at step 2" test $rc -eq 0 -a -f "$TMP/vs/ckpt_00000002.tdck"
+check "  and no val loss logged for it (the signal landed inside)" test -z "$(grep val_loss "$TMP/vs/log.jsonl")"
+check "  resumed" $BIN $V -y 1 -o "$TMP/vs"
+check "  its losses and val losses (steps 2 and 3) bitwise the unbroken run's" diff <(numbers "$TMP/vu") <(numbers "$TMP/vs")
+check "  and its model" cmp "$TMP/vu/model.bin" "$TMP/vs/model.bin"
+
 # --- damaged checkpoints: the newest truncated -> fall back and say so; all damaged -> refuse
 mkdir -p "$TMP/d" && cp "$TMP/a"/ckpt_*.tdck "$TMP/d/"
 truncate -s 5000 "$TMP/d/ckpt_00000020.tdck" && cp "$TMP/d/ckpt_00000020.tdck" "$TMP/d20.damaged"

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
     CHECK(sec && bytes == n * sizeof(float) && memcmp(sec, st.adam_v, bytes) == 0, "its adam_v is the stage's, bitwise (%zu bytes)", bytes);
     sec = read ? ckpt_section(&ck, "params", &bytes) : NULL;
     CHECK(sec && bytes == n * sizeof(float) && memcmp(sec, st.params, bytes) == 0, "its params are the stage's, bitwise");
+    CHECK(read && !ckpt_section_entry(&ck, "val_owed"), "  no 'val_owed' section: its step's validation is not owed");
     if (read) ckpt_free(&ck);
 
     // a NaN in AdamW's second moment: refused by name and index; the last good checkpoint stays the newest
@@ -104,6 +105,25 @@ int main(int argc, char** argv) {
     CHECK(!memcmp(&back, &state, sizeof back), "  and TD-Pipe's state field for field: window %lld >> %lld, %lld rollbacks, %d guard losses, "
           "noise scale s %g g2 %g n %ld", (long long)back.aew_base, (long long)back.aew_halvings, (long long)back.rollbacks_in_row, back.losses.n,
           back.gns.s_ema, back.gns.g2_ema, back.gns.n);
+
+    // a validation a signal cut short: the checkpoint owes it (its own section), and the resume says so
+    state.val_owed = 1;
+    CHECK(run_checkpoint_save(&rc, &pl, 6, &dl, &state, NULL) == 0, "a state that owes its step's validation is saved");
+    ckpt_path(path, sizeof path, dir, 6);
+    read = ckpt_read(path, &ck, err, sizeof err) == 0;
+    sec = read ? ckpt_section(&ck, "val_owed", &bytes) : NULL;
+    CHECK(sec && bytes == 8 && *(const int64_t*)sec == 1, "  in a section 'val_owed' of one int64 1 (%zu bytes)", bytes);
+    if (read) ckpt_free(&ck);
+    memset(&back, 0, sizeof back);
+    back.aew_requested = 4;
+    step = run_checkpoint_resume(&rc, &st, &dl2, &back, NULL, path, sizeof path, err, sizeof err);
+    CHECK(step == 6 && back.val_owed == 1 && !memcmp(&back, &state, sizeof back), "  resumed at step %d owing it (val_owed %lld): %s", step,
+          (long long)back.val_owed, step < 0 ? err : "");
+    // the section with a value this version does not write: refused by name
+    state.val_owed = 2;
+    CHECK(run_checkpoint_save(&rc, &pl, 7, &dl, &state, NULL) == 0, "a checkpoint whose 'val_owed' holds 2");
+    step = run_checkpoint_resume(&rc, &st, &dl2, &back, NULL, path, sizeof path, err, sizeof err);
+    CHECK(step == -1 && strstr(err, "ckpt_00000007.tdck: section 'val_owed' is not the one 8-byte 1 this version writes"), "  is refused: %s", err);
     dataloader_free(&dl2);
     stage_destroy(&st);
     dataloader_free(&dl);
