@@ -97,6 +97,7 @@ int outdir_open(OutDir* od, const char* dir, char* err, size_t errlen) {
     memset(od, 0, sizeof *od);
     od->lock_fd = -1;
     char lock_path[OUTDIR_PATH_CAP];
+    if (!dir[0]) return td_error(err, errlen, "'': an empty path (give the folder for log.jsonl, checkpoints and model.bin)");
     if (snprintf(od->dir, sizeof od->dir, "%s", dir) >= (int)sizeof od->dir || join(lock_path, sizeof lock_path, dir, OUTDIR_LOCK_NAME) != 0)
         return td_error(err, errlen, "%s: path too long", dir);
     if (make_dirs(dir, err, errlen) != 0 || probe_writable(dir, dir, err, errlen) != 0) return -1;

@@ -135,6 +135,7 @@ static void test_lock(void) {
     close(held[0]);
 
     spit(test_path("plainfile"), "x");
+    CHECK(outdir_open(&od, "", err, sizeof err) == -1 && strstr(err, "'': an empty path"), "an empty path: %s", err);
     CHECK(outdir_open(&od, test_path("plainfile"), err, sizeof err) == -1 && strstr(err, "exists and is not a directory"), "a file as the folder: %s", err);
     CHECK(outdir_open(&od, "/proc/tdpipe_test_outdir", err, sizeof err) == -1 && strstr(err, "cannot create the folder"), "an uncreatable folder: %s", err);
     CHECK(outdir_open(&od, "/proc", err, sizeof err) == -1 && strstr(err, "cannot write in folder /proc"), "an unwritable folder: %s", err);

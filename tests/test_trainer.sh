@@ -71,6 +71,7 @@ refuse "model file of an unknown version" "v9.bin: model file version 9 not supp
 cp "$TMP/t1/model.bin" "$TMP/nanw.bin"; printf '\x00\x00\xc0\x7f' | dd of="$TMP/nanw.bin" bs=1 seek=$(( $(stat -c %s "$TMP/nanw.bin") - 4 )) conv=notrunc 2>/dev/null
 refuse "model file with a NaN weight (lnfb's last): refused at load, by name" "nanw.bin: parameter [0-9]+ \\(lnfb\\[[0-9]+\\]\\) is nan: the model's weights are not finite" \
     $BIN -e "$TMP/nanw.bin" -x 1 $Q -o "$TMP/r"
+refuse "-o '' (an empty path)" "train_tdpipe: -o '': an empty path" $BIN -x 1 $Q -o ''
 refuse "-e dN with a bad depth" "depth must be 1..48" $BIN -e d0 -x 1 $Q -o "$TMP/r"
 mkdir -p "$TMP/adir"; mkfifo "$TMP/afifo"
 refuse "a directory as -e" "adir: is a directory, not a model file" $BIN -e "$TMP/adir" -x 1 $Q -o "$TMP/r"
