@@ -8,7 +8,7 @@
 # usage: dev/flag_values.sh [binary (default ./train_tdpipe)]
 set -u
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional flag_values "$@"
-BIN=${1:-./train_tdpipe}
+BIN=$(realpath -- "${1:-./train_tdpipe}" 2> /dev/null || echo "${1:-./train_tdpipe}") # (each run starts in a fresh folder)
 [ -x "$BIN" ] || { echo "flag_values: $BIN: no such program (make builds ./train_tdpipe)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/flag_values.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 flags=$("$BIN" --help | grep -o '^ *\(-., \)\?--[a-z0-9-]*' | grep -o -- '--[a-z0-9-]*' | grep -vx -- '--help')
@@ -17,8 +17,9 @@ values=("" "-1" "0" "-0" "2.5" "1e309" "1e-320" "nan" "inf" "abc" "3junk" " 3" "
 found=0 runs=0
 for f in $flags; do
     for v in "${values[@]}"; do
-        rm -rf "$TMP/out"
-        timeout 60 "$BIN" "$f" "$v" -x 2 -v 0 -s 0 -o "$TMP/out" > "$TMP/stdout" 2> "$TMP/stderr" < /dev/null
+        rm -rf "$TMP/cwd" && mkdir "$TMP/cwd"
+        # (the flag tried comes last, so that it wins where it is one of these)
+        (cd "$TMP/cwd" && timeout 60 "$BIN" -x 2 -v 0 -s 0 -o out "$f" "$v" > "$TMP/stdout" 2> "$TMP/stderr" < /dev/null)
         rc=$? runs=$((runs + 1))
         said=$(head -c 160 "$TMP/stderr" | head -1)
         case $rc in
