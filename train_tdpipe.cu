@@ -703,10 +703,10 @@ static int aew_measured(Trainer* tr) {
 static int validate(Trainer* tr, int step, int* stopping) {
     RunData* d = &tr->data;
     float val = pipeline_eval(&tr->pl, tr->ex.data ? &d->val : NULL, tr->a.val_batches, (const volatile int*)&g_stop_signal);
-    int cut = comm_max(&tr->comm, isnan(val) && g_stop_signal);
-    if (cut) *stopping = comm_max(&tr->comm, (int)g_stop_signal);
+    int cut_by = comm_max(&tr->comm, isnan(val) ? (int)g_stop_signal : 0); // (a stop returns NaN on every rank)
+    if (cut_by) *stopping = cut_by;
     else if (g_rank == 0) report_val(&tr->rep, step, val, d->builtin ? d->source.entropy_rate : -1.0);
-    return !cut;
+    return !cut_by;
 }
 
 // after a chunk (the pipeline empty): validation, samples; at every --consistency-every step (and
