@@ -1,0 +1,45 @@
+# The random flag combinations that dev/flag_sweep.sh and dev/signal_sweep.sh draw, and what they
+# compare (sourced; the caller seeds RANDOM, so a seed names the same cases in both).
+
+# pick VAR CHOICE...: VAR set to one of the choices; opt NAME CHOICE...: "NAME choice" added to F. Both
+# draw in this shell: bash 5 reseeds RANDOM in every subshell, so a $(...) draw would not follow the seed
+pick() { local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$((RANDOM % $#))]}"; }
+opt() { local opt_value; pick opt_value "${@:2}"; F="$F $1 $opt_value"; }
+
+# sweep_draw RUNFLAGS: one case. F: its flags (RUNFLAGS, the steps and validation, among them), on
+# one line; L, M, D: its depth, micro-batches and replicas; P and P2: two stage counts it allows (every
+# schedule needs a micro-batch per stage, a stage a layer); part, threads: a partition, a thread count;
+# dev, dev_other: the CPU backend it runs on, and the other one (which a resume may change to)
+sweep_draw() {
+    local sch lim
+    pick L 4 6; pick M 2 4 6 8; pick D 1 1 2; pick sch gpipe 1f1b zbh1 tdpipe tdpipe tdpipe
+    F="-e d$L"; opt -b 1 2 3; opt -t 8 16 24; F="$F $1 -s 0 -n 3 --keep 5 --micro-batches $M --schedule $sch"
+    if [ "$sch" = tdpipe ]; then
+        F="$F --aew $((RANDOM % (2 * M + 1)))"; opt --stale-comp none predict dcasgd lr predict+lr dcasgd+lr predict+dcasgd
+        opt --predict-order 1 2; opt --stale-tau 0 0 1; opt --aew-start 0 0 2; opt --drift-min-cos 0 0 0.99
+    fi
+    opt --jitter 0 0.3; opt --recompute 0 1; pick dev cpu cpu cpu-staged; F="$F --device $dev"; opt --gns 0 0 1; opt --lr-gns 0 0 1
+    opt --drift-every 0 0 2; opt --clip 1 0.5 0; opt -c 0 0.1; opt --inject-nan 0 0 0 2 4; opt --consistency-every 2 50
+    opt --spike-z 0 0 3; opt --eps 1e-8 1e-6; opt --beta2 0.95 0.999
+    if [ "$D" = 2 ]; then
+        opt --grad-quant none int8; opt --error-feedback 0 1; opt --placement stages replicas auto
+        opt --quant-block 256 64 100; opt --grad-cache 0 0 4KB 64KB
+    fi
+    pick P 2 3 4 5 6; pick P2 1 2 3 4 5 6; pick part auto uniform model; pick threads 1 2
+    for lim in "$M" "$L"; do [ "$P" -gt "$lim" ] && P=$lim; [ "$P2" -gt "$lim" ] && P2=$lim; done
+    dev_other=cpu; [ "$dev" = cpu ] && dev_other=cpu-staged
+    return 0
+}
+
+# sweep_numbers LOG [FROM]: what must be bitwise equal, a line a record of log.jsonl from step FROM on:
+# the figures that depend neither on P nor on timing (losses, norms, LRs, val losses, the noise
+# scale, the drift monitor's cosines)
+sweep_numbers() {
+    awk -v from="${2:-1}" 'match($0, /"step": [0-9]+/) {
+        step = substr($0, RSTART + 8, RLENGTH - 8) + 0
+        if (step < from) next
+        out = ""; n = split($0, f, /, "|[{}]/)
+        for (j = 1; j <= n; j++) if (f[j] ~ /^"?(loss|grad_norm|lr|val_loss|gns_b_simple|drift_min_cos|drift_mean_cos)"/) out = out " " f[j]
+        if (out != "") print step out
+    }' "$1"
+}
