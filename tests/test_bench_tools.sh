@@ -60,7 +60,7 @@ refuse "sim_replay with an unknown option" "unknown option --fast" build/dev/sim
 script_helps() { (cd "$TMP/empty" && bash "$OLDPWD/$1" --help) > "$TMP/help" 2>&1 && grep -qi "usage" "$TMP/help" && [ -z "$(ls -A "$TMP/empty")" ]; }
 for s in scripts/bench_convergence.sh scripts/bench_dp_sync.sh scripts/bench_schedules.sh scripts/ensure_deps.sh scripts/gpu_check.sh \
     scripts/gpu_prepare.sh scripts/sim_vs_measured.sh scripts/reproduce_tables.sh dev/bench_llmc.sh dev/bench_matmul_ab.sh dev/get_mkl.sh \
-    dev/golden_runs.sh dev/flag_sweep.sh dev/flag_values.sh dev/data/get_gpt2_tokenizer.sh dev/data/prepare_tinyshakespeare.sh dev/fuzz/run.sh; do
+    dev/golden_runs.sh dev/flag_sweep.sh dev/signal_sweep.sh dev/flag_values.sh dev/data/get_gpt2_tokenizer.sh dev/data/prepare_tinyshakespeare.sh dev/fuzz/run.sh; do
     check "$s --help prints its usage and runs nothing" script_helps "$s"
     refuse "$s refuses an option it does not take" "(unknown option|unexpected argument|takes no arguments).*--bogus" bash "$s" --bogus
 done
@@ -71,6 +71,8 @@ refuse "fuzz/run.sh with seconds +5 (a number to bash's test, not a whole number
     env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh +5 nosuch
 refuse "flag_sweep.sh with cases that are not a number" "flag_sweep: CASES x: expected a whole number >= 1" bash dev/flag_sweep.sh x
 refuse "flag_sweep.sh with a binary that is not there" "flag_sweep: $TMP/empty/nosuch: no such program" bash dev/flag_sweep.sh 1 1 "$TMP/empty/nosuch"
+refuse "signal_sweep.sh with a seed that is not a number" "signal_sweep: SEED 1e3: expected a whole number >= 0" bash dev/signal_sweep.sh 1 1e3
+refuse "signal_sweep.sh with a binary that is not there" "signal_sweep: $TMP/empty/nosuch: no such program" bash dev/signal_sweep.sh 1 1 "$TMP/empty/nosuch"
 refuse "flag_values.sh with a binary that is not there" "flag_values: $TMP/empty/nosuch: no such program" bash dev/flag_values.sh "$TMP/empty/nosuch"
 refuse "bench_convergence.sh with a one-dash option" "bench_convergence: unknown option -q" bash scripts/bench_convergence.sh -q
 refuse "fuzz/run.sh with a target that is not built" "fuzz/run.sh: no fuzz target 'nosuch'" env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh 1 nosuch

@@ -332,4 +332,14 @@ chmod +x "$TMP/lr_at_p"
 sweep_sees() { ! bash dev/flag_sweep.sh 1 7 "$TMP/lr_at_p" > "$TMP/sweep.txt" && grep -q "^case 1 DIFF P-numbers P-model" "$TMP/sweep.txt"; }
 check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees
 
+# --- a signal at a random moment, then a resume (dev/signal_sweep.sh; README, Reliability): two seeded
+# draws, each stopped mid-run by SIGUSR1 or SIGINT at one rank and resumed at another P, bitwise the
+# unbroken run; and the sweep does see a difference: a wrapper that resumes at another learning rate
+check "dev/signal_sweep.sh 2 29: two runs stopped at a random moment end bitwise the unbroken ones" \
+    bash dev/signal_sweep.sh 2 29 ./train_tdpipe
+printf '#!/bin/sh\ncase "$*" in *"-y 1"*) exec ./train_tdpipe "$@" -l 1e-3 ;; esac\nexec ./train_tdpipe "$@"\n' > "$TMP/lr_on_resume"
+chmod +x "$TMP/lr_on_resume"
+signal_sees() { ! bash dev/signal_sweep.sh 1 29 "$TMP/lr_on_resume" > "$TMP/signal.txt" && grep -q "^case 1 DIFF numbers model mid-run" "$TMP/signal.txt"; }
+check "  a resume at another learning rate is reported (case 1 DIFF, exit 1)" signal_sees
+
 finish
