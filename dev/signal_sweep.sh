@@ -10,7 +10,8 @@
 #   last-step  "signal N at the last step": the unbroken run's figures and model.bin (less the last
 #              val loss where the stop cut that validation short);
 #   late       the signal came as the run ended: the same as last-step;
-#   start-up   a non-zero exit before any step, no checkpoint written.
+#   start-up   a non-zero exit before any step, no checkpoint written, and the same run started again
+#              in its folder ends as the unbroken one.
 # One line a case ("case N ok|DIFF KIND ..."; the flags after "::"), then the tally; exit 1 where any
 # case differs. Needs mpirun. A case takes 10-60 s on 2 cores.
 # usage: dev/signal_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
@@ -43,7 +44,7 @@ ranks() {
 # has_step DIR K: DIR's log holds step K's record
 has_step() { grep -qE "^\{\"step\": $2, \"loss\"" "$1/log.jsonl" 2> /dev/null; }
 
-bad=0 mid=0 lastn=0 late=0 startup=0
+bad=0 mid=0 lastn=0 late=0 startup=0 vcut=0
 for i in $(seq 1 "$N"); do
     sweep_draw "-x $STEPS -v 4 --val-batches 20"
     pick sig TERM INT USR1
@@ -69,15 +70,28 @@ for i in $(seq 1 "$N"); do
     wait $job
     rc_k=$?
     mv "$k.txt" "$k.stop.txt"
-    what="" kind=""
+    what="" kind="" in_val=0
     if [ "$rc_u" -ne 0 ]; then
         what=" unbroken-exit-$rc_u($(grep -m1 'train_tdpipe:' "$u.txt" | cut -c1-120))"
     elif [ "$rc_k" -ne 0 ]; then
         kind=start-up
         [ -z "$(sweep_numbers "$k/log.jsonl" 2> /dev/null)" ] || what="$what exit-$rc_k-after-a-step"
         ! ls "$k"/ckpt_*.tdck > /dev/null 2>&1 || what="$what a-checkpoint"
+        # and nothing it left (a lock, an empty log) stands in the way of the same run started again
+        if [ -z "$what" ]; then
+            run "$k" "$np" $F --stages "$P"
+            rc_r=$?
+            [ $rc_r -eq 0 ] || what="$what rerun-exit-$rc_r($(grep -m1 'train_tdpipe:' "$k.txt" | cut -c1-120))"
+            sweep_numbers "$u/log.jsonl" > "$u.n"; sweep_numbers "$k/log.jsonl" > "$k.n"
+            cmp -s "$u.n" "$k.n" || what="$what rerun-numbers"
+            cmp -s "$u/model.bin" "$k/model.bin" || what="$what rerun-model"
+        fi
     else
         sweep_numbers "$u/log.jsonl" > "$u.n"
+        # a stop that cut a validation short: the unbroken run has a val loss at the stopped run's last step, it has none
+        sweep_numbers "$k/log.jsonl" > "$k.n"
+        last=$(awk 'END { print $1 }' "$k.n")
+        grep -q "^$last val_loss\"" "$u.n" && ! grep -q "^$last val_loss\"" "$k.n" && in_val=1
         if grep -q "^stopped by signal" "$k.stop.txt"; then
             kind=mid-run
             OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1
@@ -88,15 +102,16 @@ for i in $(seq 1 "$N"); do
         fi
         sweep_numbers "$k/log.jsonl" > "$k.n"
         # a stop in the last step's validation ends the run without that val loss (README, Training)
-        head -n -1 "$u.n" > "$u.cut"; tail -1 "$u.n" | grep -q "^$STEPS val_loss\"" || cp "$u.n" "$u.cut"
-        cmp -s "$u.n" "$k.n" || { [ "$kind" = last-step ] && cmp -s "$u.cut" "$k.n"; } || what="$what numbers"
+        grep -v "^$STEPS val_loss\"" "$u.n" > "$u.cut"
+        cmp -s "$u.n" "$k.n" || { [ "$kind" = last-step ] && [ "$in_val" = 1 ] && cmp -s "$u.cut" "$k.n"; } || what="$what numbers"
         cmp -s "$u/model.bin" "$k/model.bin" || what="$what model"
     fi
-    case $kind in mid-run) mid=$((mid + 1)) ;; last-step) lastn=$((lastn + 1)) ;; late) late=$((late + 1)) ;; start-up) startup=$((startup + 1)) ;; esac
+    [ "$in_val" = 1 ] && kind="$kind(validation-cut)" vcut=$((vcut + 1))
+    case $kind in mid-run*) mid=$((mid + 1)) ;; last-step*) lastn=$((lastn + 1)) ;; late) late=$((late + 1)) ;; start-up) startup=$((startup + 1)) ;; esac
     [ -n "$what" ] && bad=$((bad + 1))
     when="step $K + $delay_ms ms"; [ "$at_start" -eq 1 ] && when="start-up + $start_ms ms"
     printf 'case %d %s %s SIG%s to pid %s of %d at %s P %d D %d resumed-P %d resumed-device %s :: %s\n' "$i" "${what:+DIFF$what}" \
         "${kind:-none}" "$sig" "$target" "$np" "$when" "$P" "$D" "$P2" "$dev_s" "$F" | sed 's/^\(case [0-9]*\)  /\1 ok /'
 done
-echo "signal_sweep: $bad of $N cases differ (seed $SEED): $mid stopped mid-run, $lastn at the last step, $late late, $startup in start-up"
+echo "signal_sweep: $bad of $N cases differ (seed $SEED): $mid stopped mid-run, $lastn at the last step, $late late, $startup in start-up; $vcut of them in a validation"
 [ "$bad" -eq 0 ]
