@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README's bitwise claims held against random flag combinations. Each case is one seeded draw
-# (dev/sweep_draw.sh) of the model, batch, schedule, window, compensation, jitter, recomputation,
+# (dev/sweep_lib.sh) of the model, batch, schedule, window, compensation, jitter, recomputation,
 # backend, int8 sync, guard, drift monitor, noise scale, partition, placement and thread count, run
 # three ways: at P = 1 (the reference), at a drawn P > 1, and resumed at another drawn P from the
 # reference's step-3 checkpoint (every second case on the other CPU backend). Every step's loss,
@@ -10,23 +10,9 @@
 # 5-30 s on 2 cores.
 # usage: dev/flag_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
 set -u
-source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional flag_sweep "$@"
-source "$(dirname "$0")/sweep_draw.sh"
-N=${1:-20} SEED=${2:-1} BIN=${3:-./train_tdpipe}
-cli_count flag_sweep CASES "$N" 1; cli_count flag_sweep SEED "$SEED" 0
-[ -x "$BIN" ] || { echo "flag_sweep: $BIN: no such program (make builds ./train_tdpipe)" >&2; exit 1; }
-command -v mpirun > /dev/null || { echo "flag_sweep: needs mpirun (openmpi-bin)" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
-TMP=$(mktemp -d /tmp/flag_sweep.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-RANDOM=$SEED
+source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
+source "$(dirname "$0")/sweep_lib.sh"; sweep_start flag_sweep "$@"
 
-# run DIR RANKS FLAGS...: the trainer on RANKS ranks (one: no mpirun), its output in DIR.txt
-run() {
-    local d=$1 np=$2; shift 2
-    if [ "$np" -eq 1 ]; then timeout 300 "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null
-    else $MPI -np "$np" "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null; fi
-}
 bad=0
 for i in $(seq 1 "$N"); do
     sweep_draw "-x 6 -v 3 --val-batches 2"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A stop at a random moment held against the unbroken run (README, Training: what SIGINT, SIGTERM and
-# SIGUSR1 do). Each case is one seeded draw of flags (dev/sweep_draw.sh, as dev/flag_sweep.sh draws
+# SIGUSR1 do). Each case is one seeded draw of flags (dev/sweep_lib.sh, as dev/flag_sweep.sh draws
 # them; 12 steps, validation every 4) run at a drawn P x D twice: unbroken, and sent a drawn signal
 # at a drawn rank once its log holds a drawn step (one case in six: at a drawn moment of its start-up).
 # What must hold, by what the stopped run says:
 #   mid-run    "stopped by signal": exit 0, and a resume (-y 1, at another drawn P, every second case on
 #              the other CPU backend) ends with every loss, norm, LR and val loss and model.bin bitwise
-#              the unbroken run's;
+#              the unbroken run's (every third case: the resume, signalled in its start-up in turn,
+#              resumed once more);
 #   last-step  "signal N at the last step": the unbroken run's figures and model.bin (less the last
 #              val loss where the stop cut that validation short);
 #   late       the signal came as the run ended: the same as last-step;
@@ -16,24 +17,10 @@
 # case differs. Needs mpirun. A case takes 10-60 s on 2 cores.
 # usage: dev/signal_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
 set -u
-source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"; cli_positional signal_sweep "$@"
-source "$(dirname "$0")/sweep_draw.sh"
-N=${1:-20} SEED=${2:-1} BIN=${3:-./train_tdpipe}
-cli_count signal_sweep CASES "$N" 1; cli_count signal_sweep SEED "$SEED" 0
-[ -x "$BIN" ] || { echo "signal_sweep: $BIN: no such program (make builds ./train_tdpipe)" >&2; exit 1; }
-command -v mpirun > /dev/null || { echo "signal_sweep: needs mpirun (openmpi-bin)" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
-TMP=$(mktemp -d /tmp/signal_sweep.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-RANDOM=$SEED
+source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
+source "$(dirname "$0")/sweep_lib.sh"; sweep_start signal_sweep "$@"
 STEPS=12
 
-# run DIR RANKS FLAGS...: the trainer on RANKS ranks (one: no mpirun), its output in DIR.txt
-run() {
-    local d=$1 np=$2; shift 2
-    if [ "$np" -eq 1 ]; then timeout 300 "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null
-    else $MPI -np "$np" "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null; fi
-}
 # ranks DIR: the pids of the trainer processes writing to DIR, in pid order
 ranks() {
     local p
@@ -44,7 +31,25 @@ ranks() {
 # has_step DIR K: DIR's log holds step K's record
 has_step() { grep -qE "^\{\"step\": $2, \"loss\"" "$1/log.jsonl" 2> /dev/null; }
 
-bad=0 mid=0 lastn=0 late=0 startup=0 vcut=0
+# signal_when DIR JOB MOMENT: once the run writing DIR (background job JOB) reaches the moment (start:
+# start_ms after its first rank exists; step: step K's record in its log, then delay_ms, into its
+# validation where it has one), sends SIG to one of its ranks, drawn; target: its pid, or none
+signal_when() {
+    local d=$1 job=$2 _ pids
+    for _ in $(seq 6000); do [ -n "$(ranks "$d")" ] || ! kill -0 "$job" 2> /dev/null && break; sleep 0.01; done
+    if [ "$3" = start ]; then
+        sleep "$(printf '0.%03d' "$start_ms")"
+    else
+        for _ in $(seq 6000); do has_step "$d" "$K" || ! kill -0 "$job" 2> /dev/null && break; sleep 0.01; done
+        sleep "$(printf '0.%03d' "$delay_ms")"
+    fi
+    pids=($(ranks "$d"))
+    target=none
+    [ ${#pids[@]} -gt 0 ] && target=${pids[$((rank % ${#pids[@]}))]} && kill -"$sig" "$target" 2> /dev/null
+    return 0
+}
+
+bad=0 mid=0 lastn=0 late=0 startup=0 vcut=0 resumes=0
 for i in $(seq 1 "$N"); do
     sweep_draw "-x $STEPS -v 4 --val-batches 20"
     pick sig TERM INT USR1
@@ -55,22 +60,12 @@ for i in $(seq 1 "$N"); do
     rc_u=$?
     run "$k" "$np" $F --stages "$P" &
     job=$!
-    # the moment: a drawn step's record in the log, then up to 40 ms (into its validation, where it has
-    # one); or, in start-up, a drawn time after the first rank exists
-    for _ in $(seq 6000); do [ -n "$(ranks "$k")" ] || ! kill -0 $job 2> /dev/null && break; sleep 0.01; done
-    if [ "$at_start" -eq 1 ]; then
-        sleep "$(printf '0.%03d' "$start_ms")"
-    else
-        for _ in $(seq 6000); do has_step "$k" "$K" || ! kill -0 $job 2> /dev/null && break; sleep 0.01; done
-        sleep "$(printf '0.%03d' "$delay_ms")"
-    fi
-    pids=($(ranks "$k"))
-    target=none
-    [ ${#pids[@]} -gt 0 ] && target=${pids[$((rank % ${#pids[@]}))]} && kill -"$sig" "$target" 2> /dev/null
+    if [ "$at_start" -eq 1 ]; then signal_when "$k" $job start; else signal_when "$k" $job step; fi
+    target1=$target
     wait $job
     rc_k=$?
     mv "$k.txt" "$k.stop.txt"
-    what="" kind="" in_val=0
+    what="" kind="" in_val=0 rc_r=0
     if [ "$rc_u" -ne 0 ]; then
         what=" unbroken-exit-$rc_u($(grep -m1 'train_tdpipe:' "$u.txt" | cut -c1-120))"
     elif [ "$rc_k" -ne 0 ]; then
@@ -94,9 +89,23 @@ for i in $(seq 1 "$N"); do
         grep -q "^$last val_loss\"" "$u.n" && ! grep -q "^$last val_loss\"" "$k.n" && in_val=1
         if grep -q "^stopped by signal" "$k.stop.txt"; then
             kind=mid-run
-            OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1
-            rc_r=$?
-            [ $rc_r -eq 0 ] || what="$what resume-exit-$rc_r($(grep -m1 'train_tdpipe:' "$k.txt" | cut -c1-120))"
+            if [ $((i % 3)) -eq 0 ]; then # every third: the resume is signalled too, in its start-up, and resumed again
+                OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1 &
+                job=$!
+                signal_when "$k" $job start
+                wait $job
+                rc_r=$?
+                mv "$k.txt" "$k.resume1.txt"
+                if [ $rc_r -ne 0 ]; then kind="$kind,resume-stopped-in-start-up"
+                elif grep -q "^stopped by signal" "$k.resume1.txt"; then kind="$kind,resume-stopped-mid-run"
+                else kind="$kind,resume-late" rc_r=-1; fi
+                resumes=$((resumes + (rc_r != -1)))
+            fi
+            if [ "${rc_r:-0}" != -1 ]; then
+                OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1
+                rc_r=$?
+                [ $rc_r -eq 0 ] || what="$what resume-exit-$rc_r($(grep -m1 'train_tdpipe:' "$k.txt" | cut -c1-120))"
+            fi
         else
             kind=late; grep -q "at the last step" "$k.stop.txt" && kind=last-step
         fi
@@ -111,7 +120,7 @@ for i in $(seq 1 "$N"); do
     [ -n "$what" ] && bad=$((bad + 1))
     when="step $K + $delay_ms ms"; [ "$at_start" -eq 1 ] && when="start-up + $start_ms ms"
     printf 'case %d %s %s SIG%s to pid %s of %d at %s P %d D %d resumed-P %d resumed-device %s :: %s\n' "$i" "${what:+DIFF$what}" \
-        "${kind:-none}" "$sig" "$target" "$np" "$when" "$P" "$D" "$P2" "$dev_s" "$F" | sed 's/^\(case [0-9]*\)  /\1 ok /'
+        "${kind:-none}" "$sig" "$target1" "$np" "$when" "$P" "$D" "$P2" "$dev_s" "$F" | sed 's/^\(case [0-9]*\)  /\1 ok /'
 done
-echo "signal_sweep: $bad of $N cases differ (seed $SEED): $mid stopped mid-run, $lastn at the last step, $late late, $startup in start-up; $vcut of them in a validation"
+echo "signal_sweep: $bad of $N cases differ (seed $SEED): $mid stopped mid-run, $lastn at the last step, $late late, $startup in start-up; $vcut of them in a validation; $resumes resumes stopped in turn"
 [ "$bad" -eq 0 ]

@@ -322,24 +322,22 @@ check "--recompute 1, P = 2 tdpipe W = 2, a rollback (--inject-nan 3) and its re
 check "--recompute 1, P = 2 x D = 2 int8, cpu-staged" rc_case i8 4 less --stages 2 --grad-quant int8 --device cpu-staged
 check "  the start-up table says what a micro-batch keeps" grep -q "activations 0.0 MiB per micro-batch in flight (--recompute: its input and output; backward runs its forward again in [0-9.]* MiB held once)" "$TMP/rc1_dc.out"
 
-# --- random flag combinations (dev/flag_sweep.sh; README, Reliability): two seeded draws, each at
-# P = 1, at a drawn P > 1 and resumed at another P, bitwise; and the sweep does see a difference: a
-# wrapper that trains every run given --stages at another learning rate is reported
+# --- the sweeps (README, Reliability), each on two seeded draws, and each seen to report a difference:
+# sweep_sees SWEEP SEED PATTERN REPORT: run on a wrapper that trains the runs whose flags match the
+# case PATTERN at another learning rate, the sweep reports its case 1 as REPORT and exits 1
+sweep_sees() {
+    printf '#!/bin/sh\ncase "$*" in %s) exec ./train_tdpipe "$@" -l 1e-3 ;; esac\nexec ./train_tdpipe "$@"\n' "$3" > "$TMP/lr_wrapper"
+    chmod +x "$TMP/lr_wrapper"
+    ! bash "$1" 1 "$2" "$TMP/lr_wrapper" > "$TMP/sweep.txt" && grep -q "^case 1 DIFF $4" "$TMP/sweep.txt"
+}
+# random flag combinations (dev/flag_sweep.sh): at P = 1, at a drawn P > 1 and resumed at another P, bitwise
 check "dev/flag_sweep.sh 2 7: two random flag combinations bitwise at P = 1, at P > 1 and resumed at another P" \
     bash dev/flag_sweep.sh 2 7 ./train_tdpipe
-printf '#!/bin/sh\ncase "$*" in *--stages*) exec ./train_tdpipe "$@" -l 1e-3 ;; esac\nexec ./train_tdpipe "$@"\n' > "$TMP/lr_at_p"
-chmod +x "$TMP/lr_at_p"
-sweep_sees() { ! bash dev/flag_sweep.sh 1 7 "$TMP/lr_at_p" > "$TMP/sweep.txt" && grep -q "^case 1 DIFF P-numbers P-model" "$TMP/sweep.txt"; }
-check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees
-
-# --- a signal at a random moment, then a resume (dev/signal_sweep.sh; README, Reliability): two seeded
-# draws, each stopped mid-run by SIGUSR1 or SIGINT at one rank and resumed at another P, bitwise the
-# unbroken run; and the sweep does see a difference: a wrapper that resumes at another learning rate
+check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/flag_sweep.sh 7 '*--stages*' "P-numbers P-model"
+# a stop at a random moment, then a resume (dev/signal_sweep.sh): both cases of seed 29 are stopped
+# mid-run by SIGUSR1 or SIGINT at one rank and resumed, one at another P, bitwise the unbroken run
 check "dev/signal_sweep.sh 2 29: two runs stopped at a random moment end bitwise the unbroken ones" \
     bash dev/signal_sweep.sh 2 29 ./train_tdpipe
-printf '#!/bin/sh\ncase "$*" in *"-y 1"*) exec ./train_tdpipe "$@" -l 1e-3 ;; esac\nexec ./train_tdpipe "$@"\n' > "$TMP/lr_on_resume"
-chmod +x "$TMP/lr_on_resume"
-signal_sees() { ! bash dev/signal_sweep.sh 1 29 "$TMP/lr_on_resume" > "$TMP/signal.txt" && grep -q "^case 1 DIFF numbers model mid-run" "$TMP/signal.txt"; }
-check "  a resume at another learning rate is reported (case 1 DIFF, exit 1)" signal_sees
+check "  a resume at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/signal_sweep.sh 29 '*"-y 1"*' "numbers model mid-run"
 
 finish

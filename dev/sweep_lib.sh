@@ -1,5 +1,29 @@
-# The random flag combinations that dev/flag_sweep.sh and dev/signal_sweep.sh draw, and what they
-# compare (sourced; the caller seeds RANDOM, so a seed names the same cases in both).
+# What dev/flag_sweep.sh and dev/signal_sweep.sh share (sourced): their command line, the random flag
+# combinations they draw (a seed names the same cases in both), how a run is launched and what of its
+# log must be bitwise equal.
+
+# sweep_start NAME ARG...: the command line (CASES SEED binary) into N, SEED and BIN, refused by name
+# where wrong; mpirun's settings in MPI; a scratch folder in TMP, removed at exit; RANDOM seeded
+sweep_start() {
+    local name=$1; shift
+    cli_positional "$name" "$@"
+    N=${1:-20} SEED=${2:-1} BIN=${3:-./train_tdpipe}
+    cli_count "$name" CASES "$N" 1; cli_count "$name" SEED "$SEED" 0
+    [ -x "$BIN" ] || { echo "$name: $BIN: no such program (make builds ./train_tdpipe)" >&2; exit 1; }
+    command -v mpirun > /dev/null || { echo "$name: needs mpirun (openmpi-bin)" >&2; exit 1; }
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+    TMP=$(mktemp -d "/tmp/$name.XXXXXX")
+    trap 'rm -rf "$TMP"' EXIT
+    RANDOM=$SEED
+}
+
+# run DIR RANKS FLAGS...: the trainer on RANKS ranks (one: no mpirun), its output in DIR.txt
+run() {
+    local d=$1 np=$2; shift 2
+    if [ "$np" -eq 1 ]; then timeout 300 "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null
+    else $MPI -np "$np" "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null; fi
+}
 
 # pick VAR CHOICE...: VAR set to one of the choices; opt NAME CHOICE...: "NAME choice" added to F. Both
 # draw in this shell: bash 5 reseeds RANDOM in every subshell, so a $(...) draw would not follow the seed
