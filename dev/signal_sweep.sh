@@ -2,7 +2,8 @@
 # A stop at a random moment held against the unbroken run (README, Training: what SIGINT, SIGTERM and
 # SIGUSR1 do). Each case is one seeded draw of flags (dev/sweep_lib.sh, as dev/flag_sweep.sh draws
 # them; 12 steps, validation every 4) run at a drawn P x D twice: unbroken, and sent a drawn signal
-# at a drawn rank once its log holds a drawn step (one case in six: at a drawn moment of its start-up).
+# at a drawn rank (every fourth case: SIGUSR1 at mpirun, which forwards it to every rank) once its
+# log holds a drawn step (one case in six: at a drawn moment of its start-up).
 # What must hold, by what the stopped run says:
 #   mid-run    "stopped by signal": exit 0, and a resume (-y 1, at another drawn P, every second case on
 #              the other CPU backend) ends with every loss, norm, LR and val loss and model.bin bitwise
@@ -21,19 +22,22 @@ source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
 source "$(dirname "$0")/sweep_lib.sh"; sweep_start signal_sweep "$@"
 STEPS=12
 
-# ranks DIR: the pids of the trainer processes writing to DIR, in pid order
+# ranks DIR [mpirun]: the pids of the trainer processes writing to DIR, in pid order (or of the
+# mpirun that launched them)
 ranks() {
-    local p
-    for p in $( (pgrep -x train_tdpipe; pgrep -x "$(basename "$BIN" | cut -c1-15)") | sort -nu); do
+    local p names=(train_tdpipe "$(basename "$BIN" | cut -c1-15)")
+    [ "${2:-}" = mpirun ] && names=(mpirun)
+    for p in $(for n in "${names[@]}"; do pgrep -x "$n"; done | sort -nu); do
         tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qF -- "-o $1 " && echo "$p"
     done
 }
 # has_step DIR K: DIR's log holds step K's record
 has_step() { grep -qE "^\{\"step\": $2, \"loss\"" "$1/log.jsonl" 2> /dev/null; }
 
-# signal_when DIR JOB MOMENT: once the run writing DIR (background job JOB) reaches the moment (start:
-# start_ms after its first rank exists; step: step K's record in its log, then delay_ms, into its
-# validation where it has one), sends SIG to one of its ranks, drawn; target: its pid, or none
+# signal_when DIR JOB MOMENT [mpirun]: once the run writing DIR (background job JOB) reaches the moment
+# (start: start_ms after its first rank exists; step: step K's record in its log, then delay_ms, into
+# its validation where it has one), sends SIG to one of its ranks, drawn, or to its mpirun (which
+# forwards SIGUSR1 to every rank: README's way to stop a run under mpirun); target: the pid, or none
 signal_when() {
     local d=$1 job=$2 _ pids
     for _ in $(seq 6000); do [ -n "$(ranks "$d")" ] || ! kill -0 "$job" 2> /dev/null && break; sleep 0.01; done
@@ -43,7 +47,7 @@ signal_when() {
         for _ in $(seq 6000); do has_step "$d" "$K" || ! kill -0 "$job" 2> /dev/null && break; sleep 0.01; done
         sleep "$(printf '0.%03d' "$delay_ms")"
     fi
-    pids=($(ranks "$d"))
+    pids=($(ranks "$d" "${4:-}"))
     target=none
     [ ${#pids[@]} -gt 0 ] && target=${pids[$((rank % ${#pids[@]}))]} && kill -"$sig" "$target" 2> /dev/null
     return 0
@@ -60,7 +64,8 @@ for i in $(seq 1 "$N"); do
     rc_u=$?
     run "$k" "$np" $F --stages "$P" &
     job=$!
-    if [ "$at_start" -eq 1 ]; then signal_when "$k" $job start; else signal_when "$k" $job step; fi
+    to=rank; [ $((i % 4)) -eq 0 ] && to=mpirun sig=USR1 # every fourth: README's way under mpirun
+    if [ "$at_start" -eq 1 ]; then signal_when "$k" $job start $to; else signal_when "$k" $job step $to; fi
     target1=$target
     wait $job
     rc_k=$?
@@ -119,8 +124,8 @@ for i in $(seq 1 "$N"); do
     case $kind in mid-run*) mid=$((mid + 1)) ;; last-step*) lastn=$((lastn + 1)) ;; late) late=$((late + 1)) ;; start-up) startup=$((startup + 1)) ;; esac
     [ -n "$what" ] && bad=$((bad + 1))
     when="step $K + $delay_ms ms"; [ "$at_start" -eq 1 ] && when="start-up + $start_ms ms"
-    printf 'case %d %s %s SIG%s to pid %s of %d at %s P %d D %d resumed-P %d resumed-device %s :: %s\n' "$i" "${what:+DIFF$what}" \
-        "${kind:-none}" "$sig" "$target1" "$np" "$when" "$P" "$D" "$P2" "$dev_s" "$F" | sed 's/^\(case [0-9]*\)  /\1 ok /'
+    printf 'case %d %s %s SIG%s to %s pid %s of %d at %s P %d D %d resumed-P %d resumed-device %s :: %s\n' "$i" "${what:+DIFF$what}" \
+        "${kind:-none}" "$sig" "$to" "$target1" "$np" "$when" "$P" "$D" "$P2" "$dev_s" "$F" | sed 's/^\(case [0-9]*\)  /\1 ok /'
 done
 echo "signal_sweep: $bad of $N cases differ (seed $SEED): $mid stopped mid-run, $lastn at the last step, $late late, $startup in start-up; $vcut of them in a validation; $resumes resumes stopped in turn"
 [ "$bad" -eq 0 ]
