@@ -75,6 +75,7 @@ for i in $(seq 1 "$N"); do
         what=" unbroken-exit-$rc_u($(grep -m1 'train_tdpipe:' "$u.txt" | cut -c1-120))"
     elif [ "$rc_k" -ne 0 ]; then
         kind=start-up
+        [ "$target1" != none ] || what="$what exit-$rc_k-unsignalled($(grep -m1 'train_tdpipe:' "$k.stop.txt" | cut -c1-120))"
         [ -z "$(sweep_numbers "$k/log.jsonl" 2> /dev/null)" ] || what="$what exit-$rc_k-after-a-step"
         ! ls "$k"/ckpt_*.tdck > /dev/null 2>&1 || what="$what a-checkpoint"
         # and nothing it left (a lock, an empty log) stands in the way of the same run started again
