@@ -27,7 +27,7 @@ for i in $(seq 1 "$N"); do
     what=""
     for r in "r $rc_r" "p $rc_p" "s $rc_s"; do
         set -- $r
-        [ "$2" -ne 0 ] && what="$what run-$1-exit-$2($(grep -m1 'train_tdpipe:' "$TMP/$1$i.txt" | cut -c1-120))"
+        [ "$2" -ne 0 ] && what="$what run-$1-exit-$2($(first_error "$TMP/$1$i.txt"))"
     done
     if [ -z "$what" ]; then
         sweep_numbers "$TMP/r$i/log.jsonl" > "$TMP/r$i.n"; sweep_numbers "$TMP/p$i/log.jsonl" > "$TMP/p$i.n"

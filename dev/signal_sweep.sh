@@ -53,6 +53,9 @@ signal_when() {
     return 0
 }
 
+# resume: the stopped run resumed (-y 1) at P2 stages on the backend dev_s, with the drawn thread count
+resume() { OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1; }
+
 bad=0 mid=0 lastn=0 late=0 startup=0 vcut=0 resumes=0
 for i in $(seq 1 "$N"); do
     sweep_draw "-x $STEPS -v 4 --val-batches 20"
@@ -70,33 +73,33 @@ for i in $(seq 1 "$N"); do
     wait $job
     rc_k=$?
     mv "$k.txt" "$k.stop.txt"
-    what="" kind="" in_val=0 rc_r=0
+    what="" kind="" in_val=0
+    sweep_numbers "$u/log.jsonl" > "$u.n" 2> /dev/null
     if [ "$rc_u" -ne 0 ]; then
-        what=" unbroken-exit-$rc_u($(grep -m1 'train_tdpipe:' "$u.txt" | cut -c1-120))"
+        what=" unbroken-exit-$rc_u($(first_error "$u.txt"))"
     elif [ "$rc_k" -ne 0 ]; then
         kind=start-up
-        [ "$target1" != none ] || what="$what exit-$rc_k-unsignalled($(grep -m1 'train_tdpipe:' "$k.stop.txt" | cut -c1-120))"
+        [ "$target1" != none ] || what="$what exit-$rc_k-unsignalled($(first_error "$k.stop.txt"))"
         [ -z "$(sweep_numbers "$k/log.jsonl" 2> /dev/null)" ] || what="$what exit-$rc_k-after-a-step"
         ! ls "$k"/ckpt_*.tdck > /dev/null 2>&1 || what="$what a-checkpoint"
         # and nothing it left (a lock, an empty log) stands in the way of the same run started again
         if [ -z "$what" ]; then
             run "$k" "$np" $F --stages "$P"
             rc_r=$?
-            [ $rc_r -eq 0 ] || what="$what rerun-exit-$rc_r($(grep -m1 'train_tdpipe:' "$k.txt" | cut -c1-120))"
-            sweep_numbers "$u/log.jsonl" > "$u.n"; sweep_numbers "$k/log.jsonl" > "$k.n"
+            [ $rc_r -eq 0 ] || what="$what rerun-exit-$rc_r($(first_error "$k.txt"))"
+            sweep_numbers "$k/log.jsonl" > "$k.n"
             cmp -s "$u.n" "$k.n" || what="$what rerun-numbers"
             cmp -s "$u/model.bin" "$k/model.bin" || what="$what rerun-model"
         fi
     else
-        sweep_numbers "$u/log.jsonl" > "$u.n"
         # a stop that cut a validation short: the unbroken run has a val loss at the stopped run's last step, it has none
         sweep_numbers "$k/log.jsonl" > "$k.n"
         last=$(awk 'END { print $1 }' "$k.n")
         grep -q "^$last val_loss\"" "$u.n" && ! grep -q "^$last val_loss\"" "$k.n" && in_val=1
         if grep -q "^stopped by signal" "$k.stop.txt"; then
-            kind=mid-run
+            kind=mid-run again=1
             if [ $((i % 3)) -eq 0 ]; then # every third: the resume is signalled too, in its start-up, and resumed again
-                OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1 &
+                resume &
                 job=$!
                 signal_when "$k" $job start
                 wait $job
@@ -104,13 +107,13 @@ for i in $(seq 1 "$N"); do
                 mv "$k.txt" "$k.resume1.txt"
                 if [ $rc_r -ne 0 ]; then kind="$kind,resume-stopped-in-start-up"
                 elif grep -q "^stopped by signal" "$k.resume1.txt"; then kind="$kind,resume-stopped-mid-run"
-                else kind="$kind,resume-late" rc_r=-1; fi
-                resumes=$((resumes + (rc_r != -1)))
+                else kind="$kind,resume-late" again=0; fi
+                resumes=$((resumes + again))
             fi
-            if [ "${rc_r:-0}" != -1 ]; then
-                OMP_NUM_THREADS=$threads run "$k" $((P2 * D)) $F --stages "$P2" --device "$dev_s" -y 1
+            if [ $again -eq 1 ]; then
+                resume
                 rc_r=$?
-                [ $rc_r -eq 0 ] || what="$what resume-exit-$rc_r($(grep -m1 'train_tdpipe:' "$k.txt" | cut -c1-120))"
+                [ $rc_r -eq 0 ] || what="$what resume-exit-$rc_r($(first_error "$k.txt"))"
             fi
         else
             kind=late; grep -q "at the last step" "$k.stop.txt" && kind=last-step

@@ -25,6 +25,9 @@ run() {
     else $MPI -np "$np" "$BIN" "$@" -o "$d" > "$d.txt" 2>&1 < /dev/null; fi
 }
 
+# first_error FILE: a run's first line naming the trainer (what it said when it failed), cut to 120 characters
+first_error() { grep -m1 'train_tdpipe:' "$1" | cut -c1-120; }
+
 # pick VAR CHOICE...: VAR set to one of the choices; opt NAME CHOICE...: "NAME choice" added to F. Both
 # draw in this shell: bash 5 reseeds RANDOM in every subshell, so a $(...) draw would not follow the seed
 pick() { local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$((RANDOM % $#))]}"; }
