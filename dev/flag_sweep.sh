@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # README's bitwise claims held against random flag combinations. Each case is one seeded draw
 # (dev/sweep_lib.sh) of the model, batch, schedule, window, compensation, jitter, recomputation,
-# backend, int8 sync, guard, drift monitor, noise scale, partition, placement and thread count, run
-# three ways: at P = 1 (the reference), at a drawn P > 1, and resumed at another drawn P from the
-# reference's step-3 checkpoint (every second case on the other CPU backend). Every step's loss,
-# norm, LR and val loss, and model.bin, must be bitwise the reference's. A seed names the same cases
-# on every machine. One line a case ("case N ok" or "case N DIFF what differed"; the flags after
-# "::"), then a total; exit 1 where any case differs or a run fails. Needs mpirun. A case takes
-# 5-30 s on 2 cores.
+# backend, int8 sync, guard, drift monitor, noise scale, partition, placement, thread count, LR
+# schedule, beta1, seed and data order, run three ways: at P = 1 (the reference), at a drawn P > 1,
+# and resumed at another drawn P from the reference's step-3 checkpoint (every second case on the
+# other CPU backend). Every step's loss, norm, LR and val loss, and model.bin, must be bitwise the
+# reference's. A seed names the same cases on every machine. One line a case ("case N ok" or "case
+# N DIFF what differed"; the flags after "::"), then a total; exit 1 where any case differs or a run
+# fails. Needs mpirun. A case takes 5-30 s on 2 cores.
 # usage: dev/flag_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
 set -u
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"

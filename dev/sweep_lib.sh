@@ -53,6 +53,11 @@ sweep_draw() {
         opt --quant-block 256 64 100; opt --grad-cache 0 0 4KB 64KB
     fi
     pick P 2 3 4 5 6; pick P2 1 2 3 4 5 6; pick part auto uniform model; pick threads 1 2
+    # drawn last, so that the draws above name the same flags as before they were added: the LR
+    # schedule past its warm-up (runs of 6-12 steps under the default 20 never left it), the data
+    # order and the initialisation, AdamW's beta1, DC-ASGD's lambda, the guard's patience
+    opt -u 20 0 3; opt -q 0.1 0 0.5; opt --beta1 0.9 0.8; opt --seed 1337 7 4242; opt --shuffle 0 1
+    opt --dc-lambda 1e5 1e3; opt --max-rollbacks 3 1
     for lim in "$M" "$L"; do [ "$P" -gt "$lim" ] && P=$lim; [ "$P2" -gt "$lim" ] && P2=$lim; done
     dev_other=cpu; [ "$dev" = cpu ] && dev_other=cpu-staged
     return 0

@@ -334,10 +334,11 @@ sweep_sees() {
 check "dev/flag_sweep.sh 2 7: two random flag combinations bitwise at P = 1, at P > 1 and resumed at another P" \
     bash dev/flag_sweep.sh 2 7 ./train_tdpipe
 check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/flag_sweep.sh 7 '*--stages*' "P-numbers P-model"
-# a stop at a random moment, then a resume (dev/signal_sweep.sh): both cases of seed 29 are stopped
-# mid-run by SIGUSR1 or SIGINT at one rank and resumed, one at another P, bitwise the unbroken run
-check "dev/signal_sweep.sh 2 29: two runs stopped at a random moment end bitwise the unbroken ones" \
-    bash dev/signal_sweep.sh 2 29 ./train_tdpipe
-check "  a resume at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/signal_sweep.sh 29 '*"-y 1"*' "numbers model mid-run"
+# a stop at a random moment, then a resume (dev/signal_sweep.sh): both cases of seed 4 are stopped
+# mid-run by SIGINT or SIGTERM at one rank of P = 2 and resumed at P = 1 (the second on the other
+# backend), bitwise the unbroken run
+check "dev/signal_sweep.sh 2 4: two runs stopped at a random moment end bitwise the unbroken ones" \
+    bash dev/signal_sweep.sh 2 4 ./train_tdpipe
+check "  a resume at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/signal_sweep.sh 4 '*"-y 1"*' "numbers model mid-run"
 
 finish
