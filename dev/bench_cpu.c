@@ -94,10 +94,11 @@ static float* random_floats(size_t n, uint64_t seed) {
     return x;
 }
 
+#define MATMUL_ROUNDS 7 // calls of each pass in the matmul table, one a round
+
 // one pass of a linear layer (N, C) -> (N, OC): 0 forward, 1 backward input, 2 backward weight;
 // blas: through cblas_sgemm instead of llmc/matmul.c
-static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
-                        int OC) {
+static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw, const float* inp, const float* w, int N, int C, int OC) {
 #ifdef TD_CBLAS
     if (blas) {
         if (which == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
@@ -108,41 +109,54 @@ static void matmul_pass(int which, int blas, float* out, float* dinp, float* dw,
 #endif
     if (which == 0) matmul_forward(out, inp, w, NULL, N, C, OC);
     else if (which == 1) matmul_backward_input(dinp, out, w, N, C, OC, 1);
-    else matmul_backward_weight(dw, db, out, inp, N, C, OC, 1);
+    else matmul_backward_weight(dw, NULL, out, inp, N, C, OC, 1);
 }
 
-// median ms of one pass over 7 runs
-static double time_pass(int which, int blas, float* out, float* dinp, float* dw, float* db, const float* inp, const float* w, int N, int C,
-                        int OC) {
-    double t[7];
-    for (int rep = 0; rep < 7; rep++) {
-        double t0 = now_seconds();
-        matmul_pass(which, blas, out, dinp, dw, db, inp, w, N, C, OC);
-        t[rep] = now_seconds() - t0;
+// one linear layer's shape and its operands, kept while the table is timed
+typedef struct {
+    int N, C, OC;
+    const char* label;
+    float *inp, *w, *out, *dw, *dinp; // (N, C), (OC, C), (N, OC), (OC, C), (N, C)
+    double t[2][3][MATMUL_ROUNDS];      // [ours, blas][fwd, bwd_in, bwd_w][round]: seconds of one call
+} MatmulShape;
+
+// GFLOP/s of forward, backward-input and backward-weight on each shape, and the library's beside them.
+// Each entry is the median of MATMUL_ROUNDS calls taken in rounds over the whole table, not back to
+// back: a VM's slow spell (on the Zen 4 VM of 2026-12-07 one pass read 108 GF/s for 15 calls in a row,
+// then 196) then costs every entry a round instead of one entry its whole median
+static void bench_matmuls(MatmulShape* sh, int nsh, double peak, int have_blas) {
+    for (int s = 0; s < nsh; s++) {
+        MatmulShape* m = &sh[s];
+        m->inp = random_floats((size_t)m->N * m->C, 1);
+        m->w = random_floats((size_t)m->OC * m->C, 2);
+        m->out = random_floats((size_t)m->N * m->OC, 3);
+        m->dw = random_floats((size_t)m->OC * m->C, 4);
+        m->dinp = random_floats((size_t)m->N * m->C, 6);
     }
-    return td_median(t, 7);
-}
-
-// GFLOP/s of forward, backward-input and backward-weight on one linear-layer shape, and the library's beside them
-static void bench_matmul(int N, int C, int OC, const char* label, double peak, int have_blas) {
-    float* inp = random_floats((size_t)N * C, 1);
-    float* w = random_floats((size_t)OC * C, 2);
-    float* out = random_floats((size_t)N * OC, 3);
-    float* dw = random_floats((size_t)OC * C, 4);
-    float* db = random_floats(OC, 5);
-    float* dinp = random_floats((size_t)N * C, 6);
-    double flops = 2.0 * N * C * OC;
+    for (int r = 0; r < MATMUL_ROUNDS; r++)
+        for (int s = 0; s < nsh; s++)
+            for (int which = 0; which < 3; which++)
+                for (int blas = 0; blas <= have_blas; blas++) {
+                    MatmulShape* m = &sh[s];
+                    double t0 = now_seconds();
+                    matmul_pass(which, blas, m->out, m->dinp, m->dw, m->inp, m->w, m->N, m->C, m->OC);
+                    m->t[blas][which][r] = now_seconds() - t0;
+                }
     const char* names[3] = {"fwd", "bwd_in", "bwd_w"};
-    for (int which = 0; which < 3; which++) {
-        double t = time_pass(which, 0, out, dinp, dw, NULL, inp, w, N, C, OC), g = flops / t / 1e9;
-        printf("  matmul  %-10s %6s %6d %6d %6d %10.3f %9.1f %6.1f%%", label, names[which], N, C, OC, t * 1e3, g, 100.0 * g / peak);
-        if (have_blas) {
-            double tb = time_pass(which, 1, out, dinp, dw, NULL, inp, w, N, C, OC), gb = flops / tb / 1e9;
-            printf(" %9.1f %6.1f%% %6.2fx", gb, 100.0 * gb / peak, tb / t);
+    for (int s = 0; s < nsh; s++) {
+        MatmulShape* m = &sh[s];
+        double flops = 2.0 * m->N * m->C * m->OC;
+        for (int which = 0; which < 3; which++) {
+            double t = td_median(m->t[0][which], MATMUL_ROUNDS), g = flops / t / 1e9;
+            printf("  matmul  %-10s %6s %6d %6d %6d %10.3f %9.1f %6.1f%%", m->label, names[which], m->N, m->C, m->OC, t * 1e3, g, 100.0 * g / peak);
+            if (have_blas) {
+                double tb = td_median(m->t[1][which], MATMUL_ROUNDS), gb = flops / tb / 1e9;
+                printf(" %9.1f %6.1f%% %6.2fx", gb, 100.0 * gb / peak, tb / t);
+            }
+            printf("\n");
         }
-        printf("\n");
+        free(m->inp); free(m->w); free(m->out); free(m->dw); free(m->dinp);
     }
-    free(inp); free(w); free(out); free(dw); free(db); free(dinp);
 }
 
 // one training step as the trainer's executor runs it for P = 1, M = 1: forward, backward, the tied
@@ -348,12 +362,10 @@ int main(int argc, char** argv) {
 #endif
     if (!no_matmul) {
         printf("#         shape      pass        N      C     OC      ms/op   GFLOP/s  %%peak%s\n", have_blas ? "  blas_GF/s  %peak  blas_x" : "");
-        bench_matmul(256, 768, 2304, "124M-qkv", peak.best, have_blas);
-        bench_matmul(256, 768, 768, "124M-proj", peak.best, have_blas);
-        bench_matmul(256, 768, 3072, "124M-fc", peak.best, have_blas);
-        bench_matmul(256, 3072, 768, "124M-fcproj", peak.best, have_blas);
-        bench_matmul(256, 768, 50304, "124M-head", peak.best, have_blas);
-        bench_matmul(256, 128, 512, "small-fc", peak.best, have_blas);
+        MatmulShape shapes[] = {{.N = 256, .C = 768, .OC = 2304, .label = "124M-qkv"},    {.N = 256, .C = 768, .OC = 768, .label = "124M-proj"},
+                                {.N = 256, .C = 768, .OC = 3072, .label = "124M-fc"},     {.N = 256, .C = 3072, .OC = 768, .label = "124M-fcproj"},
+                                {.N = 256, .C = 768, .OC = 50304, .label = "124M-head"}, {.N = 256, .C = 128, .OC = 512, .label = "small-fc"}};
+        bench_matmuls(shapes, (int)(sizeof(shapes) / sizeof(shapes[0])), peak.best, have_blas);
     }
     bench_step("small", 2, 128, 2, 256, 8, 64, steps * 4, small_only ? steps * 8 : 0, peak, bw); // its breakdown where it is all that runs
     if (!small_only) bench_step("124M", 12, 768, 12, 50257, 4, 64, steps, 3, peak, bw);
