@@ -330,7 +330,8 @@ sweep_sees() {
     chmod +x "$TMP/lr_wrapper"
     ! bash "$1" 1 "$2" "$TMP/lr_wrapper" > "$TMP/sweep.txt" && grep -q "^case 1 DIFF $4" "$TMP/sweep.txt"
 }
-# random flag combinations (dev/flag_sweep.sh): at P = 1, at a drawn P > 1 and resumed at another P, bitwise
+# random flag combinations (dev/flag_sweep.sh): at P = 1, at a drawn P > 1 (case 2: from --print-config's
+# file) and resumed at another P, bitwise
 check "dev/flag_sweep.sh 2 7: two random flag combinations bitwise at P = 1, at P > 1 and resumed at another P" \
     bash dev/flag_sweep.sh 2 7 ./train_tdpipe
 check "  a P > 1 run at another learning rate is reported (case 1 DIFF, exit 1)" sweep_sees dev/flag_sweep.sh 7 '*--stages*' "P-numbers P-model"
