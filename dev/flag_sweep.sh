@@ -23,9 +23,8 @@ for i in $(seq 1 "$N"); do
     pf="$F --stages $P --partition $part" via=flags rc_p=0
     if [ $((i % 2)) -eq 0 ]; then # every second case: those flags through --print-config's file
         via=config
-        inj=""; [[ $F =~ --inject-nan\ [0-9]+ ]] && inj=${BASH_REMATCH[0]} # a test switch, which the file has no key for: given again
         "$BIN" $pf --print-config > "$TMP/p$i.yaml" 2> "$TMP/p$i.txt" || rc_p=$?
-        pf="--config $TMP/p$i.yaml $inj"
+        pf="--config $TMP/p$i.yaml --inject-nan $nan" # a test switch, which the file has no key for
     fi
     if [ "$rc_p" -eq 0 ]; then
         OMP_NUM_THREADS=$threads run "$TMP/p$i" $((P * D)) $pf

@@ -36,7 +36,8 @@ opt() { local opt_value; pick opt_value "${@:2}"; F="$F $1 $opt_value"; }
 # sweep_draw RUNFLAGS: one case. F: its flags (RUNFLAGS, the steps and validation, among them), on
 # one line; L, M, D: its depth, micro-batches and replicas; P and P2: two stage counts it allows (every
 # schedule needs a micro-batch per stage, a stage a layer); part, threads: a partition, a thread count;
-# dev, dev_other: the CPU backend it runs on, and the other one (which a resume may change to)
+# dev, dev_other: the CPU backend it runs on, and the other one (which a resume may change to);
+# nan: the step of the injected NaN (0: none), kept apart because --print-config's file has no key for it
 sweep_draw() {
     local sch lim
     pick L 4 6; pick M 2 4 6 8; pick D 1 1 2; pick sch gpipe 1f1b zbh1 tdpipe tdpipe tdpipe
@@ -46,7 +47,7 @@ sweep_draw() {
         opt --predict-order 1 2; opt --stale-tau 0 0 1; opt --aew-start 0 0 2; opt --drift-min-cos 0 0 0.99
     fi
     opt --jitter 0 0.3; opt --recompute 0 1; pick dev cpu cpu cpu-staged; F="$F --device $dev"; opt --gns 0 0 1; opt --lr-gns 0 0 1
-    opt --drift-every 0 0 2; opt --clip 1 0.5 0; opt -c 0 0.1; opt --inject-nan 0 0 0 2 4; opt --consistency-every 2 50
+    opt --drift-every 0 0 2; opt --clip 1 0.5 0; opt -c 0 0.1; pick nan 0 0 0 2 4; F="$F --inject-nan $nan"; opt --consistency-every 2 50
     opt --spike-z 0 0 3; opt --eps 1e-8 1e-6; opt --beta2 0.95 0.999
     if [ "$D" = 2 ]; then
         opt --grad-quant none int8; opt --error-feedback 0 1; opt --placement stages replicas auto
