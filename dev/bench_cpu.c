@@ -122,8 +122,8 @@ typedef struct {
 
 // GFLOP/s of forward, backward-input and backward-weight on each shape, and the library's beside them.
 // Each entry is the median of MATMUL_ROUNDS calls taken in rounds over the whole table, not back to
-// back: a VM's slow spell (on the Zen 4 VM of 2026-12-07 one pass read 108 GF/s for 15 calls in a row,
-// then 196) then costs every entry a round instead of one entry its whole median
+// back: a VM's slow spell (on the Zen 4 VM of 2026-12-07 one pass read 101-108 GF/s for 15 calls in
+// a row, then 196) then costs every entry a round instead of one entry its whole median
 static void bench_matmuls(MatmulShape* sh, int nsh, double peak, int have_blas) {
     for (int s = 0; s < nsh; s++) {
         MatmulShape* m = &sh[s];
