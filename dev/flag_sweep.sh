@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # README's bitwise claims held against random flag combinations. Each case is one seeded draw
 # (dev/sweep_lib.sh) of the model, batch, schedule, window, compensation, jitter, recomputation,
-# backend, int8 sync, guard, drift monitor, noise scale, partition, placement, thread count, LR
-# schedule, beta1, seed and data order, run three ways: at P = 1 (the reference), at a drawn P > 1
+# backend, int8 sync, guard, drift monitor, noise scale, partition (and the ranks' speeds it weighs),
+# placement, thread count, LR schedule, beta1, seed, data (built-in or shards) and its order, how M is
+# given and the comm timeout, run three ways: at P = 1 (the reference), at a drawn P > 1
 # (every second case from --print-config's file of its flags), and resumed at another drawn P from
 # the reference's step-3 checkpoint (every second case on the other CPU backend). Every step's
 # loss, norm, LR and val loss, and model.bin, must be bitwise the reference's. A seed names the same
 # cases on every machine. One line a case ("case N ok" or "case N DIFF what differed"; the flags
-# after "::"), then a total; exit 1 where any case differs or a run fails. Needs mpirun. A case
-# takes 5-30 s on 2 cores.
+# after "::"), then a total; exit 1 where any case differs or a run fails. Needs mpirun and
+# make_shards (make builds it). A case takes 5-30 s on 2 cores.
 # usage: dev/flag_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
 set -u
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
@@ -20,7 +21,7 @@ for i in $(seq 1 "$N"); do
     dev_s=$dev; [ $((i % 2)) -eq 0 ] && dev_s=$dev_other
     run "$TMP/r$i" "$D" $F
     rc_r=$?
-    pf="$F --stages $P --partition $part" via=flags rc_p=0
+    pf="$F --stages $P --partition $part $RS" via=flags rc_p=0
     if [ $((i % 2)) -eq 0 ]; then # every second case: those flags through --print-config's file
         via=config
         "$BIN" $pf --print-config > "$TMP/p$i.yaml" 2> "$TMP/p$i.txt" || rc_p=$?
@@ -48,7 +49,7 @@ for i in $(seq 1 "$N"); do
         cmp -s "$TMP/r$i/model.bin" "$TMP/s$i/model.bin" || what="$what resumed-model"
     fi
     [ -n "$what" ] && bad=$((bad + 1))
-    printf 'case %d %s P %d from %s resumed-P %d resumed-device %s D %d partition %s threads %d :: %s\n' "$i" "${what:+DIFF$what}" "$P" "$via" "$P2" "$dev_s" "$D" "$part" "$threads" "$F" |
+    printf 'case %d %s P %d from %s resumed-P %d resumed-device %s D %d partition %s%s threads %d :: %s\n' "$i" "${what:+DIFF$what}" "$P" "$via" "$P2" "$dev_s" "$D" "$part" "${RS:+ ($RS)}" "$threads" "$F" |
         sed 's/^\(case [0-9]*\)  /\1 ok /'
 done
 echo "flag_sweep: $bad of $N cases differ (seed $SEED)"

@@ -15,7 +15,7 @@
 #   start-up   a non-zero exit before any step, no checkpoint written, and the same run started again
 #              in its folder ends as the unbroken one.
 # One line a case ("case N ok|DIFF KIND ..."; the flags after "::"), then the tally; exit 1 where any
-# case differs. Needs mpirun. A case takes 10-60 s on 2 cores.
+# case differs. Needs mpirun and make_shards (make builds it). A case takes 10-60 s on 2 cores.
 # usage: dev/signal_sweep.sh [CASES (default 20)] [SEED (default 1)] [binary (default ./train_tdpipe)]
 set -u
 source "$(dirname "$0")/../scripts/cli.sh"; cli_help "$0" "$@"
@@ -81,7 +81,7 @@ for i in $(seq 1 "$N"); do
         kind=start-up
         [ "$target1" != none ] || what="$what exit-$rc_k-unsignalled($(first_error "$k.stop.txt"))"
         [ -z "$(sweep_numbers "$k/log.jsonl" 2> /dev/null)" ] || what="$what exit-$rc_k-after-a-step"
-        ! ls "$k"/ckpt_*.tdck > /dev/null 2>&1 || what="$what a-checkpoint"
+        ! compgen -G "$k/ckpt_*.tdck" > /dev/null || what="$what a-checkpoint" # (compgen globs under set -f)
         # and nothing it left (a lock, an empty log) stands in the way of the same run started again
         if [ -z "$what" ]; then
             run "$k" "$np" $F --stages "$P"

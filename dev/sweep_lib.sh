@@ -3,7 +3,8 @@
 # log must be bitwise equal.
 
 # sweep_start NAME ARG...: the command line (CASES SEED binary) into N, SEED and BIN, refused by name
-# where wrong; mpirun's settings in MPI; a scratch folder in TMP, removed at exit; RANDOM seeded
+# where wrong; mpirun's settings in MPI; a scratch folder in TMP, removed at exit, with sweep_shards'
+# shards (made by MAKE_SHARDS, default build/dev/data/make_shards); RANDOM and X2 seeded
 sweep_start() {
     local name=$1; shift
     cli_positional "$name" "$@"
@@ -13,9 +14,34 @@ sweep_start() {
     command -v mpirun > /dev/null || { echo "$name: needs mpirun (openmpi-bin)" >&2; exit 1; }
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
     MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+    local ms=${MAKE_SHARDS:-$(dirname "$0")/../build/dev/data/make_shards}
+    [ -x "$ms" ] || { echo "$name: $ms: no such program (make builds it)" >&2; exit 1; }
     TMP=$(mktemp -d "/tmp/$name.XXXXXX")
     trap 'rm -rf "$TMP"' EXIT
-    RANDOM=$SEED
+    sweep_shards "$ms" "$TMP/shards"
+    RANDOM=$SEED X2=$SEED
+    # the shard globs in F reach the trainer as written (it expands them); no script here globs
+    set -f
+}
+
+# sweep_shards MAKE_SHARDS DIR: byte-level shards (V = 256, as a fresh dN model's) cut from a fixed
+# pseudo-random text of words: training shards of 700, 1900 and 400 tokens, so that a run crosses
+# them and wraps (a step takes 16-1152 tokens), and validation shards of 300 and 500 (a window is at
+# most 73). The same bytes on every machine: the text comes from an LCG exact in awk's doubles
+sweep_shards() {
+    local k sizes=(1000:300 2400:500 400:0) size val
+    mkdir -p "$2"
+    for k in 0 1 2; do
+        size=${sizes[$k]%:*} val=${sizes[$k]#*:}
+        awk -v n="$size" -v s=$((k + 1)) 'BEGIN {
+            for (i = 0; i < n; i++) {
+                s = (s * 75 + 74) % 65537
+                printf "%s", (s % 7 == 0) ? " " : (s % 53 == 0) ? "\n" : sprintf("%c", 97 + s % 26)
+            }
+        }' > "$2/text$k"
+        if [ "$val" -gt 0 ]; then "$1" --tokenizer bytes --val-tokens "$val" -o "$2/s$k" "$2/text$k" > /dev/null
+        else "$1" --tokenizer bytes --val-fraction 0 -o "$2/s$k" "$2/text$k" > /dev/null; fi || exit 1
+    done
 }
 
 # run DIR RANKS FLAGS...: the trainer on RANKS ranks (one: no mpirun), its output in DIR.txt
@@ -32,16 +58,24 @@ first_error() { grep -m1 'train_tdpipe:' "$1" | cut -c1-120; }
 # draw in this shell: bash 5 reseeds RANDOM in every subshell, so a $(...) draw would not follow the seed
 pick() { local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$((RANDOM % $#))]}"; }
 opt() { local opt_value; pick opt_value "${@:2}"; F="$F $1 $opt_value"; }
+# pick2 VAR CHOICE...: as pick, from a second stream (X2, an LCG seeded as RANDOM is), so that draws
+# added after RANDOM's leave every draw of RANDOM as it was: the flags drawn before them, and
+# signal_sweep's signal, rank and moment, which it draws after sweep_draw
+pick2() {
+    X2=$(((X2 * 1103515245 + 12345) % 2147483648))
+    local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$(((X2 >> 16) % $#))]}"
+}
 
 # sweep_draw RUNFLAGS: one case. F: its flags (RUNFLAGS, the steps and validation, among them), on
 # one line; L, M, D: its depth, micro-batches and replicas; P and P2: two stage counts it allows (every
 # schedule needs a micro-batch per stage, a stage a layer); part, threads: a partition, a thread count;
 # dev, dev_other: the CPU backend it runs on, and the other one (which a resume may change to);
-# nan: the step of the injected NaN (0: none), kept apart because --print-config's file has no key for it
+# nan: the step of the injected NaN (0: none), kept apart because --print-config's file has no key for it;
+# RS: --rank-speed with one drawn speed per stage for a P-stage run split by auto or model (else empty)
 sweep_draw() {
     local sch lim
     pick L 4 6; pick M 2 4 6 8; pick D 1 1 2; pick sch gpipe 1f1b zbh1 tdpipe tdpipe tdpipe
-    F="-e d$L"; opt -b 1 2 3; opt -t 8 16 24; F="$F $1 -s 0 -n 3 --keep 5 --micro-batches $M --schedule $sch"
+    F="-e d$L"; pick B 1 2 3; F="$F -b $B"; opt -t 8 16 24; F="$F $1 -s 0 -n 3 --keep 5 --micro-batches $M --schedule $sch"
     if [ "$sch" = tdpipe ]; then
         F="$F --aew $((RANDOM % (2 * M + 1)))"; opt --stale-comp none predict dcasgd lr predict+lr dcasgd+lr predict+dcasgd
         opt --predict-order 1 2; opt --stale-tau 0 0 1; opt --aew-start 0 0 2; opt --drift-min-cos 0 0 0.99
@@ -60,6 +94,19 @@ sweep_draw() {
     opt -u 20 0 3; opt -q 0.1 0 0.5; opt --beta1 0.9 0.8; opt --seed 1337 7 4242; opt --shuffle 0 1
     opt --dc-lambda 1e5 1e3; opt --max-rollbacks 3 1
     for lim in "$M" "$L"; do [ "$P" -gt "$lim" ] && P=$lim; [ "$P2" -gt "$lim" ] && P2=$lim; done
+    # from the second stream: the data (the built-in set, or sweep_shards' shards, with validation on
+    # its shards), how M is given (the three flags that say it), the comm timeout (0: none), and the
+    # ranks' speeds that --partition auto or model weighs for the P-stage run (RS: flags for that run)
+    local data mflag s speeds=""
+    pick2 data builtin shards; [ "$data" = shards ] && F="$F -i $TMP/shards/s*_train.bin -j $TMP/shards/s*_val.bin"
+    pick2 mflag --micro-batches --grad-accum --global-batch
+    case $mflag in
+        --grad-accum) F=${F/--micro-batches $M /--grad-accum $M } ;;
+        --global-batch) F=${F/--micro-batches $M /--global-batch $((B * M * D)) } ;;
+    esac
+    pick2 s 600 0 120; F="$F --comm-timeout $s"
+    for ((s = 0; s < P; s++)); do pick2 lim 1 0.5 2; speeds=$speeds${speeds:+,}$lim; done
+    RS=""; [ "$part" != uniform ] && RS="--rank-speed $speeds"
     dev_other=cpu; [ "$dev" = cpu ] && dev_other=cpu-staged
     return 0
 }

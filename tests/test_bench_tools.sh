@@ -71,6 +71,8 @@ refuse "fuzz/run.sh with seconds +5 (a number to bash's test, not a whole number
     env FUZZ_BUILD="$TMP/empty" bash dev/fuzz/run.sh +5 nosuch
 refuse "flag_sweep.sh with cases that are not a number" "flag_sweep: CASES x: expected a whole number >= 1" bash dev/flag_sweep.sh x
 refuse "flag_sweep.sh with a binary that is not there" "flag_sweep: $TMP/empty/nosuch: no such program" bash dev/flag_sweep.sh 1 1 "$TMP/empty/nosuch"
+refuse "flag_sweep.sh with no make_shards for its shards" "flag_sweep: $TMP/empty/nosuch: no such program \(make builds it\)" \
+    env MAKE_SHARDS="$TMP/empty/nosuch" bash dev/flag_sweep.sh 1 1
 refuse "signal_sweep.sh with a seed that is not a number" "signal_sweep: SEED 1e3: expected a whole number >= 0" bash dev/signal_sweep.sh 1 1e3
 refuse "signal_sweep.sh with a binary that is not there" "signal_sweep: $TMP/empty/nosuch: no such program" bash dev/signal_sweep.sh 1 1 "$TMP/empty/nosuch"
 refuse "flag_values.sh with a binary that is not there" "flag_values: $TMP/empty/nosuch: no such program" bash dev/flag_values.sh "$TMP/empty/nosuch"
