@@ -25,11 +25,11 @@ sweep_start() {
 }
 
 # sweep_shards MAKE_SHARDS DIR: byte-level shards (V = 256, as a fresh dN model's) cut from a fixed
-# pseudo-random text of words: training shards of 700, 1900 and 400 tokens, so that a run crosses
-# them and wraps (a step takes 16-1152 tokens), and validation shards of 300 and 500 (a window is at
-# most 73). The same bytes on every machine: the text comes from an LCG exact in awk's doubles
+# pseudo-random text of words: training shards of 450, 1000 and 150 tokens, so that a run crosses
+# them and often wraps (a step takes 16-1152 tokens), and validation shards of 200 and 300 (a window
+# is at most 73). The same bytes on every machine: the text comes from an LCG exact in awk's doubles
 sweep_shards() {
-    local k sizes=(1000:300 2400:500 400:0) size val
+    local k sizes=(650:200 1300:300 150:0) size val
     mkdir -p "$2"
     for k in 0 1 2; do
         size=${sizes[$k]%:*} val=${sizes[$k]#*:}
