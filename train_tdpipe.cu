@@ -346,6 +346,16 @@ static void choose_device(Trainer* tr) {
         int threads = omp_get_num_procs() / tr->comm.local_ranks;
         omp_set_num_threads(threads > 0 ? threads : 1);
     }
+    // more threads than cores, where OMP_NUM_THREADS asked for them: a thread waiting at a barrier
+    // spins while the one it waits for has no core. The cores: this rank's (mpirun may bind it to
+    // one) and the host's, which every rank here shares where none is bound
+    int mine = omp_get_num_procs(), host = (int)sysconf(_SC_NPROCESSORS_ONLN), threads = omp_get_max_threads();
+    int local = tr->comm.local_ranks;
+    if (g_rank == 0 && !tr->use_cuda && threads > 1 && (threads > mine || local * threads > host))
+        fprintf(stderr, "note: OMP_NUM_THREADS=%d: %d threads a rank, %d rank(s) on this host of %d cores, %d of them this rank's: "
+                        "more threads than cores, and OpenMP's waiting threads spin on cores the others need (8 ranks x 2 threads on 2 cores "
+                        "ran 38x slower than 8 x 1); unset OMP_NUM_THREADS to share the cores\n",
+                threads, threads, local, host, mine);
 }
 
 // the weights, their gradient and AdamW's moments (16 bytes a parameter; on a GPU, the weights alone

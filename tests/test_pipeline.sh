@@ -36,6 +36,13 @@ check "across D = 1 and 2: losses equal within 1e-5 relative (different summatio
 check "P = 1, D = 2, --global-batch 8 in place of --micro-batches 2" $MPI -np 2 $BIN ${SMALL/--micro-batches 4/--global-batch 8} -o "$TMP/gbd2"
 check "  says M = 2, D = 2" grep -q "^| batch .*B 2, T 16, M 2, D 2: 128 tokens per step" "$TMP/out"
 check "  bitwise the --micro-batches 2 run" diff <(losses "$TMP/refd2") <(losses "$TMP/gbd2")
+# ranks sharing a host: the trainer splits its cores between them (no note); OMP_NUM_THREADS of one
+# thread more than the cores at each of 2 ranks: a note (nproc answers OMP_NUM_THREADS where it is set)
+over=$(($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) + 1))
+check "2 ranks, OMP_NUM_THREADS unset" env -u OMP_NUM_THREADS $MPI -np 2 $BIN -x 1 -s 0 -v 0 -o "$TMP/omp_unset"
+check "  no note of too many threads" bash -c "! grep -q 'note: OMP_NUM_THREADS' '$TMP/err'"
+check "2 ranks, OMP_NUM_THREADS=$over" env OMP_NUM_THREADS="$over" $MPI -np 2 $BIN -x 1 -s 0 -v 0 -o "$TMP/omp_over"
+check "  a note of 2 rank(s) x $over threads" grep -q "note: OMP_NUM_THREADS=$over: $over threads a rank, 2 rank(s) on this host" "$TMP/err"
 check "the step line reports bubble and staleness" grep -q "bubble .*stale " "$TMP/p4d1tdpipe.txt"
 check "log.jsonl holds per-stage bubble and staleness" grep -q '"bubble_per_stage": \[[0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*\], "staleness_per_stage"' "$TMP/p4d1tdpipe/log.jsonl"
 

@@ -42,6 +42,16 @@ OMP_NUM_THREADS=3 $BIN -x 15 $Q -o "$TMP/t3" >/dev/null 2>&1
 same_losses() { [ -s "$TMP/t1/log.jsonl" ] && for t in 2 3; do diff <(losses "$TMP/t1") <(losses "$TMP/t$t") && cmp "$TMP/t1/model.bin" "$TMP/t$t/model.bin" || return 1; done; }
 check "losses and model bitwise equal with OMP_NUM_THREADS=1, 2 and 3" same_losses
 check "log.jsonl has one object per step with step and loss" test "$(grep -c '^{"step": [0-9]*, "loss": ' "$TMP/t1/log.jsonl")" -eq 15
+# more OpenMP threads than cores, which OMP_NUM_THREADS asked for: a note (their spinning slows steps
+# many times over, README), and none where the cores hold the threads or the trainer chose them
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # (nproc answers OMP_NUM_THREADS where it is set)
+over=$((cores + 1))
+check "OMP_NUM_THREADS=$over on $cores core(s) trains" env OMP_NUM_THREADS=$over $BIN -x 1 $Q -o "$TMP/over"
+check "  with a note naming OMP_NUM_THREADS and the threads a rank" grep -q "^note: OMP_NUM_THREADS=$over: $over threads a rank, 1 rank(s) on this host of" "$TMP/err"
+check "OMP_NUM_THREADS=1 trains" env OMP_NUM_THREADS=1 $BIN -x 1 $Q -o "$TMP/one"
+check "  with no such note" bash -c "! grep -q 'note: OMP_NUM_THREADS' '$TMP/err'"
+check "OMP_NUM_THREADS unset trains" env -u OMP_NUM_THREADS $BIN -x 1 $Q -o "$TMP/unset"
+check "  with no such note (the trainer chose as many threads as cores)" bash -c "! grep -q 'note: OMP_NUM_THREADS' '$TMP/err'"
 OMP_NUM_THREADS=2 $BIN -x 15 $Q --grad-accum 2 -b 4 -o "$TMP/ga" >/dev/null 2>&1
 check "gradient accumulation runs (M = 2)" test "$(losses "$TMP/ga" | wc -l)" -eq 15
 
