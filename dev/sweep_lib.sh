@@ -4,7 +4,8 @@
 
 # sweep_start NAME ARG...: the command line (CASES SEED binary) into N, SEED and BIN, refused by name
 # where wrong; mpirun's settings in MPI; a scratch folder in TMP, removed at exit, with sweep_shards'
-# shards (made by MAKE_SHARDS, default build/dev/data/make_shards); RANDOM and X2 seeded
+# shards (made by MAKE_SHARDS, default build/dev/data/make_shards) and sweep_models' model files;
+# RANDOM seeded (and sweep_draw's second stream, by the seed and the case)
 sweep_start() {
     local name=$1; shift
     cli_positional "$name" "$@"
@@ -12,6 +13,7 @@ sweep_start() {
     cli_count "$name" CASES "$N" 1; cli_count "$name" SEED "$SEED" 0
     [ -x "$BIN" ] || { echo "$name: $BIN: no such program (make builds ./train_tdpipe)" >&2; exit 1; }
     command -v mpirun > /dev/null || { echo "$name: needs mpirun (openmpi-bin)" >&2; exit 1; }
+    command -v python3 > /dev/null || { echo "$name: needs python3 (for its bf16 model files)" >&2; exit 1; }
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
     MPI="timeout 300 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
     local ms=${MAKE_SHARDS:-$(dirname "$0")/../build/dev/data/make_shards}
@@ -19,9 +21,32 @@ sweep_start() {
     TMP=$(mktemp -d "/tmp/$name.XXXXXX")
     trap 'rm -rf "$TMP"' EXIT
     sweep_shards "$ms" "$TMP/shards"
-    RANDOM=$SEED X2=$SEED
+    sweep_models "$name" "$TMP/models"
+    RANDOM=$SEED SWEEP_CASE=0
     # the shard globs in F reach the trainer as written (it expands them); no script here globs
     set -f
+}
+
+# sweep_models NAME DIR: llm.c model files of d4 and d6 (one step trained, so not the dN init that
+# -e dN gives) in DIR/dL_fp32.bin, and the same as bf16 (version 5: each value's upper 16 bits) in
+# DIR/dL_bf16.bin, for the cases that draw -e FILE: every stage then loads its own range of the file
+sweep_models() {
+    local L
+    mkdir -p "$2"
+    for L in 4 6; do
+        "$BIN" -e "d$L" -x 1 -v 0 -s 0 -o "$2/d$L" > "$2/d$L.txt" 2>&1 < /dev/null ||
+            { echo "$1: the d$L model file for the -e cases: $(first_error "$2/d$L.txt")" >&2; exit 1; }
+        mv "$2/d$L/model.bin" "$2/d${L}_fp32.bin"
+        python3 - "$2/d${L}_fp32.bin" "$2/d${L}_bf16.bin" << 'EOF'
+import sys
+from array import array
+raw = open(sys.argv[1], "rb").read()
+head, values = array("i", raw[:1024]), array("I", raw[1024:])
+assert head[0] == 20240326 and head[1] == 3, "not an llm.c fp32 model file"
+head[1] = 5
+open(sys.argv[2], "wb").write(head.tobytes() + array("H", [v >> 16 for v in values]).tobytes())
+EOF
+    done
 }
 
 # sweep_shards MAKE_SHARDS DIR: byte-level shards (V = 256, as a fresh dN model's) cut from a fixed
@@ -58,11 +83,12 @@ first_error() { grep -m1 'train_tdpipe:' "$1" | cut -c1-120; }
 # draw in this shell: bash 5 reseeds RANDOM in every subshell, so a $(...) draw would not follow the seed
 pick() { local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$((RANDOM % $#))]}"; }
 opt() { local opt_value; pick opt_value "${@:2}"; F="$F $1 $opt_value"; }
-# pick2 VAR CHOICE...: as pick, from a second stream (X2, an LCG seeded as RANDOM is), so that draws
-# added after RANDOM's leave every draw of RANDOM as it was: the flags drawn before them, and
-# signal_sweep's signal, rank and moment, which it draws after sweep_draw
+# pick2 VAR CHOICE...: as pick, from a second stream (X2, an LCG sweep_draw seeds anew for each case
+# from the seed and the case's number), so that draws added after RANDOM's leave every draw of RANDOM
+# as it was (the flags drawn before them, and signal_sweep's signal, rank and moment, which it draws
+# after sweep_draw), and a pick2 added at the end leaves every case's earlier pick2s as they were
 pick2() {
-    X2=$(((X2 * 1103515245 + 12345) % 2147483648))
+    X2=$(((X2 * 1103515245 + 12345) % 2147483648)) # (bits 16-30 picked: an LCG's low bits cycle)
     local pick_var=$1; shift; local pick_from=("$@"); printf -v "$pick_var" "%s" "${pick_from[$(((X2 >> 16) % $#))]}"
 }
 
@@ -97,7 +123,11 @@ sweep_draw() {
     # from the second stream: the data (the built-in set, or sweep_shards' shards, with validation on
     # its shards), how M is given (the three flags that say it), the comm timeout (0: none), and the
     # ranks' speeds that --partition auto or model weighs for the P-stage run (RS: flags for that run)
-    local data mflag s speeds=""
+    local data mflag init s speeds=""
+    # X2 from the seed and the case's number, through xor-shifts (an LCG's outputs are affine in its
+    # seed, so without them consecutive cases would draw along an arithmetic progression)
+    SWEEP_CASE=$((SWEEP_CASE + 1)) X2=$(((SEED * 1000003 + SWEEP_CASE * 7919) % 2147483648))
+    for s in 1 2 3; do X2=$((((X2 ^ (X2 >> 13)) * 1103515245 + 12345) % 2147483648)); done
     pick2 data builtin shards; [ "$data" = shards ] && F="$F -i $TMP/shards/s*_train.bin -j $TMP/shards/s*_val.bin"
     pick2 mflag --micro-batches --grad-accum --global-batch
     case $mflag in
@@ -107,6 +137,8 @@ sweep_draw() {
     pick2 s 600 0 120; F="$F --comm-timeout $s"
     for ((s = 0; s < P; s++)); do pick2 lim 1 0.5 2; speeds=$speeds${speeds:+,}$lim; done
     RS=""; [ "$part" != uniform ] && RS="--rank-speed $speeds"
+    # the initial weights: -e dN, or sweep_models' file of that depth, fp32 or bf16
+    pick2 init dN fp32 bf16; [ "$init" != dN ] && F=${F/#-e d$L /-e $TMP/models/d${L}_$init.bin }
     dev_other=cpu; [ "$dev" = cpu ] && dev_other=cpu-staged
     return 0
 }
