@@ -351,7 +351,7 @@ static void choose_device(Trainer* tr) {
     // one) and the host's, which every rank here shares where none is bound
     int mine = omp_get_num_procs(), host = (int)sysconf(_SC_NPROCESSORS_ONLN), threads = omp_get_max_threads();
     int local = tr->comm.local_ranks;
-    if (g_rank == 0 && !tr->use_cuda && threads > 1 && (threads > mine || local * threads > host))
+    if (g_rank == 0 && !tr->use_cuda && getenv("OMP_NUM_THREADS") && threads > 1 && (threads > mine || local * threads > host))
         fprintf(stderr, "note: OMP_NUM_THREADS=%d: %d threads a rank, %d rank(s) on this host of %d cores, %d of them this rank's: "
                         "more threads than cores, and OpenMP's waiting threads spin on cores the others need (8 ranks x 2 threads on 2 cores "
                         "ran 38x slower than 8 x 1); unset OMP_NUM_THREADS to share the cores\n",

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # README's bitwise claims held against random flag combinations. Each case is one seeded draw
-# (dev/sweep_lib.sh) of the model, batch, schedule, window, compensation, jitter, recomputation,
-# backend, int8 sync, guard, drift monitor, noise scale, partition (and the ranks' speeds it weighs),
-# placement, thread count, LR schedule, beta1, seed, data (built-in or shards) and its order, how M is
-# given and the comm timeout, run three ways: at P = 1 (the reference), at a drawn P > 1
+# (dev/sweep_lib.sh) of the model and its initial weights (-e dN, or an fp32 or bf16 llm.c file),
+# batch, schedule, window, compensation, jitter, recomputation, backend, int8 sync, guard, drift
+# monitor, noise scale, partition (and the ranks' speeds it weighs), placement, thread count, LR
+# schedule, beta1, seed, data (built-in or shards) and its order, how M is given and the comm
+# timeout, run three ways: at P = 1 (the reference), at a drawn P > 1
 # (every second case from --print-config's file of its flags), and resumed at another drawn P from
 # the reference's step-3 checkpoint (every second case on the other CPU backend). Every step's
 # loss, norm, LR and val loss, and model.bin, must be bitwise the reference's. A seed names the same
