@@ -27,6 +27,7 @@
 #include "tdpipe/drift.h"
 #include "tdpipe/executor.h"
 #include "tdpipe/fatal.h"
+#include "tdpipe/host_threads.h"
 #include "tdpipe/partition.h"
 #include "tdpipe/layer_costs.h"
 #include "tdpipe/pipeline.h"
@@ -342,20 +343,7 @@ static void choose_device(Trainer* tr) {
     if (!tr->use_cuda && strcmp(a->matmul, "tdpipe") != 0) fatal_all("--matmul %s: only the CUDA backend has a choice of matmul", a->matmul);
     tr->device = tr->synthetic ? &STAGE_SYNTHETIC : tr->use_cuda ? &STAGE_CUDA : !strcmp(a->device, "cpu-staged") ? &STAGE_CPU_STAGED : &STAGE_CPU;
     if (a->recompute && tr->synthetic) fatal_all("--recompute 1: synthetic compute has no activations to recompute");
-    if (tr->comm.local_ranks > 1 && !getenv("OMP_NUM_THREADS")) { // ranks sharing this host share its cores
-        int threads = omp_get_num_procs() / tr->comm.local_ranks;
-        omp_set_num_threads(threads > 0 ? threads : 1);
-    }
-    // more threads than cores, where OMP_NUM_THREADS asked for them: a thread waiting at a barrier
-    // spins while the one it waits for has no core. The cores: this rank's (mpirun may bind it to
-    // one) and the host's, which every rank here shares where none is bound
-    int mine = omp_get_num_procs(), host = (int)sysconf(_SC_NPROCESSORS_ONLN), threads = omp_get_max_threads();
-    int local = tr->comm.local_ranks;
-    if (g_rank == 0 && !tr->use_cuda && getenv("OMP_NUM_THREADS") && threads > 1 && (threads > mine || local * threads > host))
-        fprintf(stderr, "note: OMP_NUM_THREADS=%d: %d threads a rank, %d rank(s) on this host of %d cores, %d of them this rank's: "
-                        "more threads than cores, and OpenMP's waiting threads spin on cores the others need (8 ranks x 2 threads on 2 cores "
-                        "ran 38x slower than 8 x 1); unset OMP_NUM_THREADS to share the cores\n",
-                threads, threads, local, host, mine);
+    host_threads_choose(tr->comm.local_ranks, g_rank == 0 && !tr->use_cuda);
 }
 
 // the weights, their gradient and AdamW's moments (16 bytes a parameter; on a GPU, the weights alone
